@@ -1,0 +1,97 @@
+"""History queries: stored runs and their results, read only from the versioned result tables."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pandas as pd
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from db.models import AuditRun, GroupCount, MetricResult
+
+RUN_COLUMNS = [
+    AuditRun.id,
+    AuditRun.audit_name,
+    AuditRun.model_id,
+    AuditRun.version,
+    AuditRun.status,
+    AuditRun.as_of,
+    AuditRun.rows_read,
+    AuditRun.rows_valid,
+    AuditRun.rows_quarantined,
+    AuditRun.finished_at,
+    AuditRun.error,
+]
+
+
+def list_runs(
+    engine: Engine,
+    audit: str | None = None,
+    model: str | None = None,
+    status: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> pd.DataFrame:
+    """Runs matching the filters, newest first (``as_of`` in [since, until])."""
+    query = select(*RUN_COLUMNS).order_by(AuditRun.as_of.desc(), AuditRun.id.desc())
+    if audit:
+        query = query.where(AuditRun.audit_name == audit)
+    if model:
+        query = query.where(AuditRun.model_id == model)
+    if status:
+        query = query.where(AuditRun.status == status)
+    if since:
+        query = query.where(AuditRun.as_of >= since)
+    if until:
+        query = query.where(AuditRun.as_of <= until)
+    with engine.connect() as connection:
+        return pd.read_sql(query, connection)
+
+
+def get_run(engine: Engine, run_id: int) -> AuditRun | None:
+    with Session(engine, expire_on_commit=False) as session:
+        return session.get(AuditRun, run_id)
+
+
+def run_metrics(
+    engine: Engine,
+    run_id: int,
+    attribute: str | None = None,
+    metric: str | None = None,
+    estimator: str = "raw",
+    subset: str = "group",
+) -> pd.DataFrame:
+    """One run's metric values of groups (or of their complements, ``subset='rest'``) with size n."""
+    n = (GroupCount.tp + GroupCount.fp + GroupCount.fn + GroupCount.tn).label("n")
+    query = (
+        select(
+            MetricResult.attribute,
+            MetricResult.group_name,
+            n,
+            MetricResult.metric,
+            MetricResult.value,
+            MetricResult.numerator,
+            MetricResult.denominator,
+            MetricResult.undefined_reason,
+        )
+        .join(
+            GroupCount,
+            (GroupCount.run_id == MetricResult.run_id)
+            & (GroupCount.attribute == MetricResult.attribute)
+            & (GroupCount.group_name == MetricResult.group_name)
+            & (GroupCount.subset == MetricResult.subset),
+        )
+        .where(
+            MetricResult.run_id == run_id,
+            MetricResult.subset == subset,
+            MetricResult.estimator == estimator,
+        )
+        .order_by(MetricResult.attribute, MetricResult.group_name, MetricResult.metric)
+    )
+    if attribute:
+        query = query.where(MetricResult.attribute == attribute)
+    if metric:
+        query = query.where(MetricResult.metric == metric)
+    with engine.connect() as connection:
+        return pd.read_sql(query, connection)

@@ -1,0 +1,159 @@
+"""SQLAlchemy 2 typed models: the prediction source, versioned audit runs and their results.
+
+A run and its result rows are written in one transaction (``db.runs.save_run``); readers see a run only
+once it has committed. Every result table hangs off ``audit_runs.id``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    SmallInteger,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+Json = JSON().with_variant(JSONB(), "postgresql")
+# SQLite only auto-increments an INTEGER PRIMARY KEY.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(
+        naming_convention={
+            "ix": "ix_%(column_0_label)s",
+            "uq": "uq_%(table_name)s_%(column_0_name)s",
+            "ck": "ck_%(table_name)s_%(constraint_name)s",
+            "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+            "pk": "pk_%(table_name)s",
+        }
+    )
+    type_annotation_map: ClassVar = {dict[str, Any]: Json}
+
+
+class Prediction(Base):
+    """The default audit source: one row per prediction of a deployed model."""
+
+    __tablename__ = "predictions"
+    __table_args__ = (
+        UniqueConstraint("model_id", "prediction_id", name="model_prediction"),
+        Index("ix_predictions_model_time", "model_id", "predicted_at"),
+        CheckConstraint("y_true IN (0, 1)", name="y_true_binary"),
+        CheckConstraint("y_pred IN (0, 1)", name="y_pred_binary"),
+        CheckConstraint("score >= 0 AND score <= 1", name="score_unit_interval"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    prediction_id: Mapped[str] = mapped_column(String(128))
+    model_id: Mapped[str] = mapped_column(String(128))
+    model_version: Mapped[str] = mapped_column(String(64))
+    predicted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    y_true: Mapped[int | None] = mapped_column(SmallInteger)
+    y_pred: Mapped[int] = mapped_column(SmallInteger)
+    score: Mapped[float | None] = mapped_column(Float)
+    # Sensitive attributes by name, e.g. {"race": "Black", "sex": "Female"}.
+    attributes: Mapped[dict[str, Any]] = mapped_column(Json)
+
+
+class AuditRun(Base):
+    """One audit of one model: its window, row accounting, configuration, fingerprint and outcome."""
+
+    __tablename__ = "audit_runs"
+    __table_args__ = (
+        UniqueConstraint("audit_name", "model_id", "version", name="audit_model_version"),
+        Index("ix_audit_runs_lookup", "audit_name", "model_id", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    audit_name: Mapped[str] = mapped_column(String(128))
+    model_id: Mapped[str] = mapped_column(String(128))
+    model_version: Mapped[str | None] = mapped_column(String(64))
+    # 1, 2, ... per (audit, model) for succeeded runs; NULL for failed ones.
+    version: Mapped[int | None] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16))
+    as_of: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    window_start: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    window_end: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    rows_read: Mapped[int] = mapped_column(BigInteger, default=0)
+    rows_valid: Mapped[int] = mapped_column(BigInteger, default=0)
+    rows_quarantined: Mapped[int] = mapped_column(BigInteger, default=0)
+    rows_unlabelled: Mapped[int] = mapped_column(BigInteger, default=0)
+    config: Mapped[dict[str, Any]] = mapped_column(Json)
+    config_hash: Mapped[str] = mapped_column(String(64))
+    input_fingerprint: Mapped[str | None] = mapped_column(String(64))
+    code_version: Mapped[str] = mapped_column(String(32))
+    flow_run_id: Mapped[str | None] = mapped_column(String(64))
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    timings: Mapped[dict[str, Any]] = mapped_column(Json)
+    summary: Mapped[dict[str, Any]] = mapped_column(Json)
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class GroupCount(Base):
+    """Confusion counts of one group (``subset='group'``) or its rest of population (``'rest'``)."""
+
+    __tablename__ = "group_counts"
+
+    run_id: Mapped[int] = mapped_column(
+        ForeignKey("audit_runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    attribute: Mapped[str] = mapped_column(String(256), primary_key=True)
+    group_name: Mapped[str] = mapped_column(String(512), primary_key=True)
+    subset: Mapped[str] = mapped_column(String(8), primary_key=True)
+    tp: Mapped[int] = mapped_column(BigInteger)
+    fp: Mapped[int] = mapped_column(BigInteger)
+    fn: Mapped[int] = mapped_column(BigInteger)
+    tn: Mapped[int] = mapped_column(BigInteger)
+    n_unlabelled: Mapped[int] = mapped_column(BigInteger)
+
+
+class MetricResult(Base):
+    """One metric of one group or complement; NaN-free: an undefined value is NULL with its reason."""
+
+    __tablename__ = "metric_results"
+
+    run_id: Mapped[int] = mapped_column(
+        ForeignKey("audit_runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    attribute: Mapped[str] = mapped_column(String(256), primary_key=True)
+    group_name: Mapped[str] = mapped_column(String(512), primary_key=True)
+    subset: Mapped[str] = mapped_column(String(8), primary_key=True)
+    metric: Mapped[str] = mapped_column(String(16), primary_key=True)
+    # 'raw' for the observed counts; smoothing stages add their own estimators.
+    estimator: Mapped[str] = mapped_column(String(16), primary_key=True)
+    value: Mapped[float | None] = mapped_column(Float)
+    numerator: Mapped[float | None] = mapped_column(Float)
+    denominator: Mapped[float | None] = mapped_column(Float)
+    undefined_reason: Mapped[str | None] = mapped_column(String(128))
+
+
+class QuarantinedRow(Base):
+    """A row that failed validation, kept whole with the rule it broke. Nothing is dropped silently."""
+
+    __tablename__ = "quarantined_rows"
+    __table_args__ = (Index("ix_quarantined_rows_run", "run_id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("audit_runs.id", ondelete="CASCADE"))
+    source: Mapped[str] = mapped_column(String(512))
+    row_ref: Mapped[str] = mapped_column(String(128))
+    column_name: Mapped[str | None] = mapped_column(String(128))
+    value: Mapped[str | None] = mapped_column(Text)
+    rule: Mapped[str] = mapped_column(String(256))
+    row: Mapped[dict[str, Any]] = mapped_column(Json)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -1,0 +1,133 @@
+"""The audit flow: one Prefect flow run audits one model, stage by stage (../shared/DESIGN.md).
+
+    extract -> validate -> counts -> metrics -> persist
+
+Each stage is a thin task over the pure functions of its ``tasks/`` module. A failure at any stage
+records a failed run with the error (and any quarantined rows) and re-raises; only a complete run
+commits as succeeded.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from importlib.metadata import version as package_version
+from pathlib import Path
+
+import pandas as pd
+from prefect import flow, runtime
+
+from db.engine import database_url
+from db.models import GroupCount, MetricResult
+from db.runs import RunRecord
+from schemas.config import Audit, load_config
+from tasks.counts import count
+from tasks.extract import extract, fingerprint, window_bounds
+from tasks.metrics import metrics_stage
+from tasks.persist import persist, record_failure
+from tasks.validate import check_invalid_fraction, validate
+
+CONFIG_ENV = "BIASAUDIT_CONFIG"
+
+
+class EmptyWindow(LookupError):
+    """The audit window holds no predictions for the model."""
+
+
+def default_config_path() -> str:
+    return os.environ.get(CONFIG_ENV, "biasaudit.toml")
+
+
+@contextmanager
+def _timed(timings: dict[str, float], stage: str):
+    start = time.perf_counter()
+    yield
+    timings[stage] = round(time.perf_counter() - start, 4)
+
+
+def run_summary(counts: pd.DataFrame, metrics: pd.DataFrame) -> dict:
+    """Headline numbers of a run for ``audit_runs.summary``."""
+    groups = counts[counts["subset"] == "group"]
+    sizes = groups[["tp", "fp", "fn", "tn"]].sum(axis=1)
+    undefined = metrics[metrics["undefined_reason"].notna() & (metrics["subset"] == "group")]
+    return {
+        "groups": len(groups),
+        "groups_per_attribute": groups.groupby("attribute").size().astype(int).to_dict(),
+        "smallest_group": int(sizes.min()) if len(sizes) else 0,
+        "undefined_metrics": len(undefined),
+        "undefined_by_metric": undefined.groupby("metric").size().astype(int).to_dict(),
+    }
+
+
+def new_record(audit: Audit, as_of: datetime) -> RunRecord:
+    start, end = window_bounds(audit, as_of)
+    return RunRecord(
+        audit_name=audit.name,
+        model_id=audit.model,
+        model_version=audit.model_version,
+        as_of=end,
+        window_start=start,
+        window_end=end,
+        config=audit.model_dump(mode="json"),
+        config_hash=audit.config_hash(),
+        code_version=package_version("biasaudit"),
+        started_at=datetime.now(UTC),
+        flow_run_id=str(runtime.flow_run.id) if runtime.flow_run.id else None,
+    )
+
+
+@flow(name="audit", flow_run_name="audit-{audit_name}", log_prints=True)
+def audit_flow(
+    audit_name: str,
+    config_path: str | None = None,
+    db_url: str | None = None,
+    as_of: datetime | None = None,
+    force: bool = False,
+) -> dict:
+    """Audit one configured model as of ``as_of`` (default now); returns the run's identity."""
+    config_path = config_path or default_config_path()
+    audit = load_config(Path(config_path)).get(audit_name)
+    url = database_url(db_url)
+    record = new_record(audit, as_of or datetime.now(UTC))
+    timings = record.timings
+    quarantine = None
+    try:
+        with _timed(timings, "extract"):
+            frame = extract(url, audit, record.window_start, record.window_end)
+        record.rows_read = len(frame)
+        if frame.empty:
+            raise EmptyWindow(
+                f"no predictions of model {audit.model!r} in {audit.source!r} for window "
+                f"({record.window_start or '-inf'}, {record.window_end}]"
+            )
+        record.input_fingerprint = fingerprint(frame)
+        with _timed(timings, "validate"):
+            valid, quarantine = validate(frame, audit.attributes)
+        record.rows_valid = len(valid)
+        record.rows_quarantined = len(frame) - len(valid)
+        record.rows_unlabelled = int(valid["y_true"].isna().sum())
+        check_invalid_fraction(
+            record.rows_read, record.rows_quarantined, audit.thresholds.max_invalid_fraction
+        )
+        with _timed(timings, "counts"):
+            counts = count(valid, audit)
+        with _timed(timings, "metrics"):
+            metrics = metrics_stage(counts, audit.metrics)
+        record.summary = run_summary(counts, metrics)
+        results = {GroupCount: counts, MetricResult: metrics.assign(estimator="raw")}
+        with _timed(timings, "persist"):
+            run_id, new = persist(url, record, results, quarantine, force)
+    except Exception as exc:
+        record_failure(url, record, f"{type(exc).__name__}: {exc}", quarantine)
+        raise
+    status = "new version" if new else "unchanged input: existing run"
+    print(f"audit {audit.name}: run {run_id} ({status}), {record.rows_valid} valid rows")
+    return {"audit": audit.name, "model": audit.model, "run_id": run_id, "new": new}
+
+
+if __name__ == "__main__":
+    import sys
+
+    audit_flow(sys.argv[1])

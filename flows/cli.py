@@ -1,0 +1,309 @@
+"""The ``biasaudit`` command line.
+
+Commands that do not run a flow (history, load, db) never import Prefect, so they start fast.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(
+    help="Versioned fairness audits of deployed binary classifiers.", no_args_is_help=True
+)
+db_app = typer.Typer(help="Database administration.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+console = Console()
+
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db", help="Database URL (default: $BIASAUDIT_DATABASE_URL or sqlite:///biasaudit.db)"
+    ),
+]
+ConfigOption = Annotated[
+    str | None,
+    typer.Option(
+        "--config", "-c", help="Audit configuration (default: $BIASAUDIT_CONFIG or biasaudit.toml)"
+    ),
+]
+DEMO_CONFIG = Path(__file__).parent / "demo_audits.toml"
+FIRST_RUN_NOTE = "first flow run of a process starts a local Prefect server (10-20 s)"
+
+
+def _engine(db: str | None):
+    from db.engine import make_engine
+
+    return make_engine(db)
+
+
+def _prefect_environment() -> None:
+    """Give the temporary local Prefect server time to start on small machines."""
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+
+def _date(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    moment = datetime.fromisoformat(value)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _fail(message: str) -> None:
+    console.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(code=1)
+
+
+def _print_frame(frame, title: str | None = None) -> None:
+    import pandas as pd
+
+    table = Table(title=title, show_lines=False)
+    for column in frame.columns:
+        table.add_column(str(column), overflow="fold")
+    for row in frame.itertuples(index=False):
+        table.add_row(
+            *["" if pd.isna(v) else f"{v:.3f}" if isinstance(v, float) else str(v) for v in row]
+        )
+    console.print(table)
+
+
+@db_app.command("upgrade")
+def db_upgrade(db: DbOption = None) -> None:
+    """Create or upgrade the database schema with the Alembic migrations."""
+    from db.engine import database_url
+    from db.migrate import upgrade
+
+    upgrade(db)
+    console.print(f"database at {database_url(db)} is up to date")
+
+
+@app.command()
+def load(
+    path: Annotated[Path, typer.Argument(help="CSV or Parquet file of predictions")],
+    attribute: Annotated[
+        list[str], typer.Option("--attribute", "-a", help="Sensitive attribute column (repeat)")
+    ],
+    model: Annotated[
+        str | None, typer.Option(help="Model id, if the file has no model_id column")
+    ] = None,
+    model_version: Annotated[
+        str | None, typer.Option(help="Model version, if the file has none")
+    ] = None,
+    map_: Annotated[
+        list[str], typer.Option("--map", help="canonical=column, e.g. y_true=label (repeat)")
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Load predictions into the predictions table, validated: invalid rows are quarantined."""
+    import pandas as pd
+    from rich.progress import Progress
+
+    from db.load import load_predictions
+
+    if not path.exists():
+        _fail(f"{path} does not exist")
+    frame = pd.read_parquet(path) if path.suffix in {".parquet", ".pq"} else pd.read_csv(path)
+    try:
+        mapping = dict(item.split("=", 1) for item in map_ or [])
+    except ValueError:
+        _fail("--map takes canonical=column")
+    frame = frame.rename(columns={column: canonical for canonical, column in mapping.items()})
+    if model:
+        frame["model_id"] = model
+    if model_version:
+        frame["model_version"] = model_version
+    needed = [
+        "prediction_id",
+        "model_id",
+        "model_version",
+        "predicted_at",
+        "y_true",
+        "y_pred",
+        *attribute,
+    ]
+    missing = [c for c in needed if c not in frame.columns]
+    if missing:
+        _fail(f"{path}: missing columns {missing} (use --map, --model, --model-version)")
+    with Progress(console=console) as progress:
+        bar = progress.add_task(f"loading {path.name}", total=len(frame))
+        report = load_predictions(
+            _engine(db), frame, attribute, str(path), lambda n: progress.advance(bar, n)
+        )
+    console.print(
+        f"read {report.read}, inserted {report.inserted}, already present {report.already_present}, "
+        f"quarantined {report.quarantined}"
+    )
+
+
+@app.command()
+def run(
+    audit: Annotated[str, typer.Argument(help="Name of the audit in the configuration")],
+    config: ConfigOption = None,
+    db: DbOption = None,
+    as_of: Annotated[str | None, typer.Option(help="Audit as of this date/time (ISO, UTC)")] = None,
+    force: Annotated[
+        bool, typer.Option(help="Write a new version even if input is unchanged")
+    ] = False,
+) -> None:
+    """Run one audit now (one Prefect flow run)."""
+    _prefect_environment()
+    from flows.audit import audit_flow
+    from schemas.config import ConfigError
+
+    with console.status(f"auditing {audit} ({FIRST_RUN_NOTE})"):
+        try:
+            result = audit_flow(audit, config, db, _date(as_of), force)
+        except ConfigError as exc:
+            _fail(str(exc))
+    _print_runs(db, [result["run_id"]])
+
+
+@app.command()
+def demo(db: DbOption = None) -> None:
+    """Create the database, load synthetic predictions, run every demo audit, print a summary."""
+    _prefect_environment()
+    from db.load import load_predictions
+    from db.migrate import upgrade
+    from flows.demo import END, GROUPS, synthetic_predictions
+
+    upgrade(db)
+    config = Path("biasaudit.toml")
+    if not config.exists():
+        shutil.copyfile(DEMO_CONFIG, config)
+        console.print(f"wrote {config} (the demo audits; edit it to audit your own models)")
+    with console.status("generating and loading synthetic predictions"):
+        report = load_predictions(_engine(db), synthetic_predictions(), list(GROUPS), "demo")
+    console.print(
+        f"synthetic predictions: inserted {report.inserted}, already present {report.already_present}"
+    )
+    from flows.nightly import nightly_flow
+
+    with console.status(f"running the demo audits ({FIRST_RUN_NOTE})"):
+        results = nightly_flow(str(DEMO_CONFIG), db, END)
+    _print_runs(db, [r["run_id"] for r in results])
+    _print_largest_gaps(db, [r["run_id"] for r in results])
+    console.print("next: [bold]biasaudit history[/], [bold]biasaudit history RUN_ID[/]")
+
+
+RUN_TABLE = {
+    "id": "run",
+    "audit_name": "audit",
+    "model_id": "model",
+    "version": "version",
+    "status": "status",
+    "as_of": "as of",
+    "rows_read": "read",
+    "rows_valid": "valid",
+    "rows_quarantined": "quarantined",
+}
+
+
+def _print_runs(db: str | None, run_ids: list[int] | None = None, runs=None) -> None:
+    from db.history import list_runs
+
+    if runs is None:
+        runs = list_runs(_engine(db))
+        runs = runs[runs["id"].isin(run_ids)]
+    runs = runs.assign(as_of=runs["as_of"].astype(str).str[:16])
+    _print_frame(runs[list(RUN_TABLE)].rename(columns=RUN_TABLE), title="audit runs")
+
+
+def _print_largest_gaps(db: str | None, run_ids: list[int]) -> None:
+    """Per run and metric, the group (of at least min_group_size) furthest from its rest of population."""
+    from db.history import get_run, run_metrics
+
+    engine = _engine(db)
+    for run_id in run_ids:
+        run = get_run(engine, run_id)
+        group = run_metrics(engine, run_id)
+        rest = run_metrics(engine, run_id, subset="rest")
+        gaps = group.merge(rest, on=["attribute", "group_name", "metric"], suffixes=("", "_rest"))
+        gaps = gaps[gaps["n"] >= run.config["thresholds"]["min_group_size"]]
+        gaps = gaps.assign(gap=gaps["value"] - gaps["value_rest"]).dropna(subset=["gap"])
+        top = gaps.loc[gaps["gap"].abs().groupby(gaps["metric"]).idxmax()]
+        title = (
+            f"run {run_id}: {run.audit_name} v{run.version}, largest gap to the rest of population"
+        )
+        columns = ["metric", "attribute", "group_name", "n", "value", "value_rest", "gap"]
+        _print_frame(top[columns].rename(columns={"value_rest": "rest"}), title=title)
+
+
+@app.command()
+def history(
+    run_id: Annotated[int | None, typer.Argument(help="Show this run's results")] = None,
+    audit: Annotated[str | None, typer.Option(help="Filter by audit name")] = None,
+    model: Annotated[str | None, typer.Option(help="Filter by model id")] = None,
+    status: Annotated[str | None, typer.Option(help="succeeded or failed")] = None,
+    since: Annotated[str | None, typer.Option(help="as_of on or after (ISO date)")] = None,
+    until: Annotated[str | None, typer.Option(help="as_of on or before (ISO date)")] = None,
+    attribute: Annotated[str | None, typer.Option(help="With RUN_ID: one attribute")] = None,
+    metric: Annotated[str | None, typer.Option(help="With RUN_ID: one metric")] = None,
+    db: DbOption = None,
+) -> None:
+    """List stored runs, or show one run's per-group metrics."""
+    from db.history import get_run, list_runs, run_metrics
+
+    engine = _engine(db)
+    if run_id is None:
+        runs = list_runs(engine, audit, model, status, _date(since), _date(until))
+        if runs.empty:
+            console.print("no runs match")
+            return
+        _print_runs(db, runs=runs)
+        failed = runs[runs["error"].notna()]
+        for row in failed.itertuples():
+            console.print(f"[red]run {row.id} failed:[/] {row.error}")
+        return
+    run = get_run(engine, run_id)
+    if run is None:
+        _fail(f"no run with id {run_id}")
+    console.print(
+        f"run {run.id}: audit {run.audit_name}, model {run.model_id}, version {run.version}, "
+        f"{run.status}; window ({run.window_start or '-inf'}, {run.window_end}]; rows read "
+        f"{run.rows_read}, valid {run.rows_valid}, quarantined {run.rows_quarantined}"
+    )
+    if run.error:
+        console.print(f"[red]error:[/] {run.error}")
+    metrics = run_metrics(engine, run_id, attribute, metric)
+    if metrics.empty:
+        return
+    wide = metrics.pivot(
+        index=["attribute", "group_name", "n"], columns="metric", values="value"
+    ).reset_index()
+    _print_frame(wide, title=f"run {run_id}: metrics per group (blank = undefined)")
+    undefined = metrics[metrics["undefined_reason"].notna()]
+    if not undefined.empty:
+        _print_frame(
+            undefined[["attribute", "group_name", "metric", "undefined_reason"]],
+            title="undefined metrics",
+        )
+
+
+@app.command()
+def serve(
+    config: ConfigOption = None,
+    db: DbOption = None,
+    cron: Annotated[str, typer.Option(help="Schedule (cron syntax)")] = "0 2 * * *",
+    timezone_: Annotated[str, typer.Option("--timezone", help="Time zone of the schedule")] = "UTC",
+) -> None:
+    """Serve the nightly deployment (runs until stopped; trigger with `prefect deployment run`)."""
+    _prefect_environment()
+    from db.migrate import upgrade
+    from flows.audit import default_config_path
+    from flows.nightly import serve as serve_nightly
+
+    upgrade(db)
+    path = str(Path(config or default_config_path()).resolve())
+    serve_nightly(path, db, cron, timezone_)
+
+
+if __name__ == "__main__":
+    app()

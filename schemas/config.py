@@ -1,0 +1,197 @@
+"""The audit configuration: a TOML file of ``[[audits]]``, validated on load.
+
+Example::
+
+    [[audits]]
+    name = "credit-race"
+    model = "credit-scorer"
+    source = "predictions"            # any table or view; map its columns below
+    window = "last_30_days"           # "all", "last_day" or "last_N_days"
+    attributes = ["race", "sex"]
+    intersections = [["race", "sex"]]
+    metrics = ["tpr", "fpr", "precision", "selection_rate"]
+    reference_groups = { race = "White" }
+    [audits.columns]                  # canonical name -> source column
+    y_true = "label"
+    [audits.thresholds]
+    max_invalid_fraction = 0.05
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tomllib
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from schemas.metric_ids import METRIC_IDS, canonical_metric
+
+CANONICAL_COLUMNS = (
+    "prediction_id",
+    "model_id",
+    "model_version",
+    "predicted_at",
+    "y_true",
+    "y_pred",
+    "score",
+)
+_WINDOW = re.compile(r"^(all|last_day|last_(\d+)_days)$")
+Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
+Probability = Annotated[float, Field(gt=0.0, lt=1.0)]
+INTERSECTION_SEP = " x "
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; the message names the key and the problem."""
+
+
+class Thresholds(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_invalid_fraction: Fraction = 0.05
+    tolerance: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.1
+    alpha: Probability = 0.05
+    power: Probability = 0.8
+    min_group_size: Annotated[int, Field(ge=0)] = 30
+
+
+class Audit(BaseModel):
+    """One audit: which model's predictions, from where, over which window, by which groups."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-]+$")]
+    model: Annotated[str, Field(min_length=1, max_length=128)]
+    model_version: str | None = None
+    source: Annotated[str, Field(min_length=1)] = "predictions"
+    columns: dict[str, str] = {}
+    window: str = "all"
+    attributes: Annotated[list[str], Field(min_length=1)]
+    intersections: list[list[str]] = []
+    metrics: list[str] = list(METRIC_IDS[:-2])
+    reference_groups: dict[str, str] = {}
+    thresholds: Thresholds = Thresholds()
+
+    @field_validator("window")
+    @classmethod
+    def _window(cls, value: str) -> str:
+        match = _WINDOW.match(value)
+        if not match or (match.group(2) is not None and int(match.group(2)) < 1):
+            raise ValueError(f"{value!r} is not 'all', 'last_day' or 'last_N_days' with N >= 1")
+        return value
+
+    @field_validator("metrics")
+    @classmethod
+    def _metrics(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("at least one metric is needed")
+        canonical = [canonical_metric(name) for name in value]
+        return list(dict.fromkeys(canonical))
+
+    @field_validator("attributes")
+    @classmethod
+    def _attributes(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("attributes are listed more than once")
+        return value
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Audit:
+        unknown = set(self.columns) - set(CANONICAL_COLUMNS) - set(self.attributes)
+        if unknown:
+            raise ValueError(
+                f"columns: {sorted(unknown)} are neither {list(CANONICAL_COLUMNS)} "
+                "nor configured attributes"
+            )
+        for i, combo in enumerate(self.intersections):
+            if len(combo) < 2 or len(set(combo)) != len(combo):
+                raise ValueError(f"intersections[{i}]: needs two or more distinct attributes")
+            missing = [a for a in combo if a not in self.attributes]
+            if missing:
+                raise ValueError(f"intersections[{i}]: {missing} not in attributes")
+        stray = set(self.reference_groups) - set(self.attributes) - set(self.intersection_names)
+        if stray:
+            raise ValueError(f"reference_groups: {sorted(stray)} are not attributes of this audit")
+        return self
+
+    @property
+    def window_days(self) -> int | None:
+        """Length of the window in days; None for all time."""
+        match = _WINDOW.match(self.window)
+        assert match is not None
+        if match.group(1) == "all":
+            return None
+        return 1 if match.group(1) == "last_day" else int(match.group(2))
+
+    @property
+    def window_length(self) -> timedelta | None:
+        days = self.window_days
+        return None if days is None else timedelta(days=days)
+
+    @property
+    def intersection_names(self) -> list[str]:
+        return [INTERSECTION_SEP.join(combo) for combo in self.intersections]
+
+    def source_column(self, canonical: str) -> str:
+        """The source column that holds ``canonical`` (a canonical column or an attribute)."""
+        return self.columns.get(canonical, canonical)
+
+    def config_hash(self) -> str:
+        """SHA-256 of the canonical JSON of this audit: equal configurations hash equally."""
+        payload = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(payload.encode()).hexdigest()
+
+
+class AuditFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    audits: Annotated[list[Audit], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> AuditFile:
+        names = [a.name for a in self.audits]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"audit names must be unique; repeated: {dupes}")
+        return self
+
+    def get(self, name: str) -> Audit:
+        for audit in self.audits:
+            if audit.name == name:
+                return audit
+        raise ConfigError(f"no audit named {name!r}; configured: {[a.name for a in self.audits]}")
+
+
+def _location(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def parse_config(data: dict, origin: str = "<config>") -> AuditFile:
+    """Validate a parsed TOML document; raise ConfigError naming each bad key."""
+    try:
+        return AuditFile.model_validate(data)
+    except ValidationError as exc:
+        problems = [f"  {_location(e['loc'])}: {e['msg']}" for e in exc.errors()]
+        raise ConfigError(
+            f"invalid audit configuration {origin}:\n" + "\n".join(problems)
+        ) from None
+
+
+def load_config(path: str | Path) -> AuditFile:
+    """Read and validate a TOML audit configuration file."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"configuration file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+    return parse_config(data, str(path))

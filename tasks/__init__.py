@@ -1,0 +1,1 @@
+"""One module per audit stage: pure, vectorised functions plus one thin Prefect task each."""

@@ -1,0 +1,67 @@
+"""Counts stage: reduce valid predictions to confusion counts per group (../shared/DESIGN.md).
+
+One row per (attribute, group, subset): ``subset='group'`` counts the group itself and
+``subset='rest'`` its rest-of-population complement (the attribute's total minus the group). Each
+configured intersection (e.g. race x sex) is one more attribute. Rows whose outcome is still unknown
+(y_true NULL) count only in ``n_unlabelled``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from schemas.config import INTERSECTION_SEP, Audit
+from schemas.frames import COUNT_COLUMNS, COUNTS
+
+# Cell code 2*y_true + y_pred: tn=0, fp=1, fn=2, tp=3; 4 = outcome unknown.
+_CELLS = ["tn", "fp", "fn", "tp", "n_unlabelled"]
+CELL_COLUMNS = COUNT_COLUMNS + ["n_unlabelled"]
+
+
+def cell_codes(y_true: pd.Series, y_pred: pd.Series) -> np.ndarray:
+    """The confusion cell of each prediction (see _CELLS)."""
+    truth = y_true.to_numpy(dtype="float64")
+    code = 2 * np.nan_to_num(truth, nan=0.0).astype(np.int8) + y_pred.to_numpy(dtype=np.int8)
+    return np.where(np.isnan(truth), 4, code).astype(np.int8)
+
+
+def group_counts(valid: pd.DataFrame, attributes: list[str], intersections: list[list[str]]):
+    """Counts frame (schemas.frames.COUNTS) of every attribute and intersection, with complements."""
+    if valid.empty:
+        return COUNTS.validate(_empty_counts())
+    cells = pd.Series(cell_codes(valid["y_true"], valid["y_pred"]), index=valid.index, name="cell")
+    parts = []
+    for columns in [[a] for a in attributes] + intersections:
+        grouped = (
+            pd.concat([valid[columns], cells], axis=1)
+            .groupby(columns + ["cell"], observed=True, sort=True)
+            .size()
+            .unstack("cell", fill_value=0)
+            .reindex(columns=range(5), fill_value=0)
+        )
+        grouped.columns = _CELLS
+        grouped = grouped[CELL_COLUMNS].astype("int64")
+        labels = grouped.index.to_frame(index=False).astype(str)
+        names = labels.iloc[:, 0].str.cat(labels.iloc[:, 1:], sep=INTERSECTION_SEP)
+        group = grouped.reset_index(drop=True)
+        rest = group.sum() - group
+        key = {"attribute": INTERSECTION_SEP.join(columns), "group_name": names.to_numpy()}
+        parts.append(pd.DataFrame({**key, "subset": "group"}).join(group))
+        parts.append(pd.DataFrame({**key, "subset": "rest"}).join(rest))
+    return COUNTS.validate(pd.concat(parts, ignore_index=True))
+
+
+def _empty_counts() -> pd.DataFrame:
+    frame = pd.DataFrame({c: pd.Series(dtype=str) for c in ["attribute", "group_name", "subset"]})
+    for c in CELL_COLUMNS:
+        frame[c] = pd.Series(dtype="int64")
+    return frame
+
+
+@task(name="counts", cache_policy=NO_CACHE)
+def count(valid: pd.DataFrame, audit: Audit) -> pd.DataFrame:
+    """Prefect task: confusion counts per group, intersection and complement."""
+    return group_counts(valid, audit.attributes, audit.intersections)

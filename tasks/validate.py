@@ -1,0 +1,87 @@
+"""Validate stage: split extracted predictions into valid rows and quarantined failures.
+
+Every failure of the Pandera schema (``schemas.frames.predictions_schema``) becomes one quarantine
+record (row, column, value, rule) with the whole row kept; rows with any failure leave the audit.
+Nothing is dropped silently: accepted + quarantined = read.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pandera.pandas as pa
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from schemas.frames import predictions_schema
+
+QUARANTINE_COLUMNS = ["row_ref", "column_name", "value", "rule", "row"]
+
+
+class TooManyInvalidRows(ValueError):
+    """More of the window failed validation than the audit's ``max_invalid_fraction`` allows."""
+
+
+class SchemaFailure(ValueError):
+    """The frame as a whole does not fit the schema (e.g. a missing column): no row can be trusted."""
+
+
+def _rows_as_json(frame: pd.DataFrame) -> list[dict]:
+    return json.loads(frame.to_json(orient="records", date_format="iso"))
+
+
+def split_valid(frame: pd.DataFrame, attributes: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(valid rows with y_true as float 0/1/NaN and y_pred as int8, quarantine records)."""
+    frame = frame.reset_index(drop=True)
+    schema = predictions_schema(attributes)
+    try:
+        schema.validate(frame, lazy=True)
+        failures = pd.DataFrame(columns=["column", "check", "failure_case", "index"])
+    except pa.errors.SchemaErrors as exc:
+        failures = exc.failure_cases
+        frame_level = failures[failures["index"].isna()]
+        if not frame_level.empty:
+            first = frame_level.iloc[0]
+            raise SchemaFailure(
+                f"predictions do not fit the schema: {first['check']} on column {first['column']} "
+                f"({len(frame_level)} frame-level failure(s))"
+            ) from None
+    positions = failures["index"].astype("int64").to_numpy()
+    bad_index = pd.Index(pd.unique(positions))
+    row_json = dict(zip(bad_index, _rows_as_json(frame.loc[bad_index])))
+    ids = frame["prediction_id"]
+    quarantine = pd.DataFrame(
+        {
+            "row_ref": [str(ids[i]) if pd.notna(ids[i]) else f"<row {i}>" for i in positions],
+            "column_name": failures["column"].to_numpy(),
+            "value": [None if pd.isna(v) else str(v) for v in failures["failure_case"]],
+            "rule": failures["check"].astype(str).to_numpy(),
+            "row": [row_json[i] for i in positions],
+        },
+        columns=QUARANTINE_COLUMNS,
+    )
+    valid = frame.drop(index=bad_index)
+    valid = valid.assign(
+        y_true=pd.to_numeric(valid["y_true"]).astype("float64"),
+        y_pred=pd.to_numeric(valid["y_pred"]).astype("int8"),
+        predicted_at=pd.to_datetime(valid["predicted_at"], utc=True, format="mixed"),
+    )
+    for attribute in attributes:
+        valid[attribute] = valid[attribute].astype(str)
+    return valid, quarantine
+
+
+def check_invalid_fraction(read: int, quarantined: int, max_fraction: float) -> None:
+    """Raise TooManyInvalidRows when quarantined/read exceeds ``max_fraction``."""
+    if read and quarantined / read > max_fraction:
+        raise TooManyInvalidRows(
+            f"{quarantined} of {read} rows ({quarantined / read:.1%}) failed validation, "
+            f"above max_invalid_fraction = {max_fraction:.1%}; see quarantined_rows"
+        )
+
+
+@task(name="validate", cache_policy=NO_CACHE)
+def validate(frame: pd.DataFrame, attributes: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Prefect task: Pandera validation with quarantine of every failing row."""
+    return split_valid(frame, attributes)

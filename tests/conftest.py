@@ -1,0 +1,73 @@
+"""Shared fixtures: throw-away SQLite and PostgreSQL databases and one Prefect test harness."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from pathlib import Path
+
+# Prefect reads its settings at import: isolate it before anything imports it.
+os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="biasaudit-prefect-"))
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.exc import OperationalError
+
+from db.engine import make_engine
+from db.migrate import upgrade
+
+POSTGRES_URL = os.environ.get(
+    "BIASAUDIT_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+)
+REQUIRE_POSTGRES = os.environ.get("BIASAUDIT_REQUIRE_POSTGRES") == "1"
+COMPAS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "compas-two-years.csv"
+DEMO_CONFIG = Path(__file__).resolve().parents[1] / "flows" / "demo_audits.toml"
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():
+    """One Prefect test server for the whole session (start-up costs about 12 s)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=90):
+        yield
+
+
+@pytest.fixture(scope="session")
+def postgres_server_url():
+    """URL of a fresh database on the test PostgreSQL server, dropped at the end of the session."""
+    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.execute(text("SELECT 1"))
+    except OperationalError as exc:
+        admin.dispose()
+        reason = f"PostgreSQL at {POSTGRES_URL} is not reachable: {exc.orig}"
+        if REQUIRE_POSTGRES:
+            pytest.fail(reason + " (BIASAUDIT_REQUIRE_POSTGRES=1)")
+        pytest.skip(reason)
+    name = f"biasaudit_test_{uuid.uuid4().hex[:12]}"
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    yield admin.url.set(database=name).render_as_string(hide_password=False)
+    with admin.connect() as connection:
+        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    """A migrated, empty database: a SQLite file, or a fresh PostgreSQL schema state."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'audit.db'}"
+    else:
+        url = request.getfixturevalue("postgres_server_url")
+        engine = make_engine(url)
+        with engine.begin() as connection:
+            connection.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+        engine.dispose()
+    upgrade(url)
+    return url

@@ -1,0 +1,146 @@
+"""End to end: predictions in a database become versioned audit runs (SQLite and PostgreSQL)."""
+
+from datetime import timedelta
+
+import pandas as pd
+import pytest
+from sqlalchemy import func, select, text
+
+from db.engine import make_engine
+from db.history import list_runs, run_metrics
+from db.load import load_predictions
+from db.models import MetricResult, QuarantinedRow
+from flows.audit import audit_flow
+from flows.demo import END, GROUPS, INJECTED, synthetic_predictions
+from flows.nightly import nightly_flow
+from tasks.extract import SourceError
+from tasks.validate import TooManyInvalidRows
+
+from .conftest import DEMO_CONFIG
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+
+def test_demo_audits_are_versioned_and_idempotent(db_url):
+    """It audits every demo model, returns the same run for unchanged input, versions new input."""
+    engine = make_engine(db_url)
+    data = synthetic_predictions()
+    report = load_predictions(engine, data, list(GROUPS), "demo")
+    assert report.inserted == len(data) and report.quarantined == 0
+
+    results = nightly_flow(str(DEMO_CONFIG), db_url, END)
+    runs = list_runs(engine)
+    assert len(runs) == 4 and set(runs["status"]) == {"succeeded"} and set(runs["version"]) == {1}
+
+    credit = runs.set_index("audit_name").loc["credit-race"]
+    window = data[data["model_id"] == "credit-scorer"]
+    assert credit["rows_read"] == credit["rows_valid"] == len(window)
+    metrics = run_metrics(engine, int(credit["id"]), attribute="race", metric="fpr")
+    rest = run_metrics(engine, int(credit["id"]), attribute="race", metric="fpr", subset="rest")
+    gap = metrics.set_index("group_name")["value"] - rest.set_index("group_name")["value"]
+    ((_, _, group, _, delta),) = [i for i in INJECTED if i[0] == "credit-scorer"]
+    assert gap.idxmax() == group and gap.max() > delta / 2
+
+    again = audit_flow("credit-race", str(DEMO_CONFIG), db_url, END)
+    assert again == {**results[0], "new": False}
+
+    late = (
+        data[data["model_id"] == "credit-scorer"]
+        .head(50)
+        .assign(
+            prediction_id=lambda f: "late-" + f["prediction_id"],
+            predicted_at=END - timedelta(hours=1),
+        )
+    )
+    load_predictions(engine, late, list(GROUPS), "late")
+    newer = audit_flow("credit-race", str(DEMO_CONFIG), db_url, END)
+    assert newer["new"] and newer["run_id"] != results[0]["run_id"]
+    versions = list_runs(engine, audit="credit-race")["version"].tolist()
+    assert versions == [2, 1]
+
+
+def write_config(tmp_path, **audit):
+    lines = ["[[audits]]"] + [f"{k} = {v!r}".replace("'", '"') for k, v in audit.items()]
+    path = tmp_path / "audits.toml"
+    path.write_text("\n".join(lines).replace("True", "true"))
+    return str(path)
+
+
+def test_failed_run_is_recorded_without_results(db_url, tmp_path):
+    """It records a failed run with its error, and no results become visible."""
+    config = write_config(
+        tmp_path, name="ghost", model="m", source="no_such_table", attributes=["race"]
+    )
+    with pytest.raises(SourceError):
+        audit_flow("ghost", config, db_url, END)
+    engine = make_engine(db_url)
+    runs = list_runs(engine)
+    assert runs["status"].tolist() == ["failed"] and runs["version"].isna().all()
+    assert "no_such_table" in runs["error"].iloc[0]
+    with engine.connect() as connection:
+        assert connection.scalar(select(func.count()).select_from(MetricResult)) == 0
+
+
+def make_custom_source(url, bad_share):
+    """A plain table with its own column names, some predictions out of {0, 1}."""
+    engine = make_engine(url)
+    n = 40
+    frame = pd.DataFrame(
+        {
+            "case_no": [f"c{i}" for i in range(n)],
+            "decided": pd.Timestamp("2026-10-01", tz="UTC").tz_convert(None),
+            "label": [i % 2 for i in range(n)],
+            "decision": [2 if i < bad_share * n else (i // 2) % 2 for i in range(n)],
+            "region": ["north" if i % 3 else "south" for i in range(n)],
+        }
+    )
+    frame.to_sql("decisions", engine, index=False, if_exists="replace")
+    return engine
+
+
+@pytest.mark.parametrize(("limit", "fails"), [(0.1, True), (0.5, False)])
+def test_custom_source_mapping_and_quarantine(db_url, tmp_path, limit, fails):
+    """It reads a table through a column mapping and quarantines bad rows with the run."""
+    engine = make_custom_source(db_url, bad_share=0.25)
+    config = tmp_path / "audits.toml"
+    config.write_text(
+        f"""
+[[audits]]
+name = "decisions"
+model = "rules-engine"
+source = "decisions"
+attributes = ["region"]
+metrics = ["tpr", "fpr"]
+columns = {{ prediction_id = "case_no", predicted_at = "decided", y_true = "label", y_pred = "decision" }}
+thresholds = {{ max_invalid_fraction = {limit} }}
+"""
+    )
+    if fails:
+        with pytest.raises(TooManyInvalidRows, match="10 of 40 rows"):
+            audit_flow("decisions", str(config), db_url, END)
+    else:
+        audit_flow("decisions", str(config), db_url, END)
+    run = list_runs(engine).iloc[0]
+    assert run["status"] == ("failed" if fails else "succeeded")
+    assert (run["rows_read"], run["rows_quarantined"]) == (40, 10)
+    with engine.connect() as connection:
+        rows = connection.execute(
+            select(QuarantinedRow.run_id, QuarantinedRow.column_name, QuarantinedRow.value)
+        ).all()
+    assert len(rows) == 10 and {r[1:] for r in rows} == {("y_pred", "2")}
+    assert {r[0] for r in rows} == {int(run["id"])}
+
+
+def test_injection_in_source_name_is_only_a_missing_table(db_url, tmp_path):
+    """It treats a hostile source name as a name to look up, never as SQL."""
+    config = write_config(
+        tmp_path,
+        name="evil",
+        model="m",
+        source="predictions; DROP TABLE audit_runs; --",
+        attributes=["race"],
+    )
+    with pytest.raises(SourceError, match="no such table"):
+        audit_flow("evil", config, db_url, END)
+    with make_engine(db_url).connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM audit_runs")).scalar() == 1
