@@ -46,7 +46,8 @@ def list_runs(
     if until:
         query = query.where(AuditRun.as_of <= until)
     with engine.connect() as connection:
-        return pd.read_sql(query, connection)
+        runs = pd.read_sql(query, connection)
+    return runs.astype({"version": "Int64"})
 
 
 def get_run(engine: Engine, run_id: int) -> AuditRun | None:

@@ -157,3 +157,38 @@ class QuarantinedRow(Base):
     rule: Mapped[str] = mapped_column(String(256))
     row: Mapped[dict[str, Any]] = mapped_column(Json)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class MatchResult(Base):
+    """MATCH test of one group and metric against a reference ('rest' or a named group)."""
+
+    __tablename__ = "match_results"
+
+    run_id: Mapped[int] = mapped_column(
+        ForeignKey("audit_runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    attribute: Mapped[str] = mapped_column(String(256), primary_key=True)
+    group_name: Mapped[str] = mapped_column(String(512), primary_key=True)
+    reference: Mapped[str] = mapped_column(String(512), primary_key=True)
+    metric: Mapped[str] = mapped_column(String(16), primary_key=True)
+    n: Mapped[int] = mapped_column(BigInteger)
+    percentile: Mapped[float | None] = mapped_column(Float)
+    percentile_approx: Mapped[float | None] = mapped_column(Float)
+    p_value: Mapped[float | None] = mapped_column(Float)
+    undefined_reason: Mapped[str | None] = mapped_column(String(128))
+
+
+class TwoGroupResult(Base):
+    """A two-group metric (OFI, treatment equality) of one group against a reference."""
+
+    __tablename__ = "two_group_results"
+
+    run_id: Mapped[int] = mapped_column(
+        ForeignKey("audit_runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    attribute: Mapped[str] = mapped_column(String(256), primary_key=True)
+    group_name: Mapped[str] = mapped_column(String(512), primary_key=True)
+    reference: Mapped[str] = mapped_column(String(512), primary_key=True)
+    metric: Mapped[str] = mapped_column(String(16), primary_key=True)
+    value: Mapped[float | None] = mapped_column(Float)
+    undefined_reason: Mapped[str | None] = mapped_column(String(128))

@@ -1,6 +1,6 @@
 """The audit flow: one Prefect flow run audits one model, stage by stage (../shared/DESIGN.md).
 
-    extract -> validate -> counts -> metrics -> persist
+    extract -> validate -> counts -> metrics -> match -> smoothing -> persist
 
 Each stage is a thin task over the pure functions of its ``tasks/`` module. A failure at any stage
 records a failed run with the error (and any quarantined rows) and re-raises; only a complete run
@@ -20,13 +20,15 @@ import pandas as pd
 from prefect import flow, runtime
 
 from db.engine import database_url
-from db.models import GroupCount, MetricResult
+from db.models import GroupCount, MatchResult, MetricResult, TwoGroupResult
 from db.runs import RunRecord
 from schemas.config import Audit, load_config
-from tasks.counts import count
+from tasks.counts import comparison_pairs, count
 from tasks.extract import extract, fingerprint, window_bounds
+from tasks.match import match_stage
 from tasks.metrics import metrics_stage
 from tasks.persist import persist, record_failure
+from tasks.smoothing import smoothing_stage
 from tasks.validate import check_invalid_fraction, validate
 
 CONFIG_ENV = "BIASAUDIT_CONFIG"
@@ -47,7 +49,7 @@ def _timed(timings: dict[str, float], stage: str):
     timings[stage] = round(time.perf_counter() - start, 4)
 
 
-def run_summary(counts: pd.DataFrame, metrics: pd.DataFrame) -> dict:
+def run_summary(counts: pd.DataFrame, metrics: pd.DataFrame, match: pd.DataFrame, alpha: float):
     """Headline numbers of a run for ``audit_runs.summary``."""
     groups = counts[counts["subset"] == "group"]
     sizes = groups[["tp", "fp", "fn", "tn"]].sum(axis=1)
@@ -58,6 +60,8 @@ def run_summary(counts: pd.DataFrame, metrics: pd.DataFrame) -> dict:
         "smallest_group": int(sizes.min()) if len(sizes) else 0,
         "undefined_metrics": len(undefined),
         "undefined_by_metric": undefined.groupby("metric").size().astype(int).to_dict(),
+        "match_tests": int(match["p_value"].notna().sum()),
+        "match_below_alpha": int((match["p_value"] < alpha).sum()),
     }
 
 
@@ -113,10 +117,25 @@ def audit_flow(
         )
         with _timed(timings, "counts"):
             counts = count(valid, audit)
+        pairs = comparison_pairs(counts, audit.reference_groups)
         with _timed(timings, "metrics"):
-            metrics = metrics_stage(counts, audit.metrics)
-        record.summary = run_summary(counts, metrics)
-        results = {GroupCount: counts, MetricResult: metrics.assign(estimator="raw")}
+            metrics, two_group = metrics_stage(counts, pairs, audit.metrics)
+        with _timed(timings, "match"):
+            match = match_stage(*pairs, audit.metrics)
+        with _timed(timings, "smoothing"):
+            groups = counts[counts["subset"] == "group"]
+            smoothed = smoothing_stage(
+                groups, audit.metrics, audit.smoothing.cps_lambda, audit.smoothing.additive_alpha
+            )
+        record.summary = run_summary(counts, metrics, match, audit.thresholds.alpha)
+        results = {
+            GroupCount: counts,
+            MetricResult: pd.concat([metrics.assign(estimator="raw"), smoothed]),
+            MatchResult: match,
+            TwoGroupResult: two_group[
+                ["attribute", "group_name", "reference", "metric", "value", "undefined_reason"]
+            ],
+        }
         with _timed(timings, "persist"):
             run_id, new = persist(url, record, results, quarantine, force)
     except Exception as exc:

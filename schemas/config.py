@@ -60,6 +60,15 @@ class Thresholds(BaseModel):
     min_group_size: Annotated[int, Field(ge=0)] = 30
 
 
+class Smoothing(BaseModel):
+    """Cross-Prior Smoothing weight λ and additive pseudo-count α (SPEC section 4)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cps_lambda: Annotated[float, Field(ge=0.0)] = 5.0
+    additive_alpha: Annotated[float, Field(ge=0.0)] = 1.0
+
+
 class Audit(BaseModel):
     """One audit: which model's predictions, from where, over which window, by which groups."""
 
@@ -73,9 +82,10 @@ class Audit(BaseModel):
     window: str = "all"
     attributes: Annotated[list[str], Field(min_length=1)]
     intersections: list[list[str]] = []
-    metrics: list[str] = list(METRIC_IDS[:-2])
+    metrics: list[str] = list(METRIC_IDS)
     reference_groups: dict[str, str] = {}
     thresholds: Thresholds = Thresholds()
+    smoothing: Smoothing = Smoothing()
 
     @field_validator("window")
     @classmethod

@@ -65,3 +65,29 @@ def _empty_counts() -> pd.DataFrame:
 def count(valid: pd.DataFrame, audit: Audit) -> pd.DataFrame:
     """Prefect task: confusion counts per group, intersection and complement."""
     return group_counts(valid, audit.attributes, audit.intersections)
+
+
+def comparison_pairs(
+    counts: pd.DataFrame, reference_groups: dict[str, str]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Aligned (group, reference) count frames for every comparison an audit makes.
+
+    Every group is compared with its rest of population (``reference='rest'``); where
+    ``reference_groups`` names a group for the attribute, every other group of that attribute is
+    also compared with it (``reference=<that group>``). An unknown reference group is an error.
+    """
+    groups = counts[counts["subset"] == "group"].drop(columns="subset")
+    rest = counts[counts["subset"] == "rest"].drop(columns="subset")
+    keys = ["attribute", "group_name"]
+    left = [groups.assign(reference="rest")]
+    right = [groups[keys].merge(rest, on=keys, how="left")]
+    for attribute, name in reference_groups.items():
+        ref = groups[(groups["attribute"] == attribute) & (groups["group_name"] == name)]
+        if ref.empty:
+            raise LookupError(f"reference group {name!r} of {attribute!r} has no predictions")
+        others = groups[(groups["attribute"] == attribute) & (groups["group_name"] != name)]
+        left.append(others.assign(reference=name))
+        right.append(others[keys].merge(ref.drop(columns="group_name"), on="attribute"))
+    group = pd.concat(left, ignore_index=True)
+    reference = pd.concat(right, ignore_index=True)
+    return group, reference[CELL_COLUMNS]

@@ -8,6 +8,7 @@ a metric whose denominator is zero is undefined ("a hole", section 4): its value
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -177,6 +178,95 @@ def compute_metrics(counts: pd.DataFrame, metrics: Iterable[str] | None = None) 
 
 
 @task(name="metrics", cache_policy=NO_CACHE)
-def metrics_stage(counts: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
-    """Prefect task: the configured per-group metrics of every group and complement."""
-    return compute_metrics(counts, [m for m in metrics if m in CATALOGUE])
+def metrics_stage(
+    counts: pd.DataFrame, pairs: tuple[pd.DataFrame, pd.DataFrame], metrics: list[str]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Prefect task: per-group metrics of every group and complement, and the configured
+    two-group metrics (OFI, TE) of every comparison pair."""
+    per_group = compute_metrics(counts, [m for m in metrics if m in CATALOGUE])
+    two_group = two_group_metrics(*pairs)
+    return per_group, two_group[two_group["metric"].isin(metrics)]
+
+
+def two_group_metrics(group: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
+    """OFI and treatment equality of each group row against the reference row beside it.
+
+    OFI = MB_a − MB_b (objective fairness index); TE = FN_a/FP_a − FN_b/FP_b, undefined when either
+    group has FP = 0 (SPEC section 1, appendix B table 5). ``group`` and ``reference`` are aligned
+    count frames; the result keeps ``group``'s keys. Numerator and denominator are not single counts
+    here and are left empty.
+    """
+    a = {c: group[c].to_numpy(dtype="float64") for c in COUNT_COLUMNS}
+    b = {c: reference[c].to_numpy(dtype="float64") for c in COUNT_COLUMNS}
+    mb_a, mb_b = mb(a), mb(b)
+    ofi_reason = _reasons(
+        [(mb_a[3] != None, "n = 0 in group"), (mb_b[3] != None, "n = 0 in reference")],  # noqa: E711
+        len(group),
+    )
+    te_reason = _reasons(
+        [(a["fp"] == 0, "fp = 0 in group"), (b["fp"] == 0, "fp = 0 in reference")], len(group)
+    )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        te = a["fn"] / a["fp"] - b["fn"] / b["fp"]
+    keys = group.drop(columns=COUNT_COLUMNS + ["n_unlabelled"], errors="ignore")
+    keys = keys.reset_index(drop=True)
+    blocks = [
+        keys.assign(
+            metric="ofi",
+            value=np.where(ofi_reason == None, mb_a[0] - mb_b[0], np.nan),  # noqa: E711
+            undefined_reason=ofi_reason,
+        ),
+        keys.assign(
+            metric="te",
+            value=np.where(te_reason == None, te, np.nan),  # noqa: E711
+            undefined_reason=te_reason,
+        ),
+    ]
+    out = pd.concat(blocks, ignore_index=True).assign(numerator=np.nan, denominator=np.nan)
+    reason = out["undefined_reason"].astype(object)
+    out["undefined_reason"] = reason.where(reason.notna(), None)
+    return METRICS.validate(out)
+
+
+def all_confusion_matrices(n: int) -> pd.DataFrame:
+    """Every confusion matrix of size n, C(n+3, 3) of them (theorem A.1), as a counts frame."""
+    tp, fp, fn = np.meshgrid(*(np.arange(n + 1),) * 3, indexing="ij")
+    keep = tp + fp + fn <= n
+    tp, fp, fn = tp[keep], fp[keep], fn[keep]
+    return pd.DataFrame({"tp": tp, "fp": fp, "fn": fn, "tn": n - tp - fp - fn})
+
+
+def count_holes(metric: str, n: int, n_other: int | None = None) -> int:
+    """Number of size-n confusion matrices on which ``metric`` is undefined (section 4, table 1).
+
+    Closed forms (appendix C), for n >= 1: binomial metrics and MB 0, each joint-ratio metric n+1,
+    MCC 4n, original F1 C(n+2, 2), F1* 1. At n = 0 the one (empty) matrix is a hole of every metric.
+    The paper's bounds for PT and its formula for TE are wrong (SPEC section 1), so PT is counted by
+    enumeration, and TE (a two-group metric, needing ``n_other``) counts the undefined pairs of
+    matrices of sizes n and n_other by enumerating the matrices with FP = 0 in each group. OFI has
+    no holes for n, n_other >= 1.
+    """
+    metric = canonical_metric(metric)
+    if metric in ("ofi", "te"):
+        if n_other is None:
+            raise ValueError(f"{metric} is a two-group metric: give n_other")
+        total = math.comb(n + 3, 3) * math.comb(n_other + 3, 3)
+        if metric == "ofi":
+            return total if 0 in (n, n_other) else 0
+
+        def fp_positive(size: int) -> int:
+            return int((all_confusion_matrices(size)["fp"] > 0).sum())
+
+        return total - fp_positive(n) * fp_positive(n_other)
+    if n == 0:
+        return 1
+    if metric in BINOMIAL or metric == "mb":
+        return 0
+    if metric in JOINT_RATIO:
+        return n + 1
+    closed = {"mcc": 4 * n, "f1": math.comb(n + 2, 2), "f1s": 1}
+    if metric in closed:
+        return closed[metric]
+    cm = all_confusion_matrices(n)  # pt: undefined where TPR or FPR is, or TPR = FPR
+    pos, neg = cm["tp"] + cm["fn"], cm["fp"] + cm["tn"]
+    return int(((pos == 0) | (neg == 0) | (cm["tp"] * neg == cm["fp"] * pos)).sum())

@@ -9,7 +9,7 @@ from sqlalchemy import func, select, text
 from db.engine import make_engine
 from db.history import list_runs, run_metrics
 from db.load import load_predictions
-from db.models import MetricResult, QuarantinedRow
+from db.models import MatchResult, MetricResult, QuarantinedRow
 from flows.audit import audit_flow
 from flows.demo import END, GROUPS, INJECTED, synthetic_predictions
 from flows.nightly import nightly_flow
@@ -40,6 +40,24 @@ def test_demo_audits_are_versioned_and_idempotent(db_url):
     gap = metrics.set_index("group_name")["value"] - rest.set_index("group_name")["value"]
     ((_, _, group, _, delta),) = [i for i in INJECTED if i[0] == "credit-scorer"]
     assert gap.idxmax() == group and gap.max() > delta / 2
+
+    with engine.connect() as connection:
+        stored = dict(
+            connection.execute(
+                select(MetricResult.estimator, func.count())
+                .where(MetricResult.run_id == int(credit["id"]))
+                .group_by(MetricResult.estimator)
+            ).all()
+        )
+        match_rows = connection.scalar(
+            select(func.count())
+            .select_from(MatchResult)
+            .where(MatchResult.run_id == int(credit["id"]))
+        )
+    assert stored["cps"] == stored["additive"] == stored["raw"] / 2  # smoothed: groups only
+    groups = run_metrics(engine, int(credit["id"]), metric="tpr")
+    pairs = len(groups) + (groups["attribute"] == "race").sum() - 1  # vs rest, and vs White
+    assert match_rows == pairs * 6  # six of the configured metrics have a MATCH form
 
     again = audit_flow("credit-race", str(DEMO_CONFIG), db_url, END)
     assert again == {**results[0], "new": False}

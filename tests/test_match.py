@@ -1,0 +1,126 @@
+"""MATCH test: exact forms against Monte Carlo, approximations within their error bounds."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from tasks.match import MATCH_METRICS, match_test
+from tasks.metrics import BINOMIAL_CELLS, JOINT_RATIO_CELLS
+
+CELLS = ["tp", "fp", "fn", "tn"]
+
+
+def frame(*rows):
+    return pd.DataFrame(rows, columns=CELLS)
+
+
+def test_paper_example_binomial():
+    """It reproduces the paper's example: n = 100, p = 0.75, observed 0.80 -> about 0.90."""
+    group = frame((70, 10, 10, 10))  # ACC = 0.80
+    reference = frame((60, 15, 10, 15))  # ACC = 0.75
+    row = match_test(group, reference, ["acc"]).iloc[0]
+    assert row["percentile_approx"] == pytest.approx(0.90, abs=0.005)
+    assert row["percentile"] == pytest.approx(stats.binom.cdf(80, 100, 0.75), abs=1e-12)
+
+
+def test_spec_marginal_benefit_example():
+    """It gives SPEC's MB numbers: exact 0.8819, normal with continuity correction 0.8813."""
+    group = frame((20, 12, 3, 15))  # n = 50, FP = 12, FN = 3
+    reference = frame((35, 20, 10, 35))  # p_FP = 0.2, p_FN = 0.1
+    row = match_test(group, reference, ["mb"]).iloc[0]
+    assert row["percentile"] == pytest.approx(0.8819, abs=5e-5)
+    assert row["percentile_approx"] == pytest.approx(0.8813, abs=5e-5)
+
+
+def simulated_percentiles(group_cells, reference_p, metric, draws=400_000, seed=0):
+    """P(M <= m_obs) and P(M >= m_obs) by drawing the group's n predictions from the reference."""
+    rng = np.random.default_rng(seed)
+    n = sum(group_cells)
+    sample = rng.multinomial(n, reference_p, size=draws)
+    idx = {c: i for i, c in enumerate(CELLS)}
+    g = dict(zip(CELLS, group_cells))
+    if metric in BINOMIAL_CELLS:
+        a, b = BINOMIAL_CELLS[metric]
+        x, x_obs = sample[:, idx[a]] + sample[:, idx[b]], g[a] + g[b]
+        return (x <= x_obs).mean(), (x >= x_obs).mean()
+    if metric == "mb":
+        x, x_obs = sample[:, idx["fp"]] - sample[:, idx["fn"]], g["fp"] - g["fn"]
+        return (x <= x_obs).mean(), (x >= x_obs).mean()
+    a, margin = JOINT_RATIO_CELLS[metric]
+    d = sample[:, idx[margin[:2]]] + sample[:, idx[margin[3:]]]
+    d_obs = g[margin[:2]] + g[margin[3:]]
+    num = sample[:, idx[a]]
+    defined = d > 0
+    lhs, rhs = num[defined] * d_obs, g[a] * d[defined]  # compare num/d with g[a]/d_obs exactly
+    return (lhs <= rhs).mean(), (lhs >= rhs).mean()
+
+
+CASES = [
+    ((12, 3, 5, 20), (0.25, 0.1, 0.15, 0.5)),
+    ((2, 1, 0, 7), (0.1, 0.2, 0.1, 0.6)),
+    ((30, 22, 8, 40), (0.3, 0.1, 0.1, 0.5)),
+    ((1, 0, 3, 26), (0.05, 0.05, 0.1, 0.8)),
+]
+
+
+@pytest.mark.parametrize(("group_cells", "reference_p"), CASES)
+def test_exact_percentiles_match_monte_carlo(group_cells, reference_p):
+    """It agrees with 400,000 simulated groups for every metric (within 5 standard errors)."""
+    reference = frame(tuple(int(p * 1_000_000) for p in reference_p))
+    result = match_test(frame(group_cells), reference).set_index("metric")
+    for metric in MATCH_METRICS:
+        row = result.loc[metric]
+        if row["undefined_reason"] is not None:
+            continue
+        lower, upper = simulated_percentiles(group_cells, reference_p, metric)
+        tolerance = 5 * np.sqrt(0.25 / 400_000) + 1e-6
+        assert row["percentile"] == pytest.approx(lower, abs=tolerance), metric
+        assert row["p_value"] == pytest.approx(min(1, 2 * min(lower, upper)), abs=2 * tolerance), (
+            metric
+        )
+
+
+@pytest.mark.parametrize("n", [20, 50, 100, 400, 2000])
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5, 0.75])
+def test_normal_approximation_within_berry_esseen(n, p):
+    """It keeps the normal approximation within the Berry-Esseen bound wherever it is used."""
+    k = np.arange(0, n + 1)
+    group = pd.DataFrame({"tp": k, "fp": n - k, "fn": 0, "tn": 0})  # PREV = k/n
+    reference = frame((int(p * 10_000), 10_000 - int(p * 10_000), 0, 0))
+    result = match_test(group, reference, ["prev"])
+    used = result["percentile_approx"].notna()
+    assert used.any() == (n * p >= 5 and n * (1 - p) >= 5)
+    bound = 0.4748 * (p**2 + (1 - p) ** 2) / np.sqrt(n * p * (1 - p))
+    error = (result["percentile"] - result["percentile_approx"])[used].abs()
+    assert (error <= bound).all()
+
+
+@pytest.mark.parametrize("n", [200, 1000, 5000])
+@pytest.mark.parametrize("p", [(0.3, 0.1, 0.1, 0.5), (0.05, 0.15, 0.05, 0.75)])
+def test_beta_approximation_tracks_exact(n, p):
+    """It keeps the Beta approximation of joint-ratio percentiles close to the exact sum.
+
+    The paper gives no error bound for eq. 11; the observed gap shrinks like 1/sqrt(n·(p_a+p_b))
+    and stays below 1.5/sqrt(n·(p_a+p_b)) on this grid.
+    """
+    reference = frame(tuple(int(x * 100_000) for x in p))
+    rng = np.random.default_rng(n)
+    groups = pd.DataFrame(rng.multinomial(n, p, size=40), columns=CELLS)
+    result = match_test(groups, reference, list(JOINT_RATIO_CELLS))
+    for metric, rows in result.groupby("metric"):
+        a, margin = JOINT_RATIO_CELLS[metric]
+        q = p[CELLS.index(margin[:2])] + p[CELLS.index(margin[3:])]
+        gap = (rows["percentile"] - rows["percentile_approx"]).abs().max()
+        assert gap < 1.5 / np.sqrt(n * q), (metric, gap)
+
+
+def test_undefined_cases_have_reasons():
+    """It reports no percentile, with the reason, when the group's or reference's metric is undefined."""
+    result = match_test(frame((0, 3, 0, 5)), frame((10, 10, 10, 10)), ["tpr", "ppv"]).set_index(
+        "metric"
+    )
+    assert np.isnan(result.loc["tpr", "percentile"])
+    assert result.loc["tpr", "undefined_reason"] == "tp+fn = 0 in group"
+    result = match_test(frame((2, 3, 1, 5)), frame((0, 10, 0, 10)), ["tpr"])
+    assert result["undefined_reason"].iloc[0] == "tp+fn = 0 in reference"
