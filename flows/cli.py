@@ -98,7 +98,8 @@ def load(
         str | None, typer.Option(help="Model version, if the file has none")
     ] = None,
     map_: Annotated[
-        list[str], typer.Option("--map", help="canonical=column, e.g. y_true=label (repeat)")
+        list[str] | None,
+        typer.Option("--map", help="canonical=column, e.g. y_true=label (repeat)"),
     ] = None,
     db: DbOption = None,
 ) -> None:

@@ -136,7 +136,7 @@ def match_test(group: pd.DataFrame, reference: pd.DataFrame, metrics=MATCH_METRI
             )
         reason = np.where(n == 0, "n = 0 in group", reason)
         reason = np.where(n_ref == 0, "empty reference", reason)
-        defined = reason == None  # noqa: E711
+        defined = reason == None
         blocks.append(
             keys.assign(
                 metric=metric,

@@ -200,7 +200,7 @@ def two_group_metrics(group: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFr
     b = {c: reference[c].to_numpy(dtype="float64") for c in COUNT_COLUMNS}
     mb_a, mb_b = mb(a), mb(b)
     ofi_reason = _reasons(
-        [(mb_a[3] != None, "n = 0 in group"), (mb_b[3] != None, "n = 0 in reference")],  # noqa: E711
+        [(mb_a[3] != None, "n = 0 in group"), (mb_b[3] != None, "n = 0 in reference")],
         len(group),
     )
     te_reason = _reasons(
@@ -213,12 +213,12 @@ def two_group_metrics(group: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFr
     blocks = [
         keys.assign(
             metric="ofi",
-            value=np.where(ofi_reason == None, mb_a[0] - mb_b[0], np.nan),  # noqa: E711
+            value=np.where(ofi_reason == None, mb_a[0] - mb_b[0], np.nan),
             undefined_reason=ofi_reason,
         ),
         keys.assign(
             metric="te",
-            value=np.where(te_reason == None, te, np.nan),  # noqa: E711
+            value=np.where(te_reason == None, te, np.nan),
             undefined_reason=te_reason,
         ),
     ]

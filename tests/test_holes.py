@@ -17,7 +17,7 @@ from tasks.metrics import (
 
 def test_all_confusion_matrices_has_the_stars_and_bars_count():
     """It enumerates C(n+3, 3) distinct matrices of size n (theorem A.1)."""
-    for n in range(0, 12):
+    for n in range(12):
         cm = all_confusion_matrices(n)
         assert len(cm) == math.comb(n + 3, 3) == len(cm.drop_duplicates())
         assert (cm.sum(axis=1) == n).all()
@@ -26,7 +26,7 @@ def test_all_confusion_matrices_has_the_stars_and_bars_count():
 @pytest.mark.parametrize("metric", GROUP_METRICS)
 def test_hole_counts_match_brute_force_up_to_30(metric):
     """It counts, for n = 0..30, exactly the matrices on which the metric computes to undefined."""
-    for n in range(0, 31):
+    for n in range(31):
         brute = int(compute_metrics(all_confusion_matrices(n), [metric])["value"].isna().sum())
         assert count_holes(metric, n) == brute, (metric, n)
 

@@ -109,7 +109,7 @@ def test_beta_approximation_tracks_exact(n, p):
     groups = pd.DataFrame(rng.multinomial(n, p, size=40), columns=CELLS)
     result = match_test(groups, reference, list(JOINT_RATIO_CELLS))
     for metric, rows in result.groupby("metric"):
-        a, margin = JOINT_RATIO_CELLS[metric]
+        _, margin = JOINT_RATIO_CELLS[metric]
         q = p[CELLS.index(margin[:2])] + p[CELLS.index(margin[3:])]
         gap = (rows["percentile"] - rows["percentile_approx"]).abs().max()
         assert gap < 1.5 / np.sqrt(n * q), (metric, gap)

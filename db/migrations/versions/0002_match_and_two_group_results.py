@@ -5,9 +5,8 @@ Revises: 0001
 Create Date: 2026-11-21 19:57:23.414187
 """
 
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = "0002"
 down_revision = "0001"
