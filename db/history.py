@@ -8,7 +8,7 @@ import pandas as pd
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from db.models import AuditRun, GroupCount, MetricResult
+from db.models import AuditRun, GroupCount, MatchResult, MetricResult
 
 RUN_COLUMNS = [
     AuditRun.id,
@@ -94,5 +94,24 @@ def run_metrics(
         query = query.where(MetricResult.attribute == attribute)
     if metric:
         query = query.where(MetricResult.metric == metric)
+    with engine.connect() as connection:
+        return pd.read_sql(query, connection)
+
+
+def run_match(engine: Engine, run_id: int, below: float = 1.0) -> pd.DataFrame:
+    """One run's MATCH results with p-value below ``below``, smallest first."""
+    query = (
+        select(
+            MatchResult.attribute,
+            MatchResult.group_name,
+            MatchResult.reference,
+            MatchResult.metric,
+            MatchResult.n,
+            MatchResult.percentile,
+            MatchResult.p_value,
+        )
+        .where(MatchResult.run_id == run_id, MatchResult.p_value < below)
+        .order_by(MatchResult.p_value)
+    )
     with engine.connect() as connection:
         return pd.read_sql(query, connection)

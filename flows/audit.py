@@ -142,7 +142,12 @@ def audit_flow(
         record_failure(url, record, f"{type(exc).__name__}: {exc}", quarantine)
         raise
     status = "new version" if new else "unchanged input: existing run"
-    print(f"audit {audit.name}: run {run_id} ({status}), {record.rows_valid} valid rows")
+    summary = record.summary
+    print(
+        f"audit {audit.name}: run {run_id} ({status}), {record.rows_valid} valid rows, "
+        f"{record.rows_quarantined} quarantined, {summary['undefined_metrics']} undefined metric "
+        f"values, {summary['match_below_alpha']} of {summary['match_tests']} MATCH tests below α"
+    )
     return {"audit": audit.name, "model": audit.model, "run_id": run_id, "new": new}
 
 

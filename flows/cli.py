@@ -250,7 +250,7 @@ def history(
     db: DbOption = None,
 ) -> None:
     """List stored runs, or show one run's per-group metrics."""
-    from db.history import get_run, list_runs, run_metrics
+    from db.history import get_run, list_runs, run_match, run_metrics
 
     engine = _engine(db)
     if run_id is None:
@@ -286,6 +286,11 @@ def history(
             undefined[["attribute", "group_name", "metric", "undefined_reason"]],
             title="undefined metrics",
         )
+    alpha = run.config["thresholds"]["alpha"]
+    match = run_match(engine, run_id, below=alpha)
+    if not match.empty:
+        title = f"MATCH tests with p < {alpha} (unadjusted): percentile of the group under its reference"
+        _print_frame(match, title=title)
 
 
 @app.command()
