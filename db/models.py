@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     CheckConstraint,
     DateTime,
     Float,
@@ -191,4 +192,36 @@ class TwoGroupResult(Base):
     reference: Mapped[str] = mapped_column(String(512), primary_key=True)
     metric: Mapped[str] = mapped_column(String(16), primary_key=True)
     value: Mapped[float | None] = mapped_column(Float)
+    undefined_reason: Mapped[str | None] = mapped_column(String(128))
+
+
+class DetectionResult(Base):
+    """Detection of one rate metric of one group against a reference (tasks.detection.detect)."""
+
+    __tablename__ = "detection_results"
+
+    run_id: Mapped[int] = mapped_column(
+        ForeignKey("audit_runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    attribute: Mapped[str] = mapped_column(String(256), primary_key=True)
+    group_name: Mapped[str] = mapped_column(String(512), primary_key=True)
+    reference: Mapped[str] = mapped_column(String(512), primary_key=True)
+    metric: Mapped[str] = mapped_column(String(16), primary_key=True)
+    x_group: Mapped[float | None] = mapped_column(Float)
+    n_group: Mapped[float | None] = mapped_column(Float)
+    x_reference: Mapped[float | None] = mapped_column(Float)
+    n_reference: Mapped[float | None] = mapped_column(Float)
+    difference: Mapped[float | None] = mapped_column(Float)
+    mean: Mapped[float | None] = mapped_column(Float)
+    sd: Mapped[float | None] = mapped_column(Float)
+    direction: Mapped[str | None] = mapped_column(String(8))
+    prob_deviation: Mapped[float | None] = mapped_column(Float)
+    hdi_low: Mapped[float | None] = mapped_column(Float)
+    hdi_high: Mapped[float | None] = mapped_column(Float)
+    decision: Mapped[str | None] = mapped_column(String(16))
+    simple_rule: Mapped[int] = mapped_column(SmallInteger)
+    z: Mapped[float | None] = mapped_column(Float)
+    p_value: Mapped[float | None] = mapped_column(Float)
+    p_adjusted: Mapped[float | None] = mapped_column(Float)
+    flagged: Mapped[bool] = mapped_column(Boolean)
     undefined_reason: Mapped[str | None] = mapped_column(String(128))

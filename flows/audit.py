@@ -1,6 +1,6 @@
 """The audit flow: one Prefect flow run audits one model, stage by stage (../shared/DESIGN.md).
 
-    extract -> validate -> counts -> metrics -> match -> smoothing -> persist
+    extract -> validate -> counts -> metrics -> match -> detection -> smoothing -> persist
 
 Each stage is a thin task over the pure functions of its ``tasks/`` module. A failure at any stage
 records a failed run with the error (and any quarantined rows) and re-raises; only a complete run
@@ -20,10 +20,11 @@ import pandas as pd
 from prefect import flow, runtime
 
 from db.engine import database_url
-from db.models import GroupCount, MatchResult, MetricResult, TwoGroupResult
+from db.models import DetectionResult, GroupCount, MatchResult, MetricResult, TwoGroupResult
 from db.runs import RunRecord
 from schemas.config import Audit, load_config
 from tasks.counts import comparison_pairs, count
+from tasks.detection import detection_stage
 from tasks.extract import extract, fingerprint, window_bounds
 from tasks.match import match_stage
 from tasks.metrics import metrics_stage
@@ -49,7 +50,13 @@ def _timed(timings: dict[str, float], stage: str):
     timings[stage] = round(time.perf_counter() - start, 4)
 
 
-def run_summary(counts: pd.DataFrame, metrics: pd.DataFrame, match: pd.DataFrame, alpha: float):
+def run_summary(
+    counts: pd.DataFrame,
+    metrics: pd.DataFrame,
+    match: pd.DataFrame,
+    detection: pd.DataFrame,
+    alpha: float,
+) -> dict:
     """Headline numbers of a run for ``audit_runs.summary``."""
     groups = counts[counts["subset"] == "group"]
     sizes = groups[["tp", "fp", "fn", "tn"]].sum(axis=1)
@@ -62,6 +69,12 @@ def run_summary(counts: pd.DataFrame, metrics: pd.DataFrame, match: pd.DataFrame
         "undefined_by_metric": undefined.groupby("metric").size().astype(int).to_dict(),
         "match_tests": int(match["p_value"].notna().sum()),
         "match_below_alpha": int((match["p_value"] < alpha).sum()),
+        "detection_tests": int(detection["p_value"].notna().sum()),
+        "flagged": [
+            f"{r.attribute}={r.group_name} {r.metric} {r.direction} than {r.reference} "
+            f"({r.difference:+.3f}, adjusted p {r.p_adjusted:.2g})"
+            for r in detection[detection["flagged"]].itertuples()
+        ],
     }
 
 
@@ -122,16 +135,22 @@ def audit_flow(
             metrics, two_group = metrics_stage(counts, pairs, audit.metrics)
         with _timed(timings, "match"):
             match = match_stage(*pairs, audit.metrics)
+        with _timed(timings, "detection"):
+            thresholds = audit.thresholds
+            detection = detection_stage(
+                *pairs, audit.metrics, thresholds.tolerance, thresholds.alpha
+            )
         with _timed(timings, "smoothing"):
             groups = counts[counts["subset"] == "group"]
             smoothed = smoothing_stage(
                 groups, audit.metrics, audit.smoothing.cps_lambda, audit.smoothing.additive_alpha
             )
-        record.summary = run_summary(counts, metrics, match, audit.thresholds.alpha)
+        record.summary = run_summary(counts, metrics, match, detection, audit.thresholds.alpha)
         results = {
             GroupCount: counts,
             MetricResult: pd.concat([metrics.assign(estimator="raw"), smoothed]),
             MatchResult: match,
+            DetectionResult: detection,
             TwoGroupResult: two_group[
                 ["attribute", "group_name", "reference", "metric", "value", "undefined_reason"]
             ],
@@ -146,8 +165,11 @@ def audit_flow(
     print(
         f"audit {audit.name}: run {run_id} ({status}), {record.rows_valid} valid rows, "
         f"{record.rows_quarantined} quarantined, {summary['undefined_metrics']} undefined metric "
-        f"values, {summary['match_below_alpha']} of {summary['match_tests']} MATCH tests below α"
+        f"values, {summary['match_below_alpha']} of {summary['match_tests']} MATCH tests below α, "
+        f"{len(summary['flagged'])} of {summary['detection_tests']} detection tests flagged"
     )
+    for line in summary["flagged"]:
+        print(f"  flagged: {line}")
     return {"audit": audit.name, "model": audit.model, "run_id": run_id, "new": new}
 
 

@@ -1,6 +1,6 @@
 """Deterministic synthetic predictions for the demo and the tests.
 
-Four models over 60 days (2026-09-01 .. 2026-10-30 UTC), about 150 predictions per model and day,
+Four models over 60 days (2026-09-01 .. 2026-10-30 UTC), about 300 predictions per model and day,
 with skewed group sizes (two race groups under 3%, so some race x sex cells hold fewer than 20
 people) and outcomes still unknown for part of the last days. The disparities below are injected on
 purpose; every other group of every model is truly fair.
@@ -16,17 +16,17 @@ import pandas as pd
 START = datetime(2026, 9, 1, tzinfo=UTC)
 DAYS = 60
 END = START + pd.Timedelta(days=DAYS)
-PER_DAY = 150
+PER_DAY = 300
 SEED = 20261121
 
 GROUPS = {
     "race": {
-        "White": 0.57,
+        "White": 0.573,
         "Black": 0.20,
         "Hispanic": 0.13,
         "Asian": 0.07,
         "Pacific Islander": 0.025,
-        "Native American": 0.005,
+        "Native American": 0.002,
     },
     "sex": {"Female": 0.47, "Male": 0.53},
     "age_band": {"18-25": 0.15, "26-40": 0.38, "41-64": 0.37, "65+": 0.10},

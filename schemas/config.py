@@ -54,7 +54,8 @@ class Thresholds(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_invalid_fraction: Fraction = 0.05
-    tolerance: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.1
+    # Disparity (difference of rates) within which a group counts as fair (detection's ROPE).
+    tolerance: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.05
     alpha: Probability = 0.05
     power: Probability = 0.8
     min_group_size: Annotated[int, Field(ge=0)] = 30

@@ -9,7 +9,7 @@ from sqlalchemy import func, select, text
 from db.engine import make_engine
 from db.history import list_runs, run_metrics
 from db.load import load_predictions
-from db.models import MatchResult, MetricResult, QuarantinedRow
+from db.models import AuditRun, MatchResult, MetricResult, QuarantinedRow
 from flows.audit import audit_flow
 from flows.demo import END, GROUPS, INJECTED, synthetic_predictions
 from flows.nightly import nightly_flow
@@ -59,6 +59,15 @@ def test_demo_audits_are_versioned_and_idempotent(db_url):
     pairs = len(groups) + (groups["attribute"] == "race").sum() - 1  # vs rest, and vs White
     assert match_rows == pairs * 6  # six of the configured metrics have a MATCH form
 
+    flagged = {
+        audit: {line.split(" than ")[0] for line in summary["flagged"]}
+        for audit, summary in stored_summaries(engine).items()
+    }
+    assert "race=Black fpr higher" in flagged["credit-race"]
+    assert "sex=Female tpr lower" in flagged["hiring-sex"]
+    assert "age_band=65+ tpr lower" in flagged["claims-recent"]
+    assert flagged["fraud-all"] == set()  # the truly fair model
+
     again = audit_flow("credit-race", str(DEMO_CONFIG), db_url, END)
     assert again == {**results[0], "new": False}
 
@@ -75,6 +84,11 @@ def test_demo_audits_are_versioned_and_idempotent(db_url):
     assert newer["new"] and newer["run_id"] != results[0]["run_id"]
     versions = list_runs(engine, audit="credit-race")["version"].tolist()
     assert versions == [2, 1]
+
+
+def stored_summaries(engine):
+    with engine.connect() as connection:
+        return dict(connection.execute(select(AuditRun.audit_name, AuditRun.summary)).all())
 
 
 def write_config(tmp_path, **audit):

@@ -1,0 +1,326 @@
+"""Detection stage: is a group's disparity real, in which direction, and how sure are we?
+
+Bayesian rate difference (detect-bias-in-production.txt; SPEC section 3): with x_i outcomes among
+n_i in group i and a uniform prior, e_i ~ Beta(x_i + 1, n_i − x_i + 1), independent, and
+T = e2 − e1 (group 2 minus group 1). Three decision rules from the blog:
+
+- simple rule: bias toward group 2 when μ − zσ > t, toward group 1 when μ + zσ < −t;
+- probability of deviation p = P(T > t) + P(T < −t), flagged when p > c (algorithm 2), computed
+  by numerical integration of the density as SPEC writes it (the blog's closed-form CDF has a sign
+  slip);
+- HDI + ROPE: the narrowest interval holding mass c of T's density against ROPE = [−t, t],
+  decided as Kruschke does (entirely outside: biased; entirely inside: fair; else undecided). The
+  blog's step 3 states the overlap test loosely; this three-way decision is the one implemented.
+
+The frequentist test is the audit tutorial's (sample-size-fairness-audits.txt, eqs. 1-3):
+z = (Û − U_tol)/σ̂_U with σ̂²_U = M̂_1(1 − M̂_1)/d_1 + M̂_2(1 − M̂_2)/d_2 for rate metrics with
+denominator counts d_g (the tutorial's per-observation variance divided by n_g), with the
+Agresti-Caffo adjustment (see unfairness_test), tested in both directions:
+p = min(1, 2·min(P(Z > z₊), P(Z > z₋))), i.e. rejecting |U| > U_tol at z_{1−α/2}.
+
+Quadrature is vectorised over groups: every integral runs over the narrower of the two posteriors
+(its mean ± 12 sd, clipped to [0, 1]) with fixed Gauss-Legendre nodes; the other posterior enters
+through its CDF or density, which is smooth on that scale.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from scipy import special, stats
+
+_NODES, _WEIGHTS = np.polynomial.legendre.leggauss(64)
+_GRID_NODES, _GRID_WEIGHTS = np.polynomial.legendre.leggauss(40)
+_WINDOW_SD = 10.0
+_GRID = 201  # points of T's density for the HDI, over its mean ± _HDI_SD sd
+_HDI_SD = 7.0  # mass beyond 7 sd is below 1e-11: HDIs up to mass 1 - 1e-9 fit
+
+
+def _params(x, n):
+    x, n = np.asarray(x, dtype="float64"), np.asarray(n, dtype="float64")
+    return x + 1, n - x + 1
+
+
+def _beta_moments(a, b):
+    mean = a / (a + b)
+    return mean, a * b / ((a + b) ** 2 * (a + b + 1))
+
+
+def beta_difference(x1, n1, x2, n2) -> tuple[np.ndarray, np.ndarray]:
+    """Exact posterior mean and variance of T = e2 − e1 under uniform priors.
+
+    Mean (x2+1)/(n2+2) − (x1+1)/(n1+2), the blog's closed form; variance the sum of the two Beta
+    variances a·b/((a+b)²(a+b+1)), which the blog's long polynomial equals.
+    """
+    m1, v1 = _beta_moments(*_params(x1, n1))
+    m2, v2 = _beta_moments(*_params(x2, n2))
+    return m2 - m1, v1 + v2
+
+
+def _narrow_and_wide(x1, n1, x2, n2):
+    """Beta parameters of the narrower posterior, of the wider one, and the sign s with
+    T = s·(e_wide − e_narrow)."""
+    a1, b1 = _params(x1, n1)
+    a2, b2 = _params(x2, n2)
+    a1, b1, a2, b2 = np.broadcast_arrays(a1, b1, a2, b2)
+    first_narrow = _beta_moments(a1, b1)[1] <= _beta_moments(a2, b2)[1]
+    narrow = (np.where(first_narrow, a1, a2), np.where(first_narrow, b1, b2))
+    wide = (np.where(first_narrow, a2, a1), np.where(first_narrow, b2, b1))
+    return narrow, wide, np.where(first_narrow, 1.0, -1.0)
+
+
+def _nodes(a, b, nodes=_NODES, weights=_WEIGHTS, width=_WINDOW_SD):
+    """Gauss-Legendre nodes and weights over Beta(a, b)'s mean ± width sd, shape (..., nodes)."""
+    mean, var = _beta_moments(a, b)
+    sd = np.sqrt(var)
+    lo = np.clip(mean - width * sd, 0.0, 1.0)[..., None]
+    hi = np.clip(mean + width * sd, 0.0, 1.0)[..., None]
+    e = lo + (hi - lo) * (nodes + 1) / 2
+    return e, (hi - lo) / 2 * weights
+
+
+def _panels(a, b, t):
+    """Three Gauss-Legendre panels over Beta(a, b)'s bulk, split where the integrand of
+    prob_deviation has kinks (e = t and e = 1 − t, where e ± t leaves [0, 1])."""
+    e, _ = _nodes(a, b, nodes=np.array([-1.0, 1.0]), weights=np.zeros(2))
+    lo, hi = e[..., 0], e[..., 1]
+    cuts = np.sort(np.stack([np.clip(t, lo, hi), np.clip(1 - t, lo, hi)], axis=-1), axis=-1)
+    edges = np.concatenate([lo[..., None], cuts, hi[..., None]], axis=-1)
+    left, right = edges[..., :-1, None], edges[..., 1:, None]
+    nodes = left + (right - left) * (_NODES + 1) / 2
+    weights = (right - left) / 2 * _WEIGHTS
+    shape = (*a.shape, 3 * len(_NODES))
+    return nodes.reshape(shape), weights.reshape(shape)
+
+
+def _log_pdf(e, a, b, log_norm=None):
+    """log Beta(a, b) density at e; pass ``log_norm`` = betaln(a, b) when it is already known."""
+    log_norm = special.betaln(a, b) if log_norm is None else log_norm
+    e = np.clip(e, 1e-300, 1 - 1e-16)  # keeps 0·log(0) at 0 where a or b is 1
+    return (a - 1) * np.log(e) + (b - 1) * np.log1p(-e) - log_norm
+
+
+def prob_deviation(x1, n1, x2, n2, t) -> np.ndarray:
+    """P(|e2 − e1| > t) = ∫ f_N(e)[1 − F_W(e + t) + F_W(e − t)] de (SPEC section 3).
+
+    The identity holds whichever of the two posteriors is the narrow one N, so the integral always
+    runs over the narrower. Accurate to better than 1e-6 (checked against scipy.integrate.quad).
+    """
+    (an, bn), (aw, bw), _ = _narrow_and_wide(x1, n1, x2, n2)
+    t = np.broadcast_to(np.asarray(t, dtype="float64"), an.shape)
+    e, w = _panels(an, bn, t)
+    t = t[..., None]
+    density = np.exp(_log_pdf(e, an[..., None], bn[..., None]))
+    aw, bw = aw[..., None], bw[..., None]
+    outside = stats.beta.sf(np.minimum(e + t, 1.0), aw, bw) + stats.beta.cdf(
+        np.maximum(e - t, 0.0), aw, bw
+    )
+    return np.clip((w * density * outside).sum(axis=-1), 0.0, 1.0)
+
+
+def _density_grid(x1, n1, x2, n2):
+    """T's density on a grid of _GRID points spanning its mean ± _HDI_SD sd (within [−1, 1]).
+
+    f_T(τ) = ∫ f_N(e) f_W(e + s·τ) de, integrated for each τ over the bulk of the integrand (the
+    product of two near-Gaussian densities: centre and width from that approximation, clipped to
+    where both densities live), so no τ leaves its peak between nodes.
+    """
+    mean, var = beta_difference(x1, n1, x2, n2)
+    (an, bn), (aw, bw), sign = _narrow_and_wide(x1, n1, x2, n2)
+    sd = np.sqrt(var)
+    lo = np.maximum(mean - _HDI_SD * sd, -1.0)[..., None]
+    hi = np.minimum(mean + _HDI_SD * sd, 1.0)[..., None]
+    tau = lo + (hi - lo) * np.linspace(0.0, 1.0, _GRID)  # (..., grid)
+    mn, vn = _beta_moments(an, bn)
+    mw, vw = _beta_moments(aw, bw)
+    shift = sign[..., None] * tau  # e_W = e_N + shift
+    precision = 1 / vn + 1 / vw
+    centre = (mn[..., None] / vn[..., None] + (mw[..., None] - shift) / vw[..., None]) / precision[
+        ..., None
+    ]
+    half = _WINDOW_SD / np.sqrt(precision)[..., None]
+    left = np.maximum.reduce([centre - half, np.zeros_like(centre), -shift])
+    right = np.minimum.reduce([centre + half, np.ones_like(centre), 1 - shift])
+    right = np.maximum(right, left)
+    e = left[..., None] + (right - left)[..., None] * (_GRID_NODES + 1) / 2  # (..., grid, nodes)
+    w = (right - left)[..., None] / 2 * _GRID_WEIGHTS
+    expand = (..., None, None)
+    log_f = _log_pdf(e, an[expand], bn[expand], special.betaln(an, bn)[expand]) + _log_pdf(
+        e + shift[..., None], aw[expand], bw[expand], special.betaln(aw, bw)[expand]
+    )
+    return tau, (w * np.exp(log_f)).sum(axis=-1)
+
+
+def hdi_difference(x1, n1, x2, n2, mass=0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Narrowest interval holding ``mass`` of T = e2 − e1: the level set {f_T >= h}.
+
+    T's density is log-concave (a convolution of log-concave Beta densities), hence unimodal, so
+    the HDI is one interval; the level h is found by bisection on a dense grid of the density,
+    with the interval's ends and mass interpolated linearly.
+    """
+    tau, density = _density_grid(x1, n1, x2, n2)
+    step = tau[..., 1:2] - tau[..., 0:1]
+    cdf = np.concatenate(
+        [np.zeros_like(step), np.cumsum((density[..., 1:] + density[..., :-1]) / 2 * step, -1)], -1
+    )
+    total = cdf[..., -1:]
+    cdf, density = cdf / total, density / total
+    # Bracket the level: sort the grid densities, accumulate their mass, and take the two sorted
+    # values around the point where it reaches ``mass``; then bisect within that bracket.
+    ordered = -np.sort(-density, axis=-1)
+    reached = np.argmax(np.cumsum(ordered, axis=-1) * step >= mass, axis=-1)
+    index = np.arange(_GRID)
+
+    def sorted_at(k):
+        return np.take_along_axis(ordered, np.clip(k, 0, _GRID - 1)[..., None], -1)[..., 0]
+
+    low, high = sorted_at(reached + 2), sorted_at(reached - 2)
+    for _ in range(25):
+        level = (low + high) / 2
+        above = density >= level[..., None]
+        first = np.where(above, index, _GRID).min(axis=-1)
+        last = np.where(above, index, -1).max(axis=-1)
+        left = _crossing(tau, density, cdf, level, first, -1)
+        right = _crossing(tau, density, cdf, level, last, +1)
+        enough = right[1] - left[1] >= mass
+        low, high = np.where(enough, level, low), np.where(enough, high, level)
+    return left[0], right[0]
+
+
+def _crossing(tau, density, cdf, level, i, direction):
+    """(τ, F) where the density crosses ``level`` next to grid index i, toward ``direction``."""
+    j = np.clip(i + direction, 0, _GRID - 1)
+    i = np.clip(i, 0, _GRID - 1)
+
+    def at(values, k):
+        return np.take_along_axis(values, k[..., None], axis=-1)[..., 0]
+
+    fi, fj = at(density, i), at(density, j)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(fi != fj, (fi - level) / (fi - fj), 0.0)
+    share = np.clip(share, 0.0, 1.0)
+    point = at(tau, i) + share * (at(tau, j) - at(tau, i))
+    probability = at(cdf, i) + share * (at(cdf, j) - at(cdf, i))
+    return point, probability
+
+
+def simple_rule(mean, sd, t, z) -> np.ndarray:
+    """The blog's simple algorithm: +1 bias toward group 2, −1 toward group 1, 0 none."""
+    return np.where(mean - z * sd > t, 1, np.where(mean + z * sd < -t, -1, 0))
+
+
+def rope_decision(low, high, t) -> np.ndarray:
+    """Kruschke's HDI + ROPE decision with ROPE = [−t, t]: 'biased', 'fair' or 'undecided'."""
+    outside = (low > t) | (high < -t)
+    inside = (low >= -t) & (high <= t)
+    return np.where(outside, "biased", np.where(inside, "fair", "undecided"))
+
+
+def unfairness_test(x1, n1, x2, n2, u_tol=0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Test of |U| > U_tol for U = M_2 − M_1 of rates x/n: (z of the larger side, two-sided p).
+
+    The audit tutorial's statistic (Û − U_tol)/σ̂_U with the Agresti-Caffo adjustment: one success
+    and one failure added to each group before the plug-in estimate and variance. The plain plug-in
+    variance is 0 when a small group's rate is 0 or 1, giving z = ±∞ and false alarms on fair
+    models (seen on the demo's fraud-detector); the adjusted Wald test keeps its level.
+    """
+    x1, n1, x2, n2 = (np.asarray(v, dtype="float64") for v in (x1, n1, x2, n2))
+    m1, m2 = (x1 + 1) / (n1 + 2), (x2 + 1) / (n2 + 2)
+    sd = np.sqrt(m1 * (1 - m1) / (n1 + 2) + m2 * (1 - m2) / (n2 + 2))
+    u = m2 - m1
+    z_up, z_down = (u - u_tol) / sd, (-u - u_tol) / sd
+    p = np.minimum(1.0, 2 * np.minimum(stats.norm.sf(z_up), stats.norm.sf(z_down)))
+    return np.maximum(z_up, z_down), p
+
+
+RATE_METRICS = (
+    "acc",
+    "prev",
+    "ppr",
+    "err",
+    "nprev",
+    "pnr",
+    "tpr",
+    "fnr",
+    "fpr",
+    "tnr",
+    "ppv",
+    "fdr",
+    "npv",
+    "for",
+)
+
+
+def detect(
+    group: pd.DataFrame,
+    reference: pd.DataFrame,
+    metrics: list[str],
+    tolerance: float,
+    alpha: float,
+) -> pd.DataFrame:
+    """Every rate metric of every group against its aligned reference (group 2 vs group 1).
+
+    One row per comparison and metric: the counts, the observed difference, the posterior mean and
+    sd of T = e_group − e_reference, direction, P(|T| > tolerance), the (1 − alpha) HDI and its ROPE
+    decision, the simple rule at z_{1−α/2}, the frequentist z and p of |U| > tolerance, and the
+    Benjamini-Hochberg adjusted p across all rows (``flagged`` when it is below alpha).
+    """
+    from tasks.metrics import compute_metrics
+
+    rates = [m for m in metrics if m in RATE_METRICS]
+    keys = ["attribute", "group_name", "reference"]
+    mine = compute_metrics(group[keys + ["tp", "fp", "fn", "tn"]], rates)
+    theirs = compute_metrics(reference[["tp", "fp", "fn", "tn"]].assign(**group[keys]), rates)
+    x2, n2 = mine["numerator"].to_numpy(), mine["denominator"].to_numpy()
+    x1, n1 = theirs["numerator"].to_numpy(), theirs["denominator"].to_numpy()
+    reason = np.where(n2 == 0, "no denominator in group", None)
+    reason = np.where((n2 > 0) & (n1 == 0), "no denominator in reference", reason)
+    ok = reason == None
+    x1, n1, x2, n2 = (np.where(ok, v, 1.0) for v in (x1, n1, x2, n2))  # placeholders, masked below
+    mean, var = beta_difference(x1, n1, x2, n2)
+    sd = np.sqrt(var)
+    low, high = hdi_difference(x1, n1, x2, n2, 1 - alpha)
+    z, p = unfairness_test(x1, n1, x2, n2, tolerance)
+    z_crit = stats.norm.ppf(1 - alpha / 2)
+
+    def masked(values):
+        return np.where(ok, values, np.nan)
+
+    p = masked(p)
+    adjusted = np.full_like(p, np.nan)
+    if ok.any():
+        adjusted[ok] = stats.false_discovery_control(p[ok], method="bh")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        difference = masked(x2 / n2 - x1 / n1)
+    return mine[keys + ["metric"]].assign(
+        x_group=masked(x2),
+        n_group=masked(n2),
+        x_reference=masked(x1),
+        n_reference=masked(n1),
+        difference=difference,
+        mean=masked(mean),
+        sd=masked(sd),
+        direction=np.where(
+            ok, np.where(difference > 0, "higher", np.where(difference < 0, "lower", "equal")), None
+        ),
+        prob_deviation=masked(prob_deviation(x1, n1, x2, n2, tolerance)),
+        hdi_low=masked(low),
+        hdi_high=masked(high),
+        decision=np.where(ok, rope_decision(low, high, tolerance), None),
+        simple_rule=np.where(ok, simple_rule(mean, sd, tolerance, z_crit), 0),
+        z=masked(z),
+        p_value=p,
+        p_adjusted=adjusted,
+        flagged=np.where(ok, adjusted < alpha, False),
+        undefined_reason=reason,
+    )
+
+
+@task(name="detection", cache_policy=NO_CACHE)
+def detection_stage(
+    group: pd.DataFrame, reference: pd.DataFrame, metrics: list[str], tolerance: float, alpha: float
+) -> pd.DataFrame:
+    """Prefect task: Bayesian and frequentist detection of every rate metric of every comparison."""
+    return detect(group, reference, metrics, tolerance, alpha)
