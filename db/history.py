@@ -8,7 +8,7 @@ import pandas as pd
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from db.models import AuditRun, GroupCount, MatchResult, MetricResult
+from db.models import AuditRun, GroupCount, MatchResult, MetricResult, PlanningResult
 
 RUN_COLUMNS = [
     AuditRun.id,
@@ -112,6 +112,33 @@ def run_match(engine: Engine, run_id: int, below: float = 1.0) -> pd.DataFrame:
         )
         .where(MatchResult.run_id == run_id, MatchResult.p_value < below)
         .order_by(MatchResult.p_value)
+    )
+    with engine.connect() as connection:
+        return pd.read_sql(query, connection)
+
+
+def comparison_rates(
+    engine: Engine, run_ids: list[int], attribute: str, group: str, reference: str, metric: str
+) -> pd.DataFrame:
+    """Per run: one comparison's rates (e1 = reference, e2 = group) from the planning results."""
+    query = (
+        select(
+            AuditRun.id.label("run_id"),
+            AuditRun.audit_name,
+            AuditRun.model_id,
+            AuditRun.version,
+            PlanningResult.value_reference.label("e1"),
+            PlanningResult.value_group.label("e2"),
+        )
+        .join(PlanningResult, PlanningResult.run_id == AuditRun.id)
+        .where(
+            AuditRun.id.in_(run_ids),
+            PlanningResult.attribute == attribute,
+            PlanningResult.group_name == group,
+            PlanningResult.reference == reference,
+            PlanningResult.metric == metric,
+        )
+        .order_by(AuditRun.id)
     )
     with engine.connect() as connection:
         return pd.read_sql(query, connection)

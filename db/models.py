@@ -225,3 +225,30 @@ class DetectionResult(Base):
     p_adjusted: Mapped[float | None] = mapped_column(Float)
     flagged: Mapped[bool] = mapped_column(Boolean)
     undefined_reason: Mapped[str | None] = mapped_column(String(128))
+
+
+class PlanningResult(Base):
+    """Sample size needed vs available for one rate metric of one comparison (tasks.planning.plan)."""
+
+    __tablename__ = "planning_results"
+
+    run_id: Mapped[int] = mapped_column(
+        ForeignKey("audit_runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    attribute: Mapped[str] = mapped_column(String(256), primary_key=True)
+    group_name: Mapped[str] = mapped_column(String(512), primary_key=True)
+    reference: Mapped[str] = mapped_column(String(512), primary_key=True)
+    metric: Mapped[str] = mapped_column(String(16), primary_key=True)
+    value_group: Mapped[float | None] = mapped_column(Float)
+    value_reference: Mapped[float | None] = mapped_column(Float)
+    disparity: Mapped[float | None] = mapped_column(Float)
+    ratio: Mapped[float | None] = mapped_column(Float)
+    tau: Mapped[float | None] = mapped_column(Float)
+    n_group: Mapped[float] = mapped_column(Float)
+    n_reference: Mapped[float] = mapped_column(Float)
+    needed: Mapped[float | None] = mapped_column(Float)
+    needed_neyman: Mapped[float | None] = mapped_column(Float)
+    neyman_share_group: Mapped[float | None] = mapped_column(Float)
+    achieved_power: Mapped[float | None] = mapped_column(Float)
+    verdict: Mapped[str] = mapped_column(String(64))
+    bias_n: Mapped[float | None] = mapped_column(Float)

@@ -1,6 +1,7 @@
 """The audit flow: one Prefect flow run audits one model, stage by stage (../shared/DESIGN.md).
 
-    extract -> validate -> counts -> metrics -> match -> detection -> smoothing -> persist
+    extract -> validate -> counts -> metrics -> match -> planning -> detection -> smoothing
+    -> persist
 
 Each stage is a thin task over the pure functions of its ``tasks/`` module. A failure at any stage
 records a failed run with the error (and any quarantined rows) and re-raises; only a complete run
@@ -20,7 +21,14 @@ import pandas as pd
 from prefect import flow, runtime
 
 from db.engine import database_url
-from db.models import DetectionResult, GroupCount, MatchResult, MetricResult, TwoGroupResult
+from db.models import (
+    DetectionResult,
+    GroupCount,
+    MatchResult,
+    MetricResult,
+    PlanningResult,
+    TwoGroupResult,
+)
 from db.runs import RunRecord
 from schemas.config import Audit, load_config
 from tasks.counts import comparison_pairs, count
@@ -29,6 +37,7 @@ from tasks.extract import extract, fingerprint, window_bounds
 from tasks.match import match_stage
 from tasks.metrics import metrics_stage
 from tasks.persist import persist, record_failure
+from tasks.planning import planning_stage
 from tasks.smoothing import smoothing_stage
 from tasks.validate import check_invalid_fraction, validate
 
@@ -55,6 +64,7 @@ def run_summary(
     metrics: pd.DataFrame,
     match: pd.DataFrame,
     detection: pd.DataFrame,
+    planning: pd.DataFrame,
     alpha: float,
 ) -> dict:
     """Headline numbers of a run for ``audit_runs.summary``."""
@@ -70,6 +80,7 @@ def run_summary(
         "match_tests": int(match["p_value"].notna().sum()),
         "match_below_alpha": int((match["p_value"] < alpha).sum()),
         "detection_tests": int(detection["p_value"].notna().sum()),
+        "underpowered": int(planning["verdict"].str.startswith("underpowered").sum()),
         "flagged": [
             f"{r.attribute}={r.group_name} {r.metric} {r.direction} than {r.reference} "
             f"({r.difference:+.3f}, adjusted p {r.p_adjusted:.2g})"
@@ -135,8 +146,12 @@ def audit_flow(
             metrics, two_group = metrics_stage(counts, pairs, audit.metrics)
         with _timed(timings, "match"):
             match = match_stage(*pairs, audit.metrics)
+        thresholds = audit.thresholds
+        with _timed(timings, "planning"):
+            planning = planning_stage(
+                *pairs, audit.metrics, thresholds.planning_tau, thresholds.alpha, thresholds.power
+            )
         with _timed(timings, "detection"):
-            thresholds = audit.thresholds
             detection = detection_stage(
                 *pairs, audit.metrics, thresholds.tolerance, thresholds.alpha
             )
@@ -145,12 +160,13 @@ def audit_flow(
             smoothed = smoothing_stage(
                 groups, audit.metrics, audit.smoothing.cps_lambda, audit.smoothing.additive_alpha
             )
-        record.summary = run_summary(counts, metrics, match, detection, audit.thresholds.alpha)
+        record.summary = run_summary(counts, metrics, match, detection, planning, thresholds.alpha)
         results = {
             GroupCount: counts,
             MetricResult: pd.concat([metrics.assign(estimator="raw"), smoothed]),
             MatchResult: match,
             DetectionResult: detection,
+            PlanningResult: planning,
             TwoGroupResult: two_group[
                 ["attribute", "group_name", "reference", "metric", "value", "undefined_reason"]
             ],

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -20,7 +21,8 @@ app = typer.Typer(
 )
 db_app = typer.Typer(help="Database administration.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
-console = Console()
+# Piped output (logs, CI) gets a wide table instead of rich's default 80 columns.
+console = Console(width=None if sys.stdout.isatty() else 160)
 
 DbOption = Annotated[
     str | None,
@@ -291,6 +293,101 @@ def history(
     if not match.empty:
         title = f"MATCH tests with p < {alpha} (unadjusted): percentile of the group under its reference"
         _print_frame(match, title=title)
+
+
+@app.command()
+def plan(
+    metric: Annotated[str, typer.Option(help="ppr, tpr, fnr, tnr, fpr, ppv, npv or acc")],
+    rate: Annotated[
+        list[float], typer.Option(help="Expected rate of the metric in a group (repeat)")
+    ],
+    prev: Annotated[
+        list[float] | None, typer.Option(help="Prevalence per group (for tpr/fnr/tnr/fpr)")
+    ] = None,
+    ppr: Annotated[
+        list[float] | None, typer.Option(help="Selection rate per group (for ppv/npv)")
+    ] = None,
+    tau: Annotated[
+        float | None, typer.Option(help="Disparity to detect (default: the gap)")
+    ] = None,
+    alpha: Annotated[float, typer.Option(help="Significance level")] = 0.05,
+    power: Annotated[float, typer.Option(help="Power")] = 0.80,
+) -> None:
+    """How many predictions per group an audit needs, before any data exists."""
+    import numpy as np
+
+    from schemas.metric_ids import canonical_metric
+    from tasks.planning import plan_from_rates
+
+    try:
+        result = plan_from_rates(canonical_metric(metric), rate, prev, ppr, tau, alpha, power)
+    except ValueError as exc:
+        _fail(str(exc))
+    g1, g2 = result["groups compared"]
+    console.print(
+        f"{metric}: group {g1 + 1} at {rate[g1]:.3f} vs group {g2 + 1} at {rate[g2]:.3f}; "
+        f"detect a disparity of {result['tau']:.3f} at α = {alpha}, power {power}"
+    )
+    table = Table(title="predictions to collect (labelled, per group)")
+    for column in ("allocation", f"group {g1 + 1}", f"group {g2 + 1}", "total"):
+        table.add_column(column, justify="right")
+    for name in ("equal allocation", "neyman allocation"):
+        n1, n2 = (int(np.ceil(v)) for v in result[name])
+        table.add_row(name.split()[0], f"{n1:,}", f"{n2:,}", f"{n1 + n2:,}")
+    console.print(table)
+    console.print(
+        f"bias measure N (sample-size-bias-measure eq. 1, per group, one-sided): "
+        f"{int(np.ceil(result['bias measure N per group'])):,}; difference "
+        f"{result['difference']:+.3f}; ratio {result['ratio']:.3f}"
+    )
+    if "chi-square per group" in result:
+        console.print(
+            f"chi-square test of all {len(rate)} groups: "
+            f"{int(np.ceil(result['chi-square per group'])):,} per group"
+        )
+
+
+@app.command()
+def rank(
+    run_ids: Annotated[list[int], typer.Argument(help="Runs of the models to rank")],
+    metric: Annotated[str, typer.Option(help="Error rate to compare, e.g. fnr or fpr")],
+    attribute: Annotated[str, typer.Option(help="Sensitive attribute")],
+    group: Annotated[str, typer.Option(help="Group")],
+    reference: Annotated[str, typer.Option(help="Reference group, or 'rest'")] = "rest",
+    db: DbOption = None,
+) -> None:
+    """Rank models for bias by N, difference and ratio, and show where the rankings disagree."""
+    from db.history import comparison_rates
+    from schemas.metric_ids import canonical_metric
+    from tasks.planning import rank_bias
+
+    rates = comparison_rates(
+        _engine(db), run_ids, attribute, group, reference, canonical_metric(metric)
+    )
+    missing = sorted(set(run_ids) - set(rates["run_id"]))
+    if missing:
+        _fail(f"runs {missing} have no {metric} of {attribute}={group} against {reference}")
+    ranked = rank_bias(rates)
+    columns = [
+        "run_id",
+        "audit_name",
+        "model_id",
+        "version",
+        "e1",
+        "e2",
+        "difference",
+        "ratio",
+        "n",
+        "rank_difference",
+        "rank_ratio",
+        "rank_n",
+        "disagree",
+    ]
+    _print_frame(
+        ranked[columns],
+        title=f"{metric} of {attribute}={group} vs {reference}: "
+        "rank 1 = least biased (smallest D and R, largest N)",
+    )
 
 
 @app.command()

@@ -57,7 +57,7 @@ def chi_square_sample_size(rates, alpha=0.05, power=0.90) -> float:
     rates = np.asarray(rates, dtype=float)
     k, mean = rates.size, rates.mean()
     w2 = np.mean((rates - mean) ** 2) / (mean * (1 - mean))
-    if k < 2 or w2 == 0:
+    if k < 2 or w2 < 1e-15:  # equal rates (up to rounding): no test can tell them apart
         return float("inf")
     critical = stats.chi2.ppf(1 - alpha, k - 1)
     lam = optimize.brentq(lambda nc: stats.ncx2.sf(critical, k - 1, nc) - power, 1e-9, 1e7)
@@ -120,7 +120,9 @@ def group_variance(metric: str, value, prev=None, ppr=None):
     if metric not in share:
         raise ValueError(f"no variance formula for {metric!r}; known: {sorted(share)}")
     if share[metric] is None:
-        raise ValueError(f"{metric} needs {'prev' if metric in ('tpr', 'fnr', 'tnr', 'fpr') else 'ppr'}")
+        raise ValueError(
+            f"{metric} needs {'prev' if metric in ('tpr', 'fnr', 'tnr', 'fpr') else 'ppr'}"
+        )
     with np.errstate(divide="ignore", invalid="ignore"):
         return base / np.asarray(share[metric], float)
 
@@ -139,3 +141,147 @@ def achieved_power(tau, var1, n1, var2, n2, u_tol=0.0, alpha=0.05):
     with np.errstate(divide="ignore", invalid="ignore"):
         sigma_u = np.sqrt(np.asarray(var1, float) / n1 + np.asarray(var2, float) / n2)
         return stats.norm.cdf((np.asarray(tau, float) - u_tol) / sigma_u - _z(1 - alpha / 2))
+
+
+def plan(
+    group: pd.DataFrame,
+    reference: pd.DataFrame,
+    metrics: list[str],
+    tau: float | None,
+    alpha: float,
+    power: float,
+) -> pd.DataFrame:
+    """Needed against available predictions for every rate metric of every comparison.
+
+    Group 1 is the reference, group 2 the group; U = M_group − M_reference. τ is the configured
+    disparity to detect, or the observed |U| when none is configured. ``needed`` is the total n of
+    both groups at their actual shares, ``needed_neyman`` under the Neyman allocation; the verdict
+    compares ``needed`` with the predictions available. ``bias_n`` is the bias measure N of eq. 1
+    (one-sided, at the audit's α and power) beside the difference and the ratio.
+    """
+    from tasks.metrics import compute_metrics
+
+    rates = [m for m in metrics if m in RATE_METRICS]
+    keys = ["attribute", "group_name", "reference"]
+    cells = ["tp", "fp", "fn", "tn"]
+    mine = compute_metrics(group[keys + cells], rates)
+    theirs = compute_metrics(reference[cells].assign(**group[keys]), rates)
+    n2 = np.tile(group[cells].sum(axis=1).to_numpy(float), len(rates))
+    n1 = np.tile(reference[cells].sum(axis=1).to_numpy(float), len(rates))
+    m2, m1 = mine["value"].to_numpy(), theirs["value"].to_numpy()
+    var2 = variance_from_counts(mine["numerator"], mine["denominator"], n2)
+    var1 = variance_from_counts(theirs["numerator"], theirs["denominator"], n1)
+    disparity = m2 - m1
+    effect = np.abs(disparity) if tau is None else np.full_like(disparity, tau)
+    needed = allocation_sample_size(var1, var2, effect, n1 / (n1 + n2), 0.0, alpha, power).n
+    neyman = neyman_sample_size(var1, var2, effect, 0.0, alpha, power)
+    available = n1 + n2
+    defined = np.isfinite(needed) & np.isfinite(m1) & np.isfinite(m2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        factor = needed / available
+        ratio = np.where(m1 > 0, m2 / m1, np.nan)
+    verdict = np.where(
+        ~defined,
+        np.where(effect == 0, "no disparity to detect", "undefined metric"),
+        np.where(
+            factor <= 1,
+            "enough data",
+            np.char.add("underpowered by a factor ", np.char.mod("%.1f", np.nan_to_num(factor))),
+        ),
+    )
+    return mine[keys + ["metric"]].assign(
+        value_group=m2,
+        value_reference=m1,
+        disparity=disparity,
+        ratio=ratio,
+        tau=effect,
+        n_group=n2,
+        n_reference=n1,
+        needed=np.where(defined, needed, np.nan),
+        needed_neyman=np.where(defined, neyman.n, np.nan),
+        neyman_share_group=np.where(defined, 1 - neyman.p1, np.nan),
+        achieved_power=np.where(
+            defined, achieved_power(effect, var1, n1, var2, n2, 0.0, alpha), np.nan
+        ),
+        verdict=verdict,
+        bias_n=arcsine_sample_size(m1, m2, alpha, power),
+    )
+
+
+def plan_from_rates(
+    metric: str,
+    rates: list[float],
+    prev: list[float] | None = None,
+    ppr: list[float] | None = None,
+    tau: float | None = None,
+    alpha: float = 0.05,
+    power: float = 0.80,
+) -> dict:
+    """Before any data: predictions to collect per group, from rates a user expects.
+
+    Two rates: equal and Neyman allocations of the audit test (τ defaults to their difference),
+    and the bias measure N (per group, one-sided). More than two: the per-group size of the
+    k-group chi-square test, and the two-group plan for the most extreme pair.
+    """
+    rates_arr = np.asarray(rates, float)
+    if rates_arr.size < 2:
+        raise ValueError("give at least two rates")
+    low, high = int(np.argmin(rates_arr)), int(np.argmax(rates_arr))
+    pair = [low, high] if rates_arr.size > 2 else [0, 1]
+    r1, r2 = rates_arr[pair]
+
+    def pick(values):
+        return None if values is None else np.asarray(values, float)[pair]
+
+    p, q = pick(prev), pick(ppr)
+    var1 = group_variance(metric, r1, None if p is None else p[0], None if q is None else q[0])
+    var2 = group_variance(metric, r2, None if p is None else p[1], None if q is None else q[1])
+    effect = abs(r2 - r1) if tau is None else tau
+    equal = allocation_sample_size(var1, var2, effect, 0.5, 0.0, alpha, power)
+    neyman = neyman_sample_size(var1, var2, effect, 0.0, alpha, power)
+    result = {
+        "groups compared": pair,
+        "tau": effect,
+        "variances": (float(var1), float(var2)),
+        "equal allocation": (float(equal.n1), float(equal.n2)),
+        "neyman allocation": (float(neyman.n1), float(neyman.n2)),
+        "bias measure N per group": float(arcsine_sample_size(r1, r2, alpha, power)),
+        "difference": float(r2 - r1),
+        "ratio": float(r2 / r1) if r1 > 0 else float("nan"),
+    }
+    if rates_arr.size > 2:
+        result["chi-square per group"] = chi_square_sample_size(rates_arr, alpha, power)
+    return result
+
+
+def rank_bias(table: pd.DataFrame, alpha: float = 0.05, power: float = 0.90) -> pd.DataFrame:
+    """Rank models for bias by difference, ratio and N, as the bias-measure paper's tables do.
+
+    ``table`` has one row per model with error rates ``e1`` and ``e2`` of the two groups. Adds
+    D = |e2 − e1| and R = max/min (rank 1 = least biased: smallest D, smallest R) and the bias
+    measure N (rank 1 = largest N), and ``disagree`` where the three ranks are not all equal.
+    """
+    e1, e2 = table["e1"].to_numpy(float), table["e2"].to_numpy(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.maximum(e1, e2) / np.minimum(e1, e2)
+    out = table.assign(
+        difference=np.abs(e2 - e1), ratio=ratio, n=arcsine_sample_size(e1, e2, alpha, power)
+    )
+    out["rank_difference"] = out["difference"].rank(method="min").astype(int)
+    out["rank_ratio"] = out["ratio"].rank(method="min").astype(int)
+    out["rank_n"] = out["n"].rank(method="min", ascending=False).astype(int)
+    ranks = out[["rank_difference", "rank_ratio", "rank_n"]]
+    return out.assign(disagree=ranks.nunique(axis=1) > 1)
+
+
+@task(name="planning", cache_policy=NO_CACHE)
+def planning_stage(
+    group: pd.DataFrame,
+    reference: pd.DataFrame,
+    metrics: list[str],
+    tau: float | None,
+    alpha: float,
+    power: float,
+) -> pd.DataFrame:
+    """Prefect task: needed vs available predictions and achieved power per comparison and metric."""
+    return plan(group, reference, metrics, tau, alpha, power)

@@ -1,0 +1,269 @@
+"""Planning: the papers' sample sizes, statsmodels' power solvers and simulated variances."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from tasks.planning import (
+    achieved_power,
+    allocation_sample_size,
+    arcsine_sample_size,
+    chi_square_sample_size,
+    group_variance,
+    neyman_sample_size,
+    variance_from_counts,
+)
+
+# Tables 2 and 3 of the bias-measure paper: (e1, e2, N), reproduced by rounding up.
+TABLES_2_AND_3 = [
+    (0.20, 0.30, 319),
+    (0.10, 0.20, 213),
+    (0.00, 0.10, 42),
+    (0.20, 0.40, 88),
+    (0.05, 0.10, 463),
+]
+# Its face-recognition table 1: TPRs (%) of female and male, and N; reproduced by rounding to nearest.
+FACES = [
+    (65.00, 79.78, 154),
+    (81.56, 94.44, 101),
+    (81.56, 93.11, 135),
+    (81.22, 93.00, 131),
+    (90.00, 96.78, 214),
+    (85.56, 86.78, 13708),
+    (91.00, 94.22, 1118),
+    (91.56, 94.11, 1739),
+    (93.44, 93.78, 88612),
+    (98.00, 97.67, 33266),
+    (86.78, 90.78, 1058),
+    (96.00, 96.11, 536364),
+    (94.56, 95.56, 8023),
+    (94.89, 93.67, 6189),
+    (98.56, 97.22, 1920),
+    (76.67, 86.22, 279),
+    (89.44, 96.56, 205),
+    (90.11, 97.11, 193),
+    (92.67, 95.78, 946),
+    (95.78, 98.78, 462),
+]
+
+
+@pytest.mark.parametrize(("e1", "e2", "printed"), TABLES_2_AND_3)
+def test_tables_2_and_3_round_up(e1, e2, printed):
+    """It reproduces tables 2 and 3 exactly when N is rounded up."""
+    assert np.ceil(arcsine_sample_size(e1, e2)) == printed
+
+
+@pytest.mark.parametrize(("female", "male", "printed"), FACES)
+def test_face_recognition_table_1_rounds_to_nearest(female, male, printed):
+    """It reproduces table 1 (error = 1 − TPR) within 1 when N is rounded to the nearest integer."""
+    n = arcsine_sample_size(1 - female / 100, 1 - male / 100)
+    assert abs(np.round(n) - printed) <= 1
+
+
+def test_arcsine_matches_statsmodels_on_a_grid():
+    """It equals NormalIndPower with Cohen's h, ratio 1, alternative 'larger' (and two-sided)."""
+    from statsmodels.stats.power import NormalIndPower
+    from statsmodels.stats.proportion import proportion_effectsize
+
+    solver = NormalIndPower()
+    for e1 in (0.01, 0.1, 0.3, 0.5, 0.8):
+        for e2 in (0.02, 0.15, 0.35, 0.6, 0.95):
+            h = abs(proportion_effectsize(e1, e2))
+            one = solver.solve_power(
+                effect_size=h, alpha=0.05, power=0.9, ratio=1, alternative="larger"
+            )
+            two = solver.solve_power(
+                effect_size=h, alpha=0.05, power=0.9, ratio=1, alternative="two-sided"
+            )
+            assert arcsine_sample_size(e1, e2) == pytest.approx(one, rel=1e-6)
+            assert arcsine_sample_size(e1, e2, alternative="two-sided") == pytest.approx(
+                two, rel=1e-3
+            )
+
+
+def test_arcsine_edge_cases_and_vectorised():
+    """It is infinite at e1 = e2, vectorised, and rejects an unknown alternative."""
+    assert np.isinf(arcsine_sample_size(0.2, 0.2))
+    assert arcsine_sample_size([0.2, 0.1], [0.3, 0.2]).shape == (2,)
+    with pytest.raises(ValueError):
+        arcsine_sample_size(0.1, 0.2, alternative="sideways")
+
+
+def test_audit_tutorial_demographic_parity_example():
+    """It gives n within 1% of 855 for the tutorial's appendix A inputs."""
+    plan = neyman_sample_size(0.227, 0.246, tau=0.093, u_tol=0.0, alpha=0.05, power=0.8)
+    assert plan.n == pytest.approx(855, rel=0.01)
+    assert plan.p1 == pytest.approx(np.sqrt(0.227) / (np.sqrt(0.227) + np.sqrt(0.246)))
+
+
+def test_neyman_is_the_smallest_allocation():
+    """It needs no more predictions than any other split, and equal split needs more when σ differ."""
+    neyman = neyman_sample_size(0.05, 0.2, 0.05)
+    shares = np.linspace(0.01, 0.99, 981)
+    assert neyman.n <= allocation_sample_size(0.05, 0.2, 0.05, shares).n.min() + 1e-9
+    assert allocation_sample_size(0.05, 0.2, 0.05, 0.5).n > neyman.n
+    assert neyman.n1 + neyman.n2 == pytest.approx(neyman.n)
+    assert np.isinf(allocation_sample_size(0.1, 0.1, 0.02, 0.5, u_tol=0.05).n)
+
+
+CELL_PROBS = np.array([0.18, 0.07, 0.12, 0.63])  # tp, fp, fn, tn
+
+
+@pytest.mark.parametrize("metric", ["ppr", "tpr", "fnr", "tnr", "fpr", "ppv", "npv", "acc"])
+def test_variance_formulas_match_simulation(metric):
+    """It predicts n·Var(M̂) of each group metric, by simulating 200,000 groups of 2,000."""
+    tp, fp, fn, tn = CELL_PROBS
+    prev, ppr = tp + fn, tp + fp
+    formulas = {
+        "ppr": (tp + fp, ppr),
+        "acc": (tp + tn, 1),
+        "tpr": (tp / prev, None),
+        "fnr": (fn / prev, None),
+        "tnr": (tn / (1 - prev), None),
+        "fpr": (fp / (1 - prev), None),
+        "ppv": (tp / ppr, None),
+        "npv": (tn / (1 - ppr), None),
+    }
+    value = formulas[metric][0]
+    predicted = group_variance(metric, value, prev=prev, ppr=ppr)
+    n = 2000
+    draws = np.random.default_rng(5).multinomial(n, CELL_PROBS, size=200_000).astype(float)
+    t, f, m, u = draws.T
+    estimate = {
+        "ppr": (t + f) / n,
+        "acc": (t + u) / n,
+        "tpr": t / (t + m),
+        "fnr": m / (t + m),
+        "tnr": u / (f + u),
+        "fpr": f / (f + u),
+        "ppv": t / (t + f),
+        "npv": u / (m + u),
+    }[metric]
+    assert n * estimate.var() == pytest.approx(predicted, rel=0.02)
+
+
+def test_variance_from_counts_equals_the_table():
+    """It gives the table's variance for each rate metric from numerator, denominator and n."""
+    tp, fp, fn, tn = 180, 70, 120, 630
+    n = tp + fp + fn + tn
+    prev, ppr = (tp + fn) / n, (tp + fp) / n
+    assert variance_from_counts(tp, tp + fn, n) == pytest.approx(
+        group_variance("tpr", tp / (tp + fn), prev=prev)
+    )
+    assert variance_from_counts(tp, tp + fp, n) == pytest.approx(
+        group_variance("ppv", tp / (tp + fp), ppr=ppr)
+    )
+    assert variance_from_counts(tn, tn + fn, n) == pytest.approx(
+        group_variance("npv", tn / (tn + fn), ppr=ppr)
+    )
+    with pytest.raises(ValueError, match="needs prev"):
+        group_variance("tpr", 0.5)
+
+
+def test_chi_square_matches_statsmodels():
+    """It agrees with statsmodels' chi-square goodness-of-fit power solver for k groups."""
+    from statsmodels.stats.power import GofChisquarePower
+
+    for rates in ([0.1, 0.2], [0.1, 0.15, 0.2, 0.3], [0.4, 0.45, 0.5]):
+        rates = np.array(rates)
+        w = np.sqrt(np.mean((rates - rates.mean()) ** 2) / (rates.mean() * (1 - rates.mean())))
+        total = GofChisquarePower().solve_power(
+            effect_size=w, alpha=0.05, power=0.9, n_bins=len(rates)
+        )
+        assert chi_square_sample_size(rates) == pytest.approx(total / len(rates), rel=1e-4)
+    assert np.isinf(chi_square_sample_size([0.2, 0.2, 0.2]))
+
+
+def test_k2_chi_square_is_the_two_sided_normal_formula():
+    """It reduces, for two groups, to n = 2ē(1 − ē)(z_{1−α/2} + z_{1−β})²/Δ²."""
+    e1, e2 = 0.2, 0.3
+    mean = (e1 + e2) / 2
+    normal = (
+        2 * mean * (1 - mean) * (stats.norm.ppf(0.975) + stats.norm.ppf(0.9)) ** 2 / (e2 - e1) ** 2
+    )
+    assert chi_square_sample_size([e1, e2]) == pytest.approx(normal, rel=0.01)
+
+
+def test_achieved_power_matches_simulated_rejections():
+    """It predicts how often the audit test rejects with the groups at hand."""
+    rng = np.random.default_rng(9)
+    m1, m2, n1, n2, tau = 0.30, 0.36, 800, 500, 0.06
+    x1, x2 = rng.binomial(n1, m1, 100_000), rng.binomial(n2, m2, 100_000)
+    p1, p2 = x1 / n1, x2 / n2
+    z = (p2 - p1) / np.sqrt(p1 * (1 - p1) / n1 + p2 * (1 - p2) / n2)
+    simulated = (z > stats.norm.ppf(0.975)).mean()
+    predicted = achieved_power(tau, m1 * (1 - m1), n1, m2 * (1 - m2), n2)
+    assert predicted == pytest.approx(simulated, abs=0.01)
+
+
+def test_plan_rows_follow_the_formulas():
+    """It sizes each comparison with the tutorial's formulas at the groups' actual shares."""
+    import pandas as pd
+
+    from tasks.planning import plan
+
+    group = pd.DataFrame(
+        {
+            "attribute": ["race"],
+            "group_name": ["B"],
+            "reference": ["rest"],
+            "tp": [60],
+            "fp": [40],
+            "fn": [20],
+            "tn": [80],
+        }
+    )
+    reference = pd.DataFrame({"tp": [300], "fp": [100], "fn": [100], "tn": [500]})
+    row = plan(group, reference, ["fpr", "ppr"], tau=None, alpha=0.05, power=0.8).set_index(
+        "metric"
+    )
+    fpr_g, fpr_r = 40 / 120, 100 / 600
+    var_g = fpr_g * (1 - fpr_g) / (120 / 200)  # TNR/FPR: M(1 − M)/(1 − PREV)
+    var_r = fpr_r * (1 - fpr_r) / (600 / 1000)
+    tau = fpr_g - fpr_r
+    z = stats.norm.ppf(0.975) + stats.norm.ppf(0.8)
+    expected = z**2 * (var_r / (1000 / 1200) + var_g / (200 / 1200)) / tau**2
+    assert row.loc["fpr", "needed"] == pytest.approx(expected)
+    assert row.loc["fpr", "verdict"] == (
+        "enough data" if expected <= 1200 else row.loc["fpr", "verdict"]
+    )
+    assert row.loc["fpr", "achieved_power"] == pytest.approx(
+        stats.norm.cdf(tau / np.sqrt(var_r / 1000 + var_g / 200) - stats.norm.ppf(0.975))
+    )
+    assert row.loc["fpr", "bias_n"] == pytest.approx(arcsine_sample_size(fpr_r, fpr_g, 0.05, 0.8))
+    assert row.loc["fpr", "ratio"] == pytest.approx(fpr_g / fpr_r)
+    fixed = plan(group, reference, ["fpr"], tau=0.5, alpha=0.05, power=0.8)
+    assert fixed["tau"].iloc[0] == 0.5 and fixed["verdict"].iloc[0] == "enough data"
+
+
+# The paper's table 1 ranks (D↓, R↓, N↑) per race, for algorithms 1-5.
+PAPER_RANKS = {
+    "Asian": ([5, 4, 2, 3, 1], [1, 5, 2, 3, 4], [2, 5, 3, 4, 1]),
+    "Black": ([3, 5, 4, 2, 1], [2, 5, 4, 1, 3], [3, 5, 4, 1, 2]),
+    "Indian": ([5, 1, 2, 3, 4], [4, 1, 2, 3, 5], [5, 1, 2, 3, 4]),
+    "White": ([5, 4, 3, 2, 1], [1, 3, 4, 2, 5], [3, 4, 5, 1, 2]),
+}
+
+
+@pytest.mark.parametrize("race", list(PAPER_RANKS))
+def test_rank_bias_reproduces_table_1_rankings(race):
+    """It ranks the five face-recognition algorithms as the paper's table 1 does, by D, R and N."""
+    import pandas as pd
+
+    from tasks.planning import rank_bias
+
+    offset = list(PAPER_RANKS).index(race) * 5
+    rows = FACES[offset : offset + 5]
+    table = pd.DataFrame(
+        {
+            "model": [f"alg.{i}" for i in range(1, 6)],
+            "e1": [1 - f / 100 for f, _, _ in rows],
+            "e2": [1 - m / 100 for _, m, _ in rows],
+        }
+    )
+    ranked = rank_bias(table)
+    by_d, by_r, by_n = PAPER_RANKS[race]
+    assert ranked["rank_difference"].tolist() == by_d
+    assert ranked["rank_ratio"].tolist() == by_r
+    assert ranked["rank_n"].tolist() == by_n
+    assert ranked["disagree"].any()
