@@ -252,3 +252,30 @@ class PlanningResult(Base):
     achieved_power: Mapped[float | None] = mapped_column(Float)
     verdict: Mapped[str] = mapped_column(String(64))
     bias_n: Mapped[float | None] = mapped_column(Float)
+
+
+class MetaMetricResult(Base):
+    """Meta-metrics of one attribute (or intersection) and rate metric across its groups."""
+
+    __tablename__ = "metametric_results"
+
+    run_id: Mapped[int] = mapped_column(
+        ForeignKey("audit_runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    attribute: Mapped[str] = mapped_column(String(256), primary_key=True)
+    metric: Mapped[str] = mapped_column(String(16), primary_key=True)
+    k: Mapped[int] = mapped_column(Integer)
+    k_undefined: Mapped[int] = mapped_column(Integer)
+    n_min: Mapped[float | None] = mapped_column(Float)
+    n_median: Mapped[float | None] = mapped_column(Float)
+    n_max: Mapped[float | None] = mapped_column(Float)
+    mm_diff: Mapped[float | None] = mapped_column(Float)
+    mm_ratio: Mapped[float | None] = mapped_column(Float)
+    max_abs_diff: Mapped[float | None] = mapped_column(Float)
+    mad: Mapped[float | None] = mapped_column(Float)
+    var: Mapped[float | None] = mapped_column(Float)
+    gei: Mapped[float | None] = mapped_column(Float)
+    corrected_var: Mapped[float | None] = mapped_column(Float)
+    interval_low: Mapped[float | None] = mapped_column(Float)
+    interval_high: Mapped[float | None] = mapped_column(Float)
+    level: Mapped[float] = mapped_column(Float)

@@ -1,7 +1,7 @@
 """The audit flow: one Prefect flow run audits one model, stage by stage (../shared/DESIGN.md).
 
     extract -> validate -> counts -> metrics -> match -> planning -> detection -> smoothing
-    -> persist
+    -> meta-metrics -> persist
 
 Each stage is a thin task over the pure functions of its ``tasks/`` module. A failure at any stage
 records a failed run with the error (and any quarantined rows) and re-raises; only a complete run
@@ -25,6 +25,7 @@ from db.models import (
     DetectionResult,
     GroupCount,
     MatchResult,
+    MetaMetricResult,
     MetricResult,
     PlanningResult,
     TwoGroupResult,
@@ -35,6 +36,7 @@ from tasks.counts import comparison_pairs, count
 from tasks.detection import detection_stage
 from tasks.extract import extract, fingerprint, window_bounds
 from tasks.match import match_stage
+from tasks.metametrics import metametrics_stage
 from tasks.metrics import metrics_stage
 from tasks.persist import persist, record_failure
 from tasks.planning import planning_stage
@@ -160,6 +162,11 @@ def audit_flow(
             smoothed = smoothing_stage(
                 groups, audit.metrics, audit.smoothing.cps_lambda, audit.smoothing.additive_alpha
             )
+        with _timed(timings, "meta-metrics"):
+            seed = int(record.input_fingerprint[:8], 16)  # same input, same bootstrap
+            metametrics = metametrics_stage(
+                metrics, audit.metrics, thresholds.bootstrap_replicates, 1 - thresholds.alpha, seed
+            )
         record.summary = run_summary(counts, metrics, match, detection, planning, thresholds.alpha)
         results = {
             GroupCount: counts,
@@ -167,6 +174,7 @@ def audit_flow(
             MatchResult: match,
             DetectionResult: detection,
             PlanningResult: planning,
+            MetaMetricResult: metametrics,
             TwoGroupResult: two_group[
                 ["attribute", "group_name", "reference", "metric", "value", "undefined_reason"]
             ],

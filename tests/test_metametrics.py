@@ -1,0 +1,123 @@
+"""Meta-metrics: independent computation, unbiasedness, count bootstrap = row bootstrap, coverage."""
+
+import statistics
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from tasks.metametrics import bootstrap_variance_interval, corrected_variance, meta_metrics
+
+
+def naive_by_hand(values, alpha):
+    """Table 1 written out with the standard library."""
+    mean = statistics.fmean(values)
+    k = len(values)
+    return {
+        "mm_diff": max(values) - min(values),
+        "mm_ratio": max(values) / min(values),
+        "max_abs_diff": max(abs(v - mean) for v in values),
+        "mad": sum(abs(v - mean) for v in values) / k,
+        "var": statistics.variance(values),
+        "gei": sum((v / mean) ** alpha - 1 for v in values) / (k * alpha * (alpha - 1)),
+    }
+
+
+@pytest.mark.parametrize("alpha", [2.0, 0.5, -1.0, 3.0])
+def test_meta_metrics_match_independent_computation(alpha):
+    """It computes all six meta-metrics as the definitions written out by hand do."""
+    values = list(np.random.default_rng(int(alpha * 10) + 20).uniform(0.05, 0.95, 17))
+    assert meta_metrics(values, alpha) == pytest.approx(naive_by_hand(values, alpha), rel=1e-12)
+
+
+def test_meta_metric_edge_cases():
+    """It refuses α in {0, 1} and a single group, and gives an infinite ratio at a zero rate."""
+    with pytest.raises(ValueError):
+        meta_metrics([0.1, 0.2], alpha=1)
+    with pytest.raises(ValueError):
+        meta_metrics([0.1])
+    assert meta_metrics([0.0, 0.2])["mm_ratio"] == float("inf")
+
+
+def simulate(mu, sizes, rng):
+    return rng.binomial(sizes, mu)
+
+
+def test_corrected_variance_is_unbiased():
+    """It estimates the true between-group variance without bias (mean error within 3 SE)."""
+    rng = np.random.default_rng(1)
+    k = 100
+    mu = 0.1 + 0.8 * np.arange(k) / (k - 1)
+    sizes = np.round(10 + 80 * np.arange(k) / (k - 1)).astype(int)
+    truth = mu.var(ddof=1)
+    naive, corrected = [], []
+    for _ in range(2000):
+        y = simulate(mu, sizes, rng) / sizes
+        naive.append(y.var(ddof=1))
+        corrected.append(corrected_variance(y, sizes))
+    errors = np.array(corrected) - truth
+    assert abs(errors.mean()) < 3 * errors.std(ddof=1) / np.sqrt(errors.size)
+    assert np.mean(naive) - truth > 10 * errors.std(ddof=1) / np.sqrt(
+        errors.size
+    )  # naive is biased
+
+
+def test_count_bootstrap_is_the_row_bootstrap():
+    """It gives the same distribution of the statistic as resampling rows within groups."""
+    rng = np.random.default_rng(2)
+    sizes = np.array([8, 12, 5, 20])
+    rows = [rng.random(n) < p for n, p in zip(sizes, [0.3, 0.6, 0.5, 0.8])]
+    successes = np.array([r.sum() for r in rows])
+    draws = 20_000
+    by_rows = np.empty(draws)
+    for b in range(draws):
+        y = np.array([rng.choice(r, size=r.size, replace=True).mean() for r in rows])
+        by_rows[b] = y.var(ddof=1)
+    by_counts = rng.binomial(sizes, successes / sizes, size=(draws, sizes.size)) / sizes
+    by_counts = by_counts.var(axis=1, ddof=1)
+    assert stats.ks_2samp(by_rows, by_counts).pvalue > 0.001
+    assert by_rows.mean() == pytest.approx(by_counts.mean(), rel=0.02)
+
+
+def test_double_correction_formula():
+    """It subtracts the mean of 2Y(1−Y)/n − Y(1−Y)/n² in each replicate (section 5.3)."""
+    successes, totals = np.array([3, 9, 14]), np.array([10, 20, 30])
+    _, low, high = bootstrap_variance_interval(successes, totals, n_boot=1, level=0.5, seed=4)
+    y = np.random.default_rng(4).binomial(totals, successes / totals, size=(1, 3))[0] / totals
+    expected = max(0.0, y.var(ddof=1) - np.mean(2 * y * (1 - y) / totals - y * (1 - y) / totals**2))
+    assert low == pytest.approx(expected) and high == pytest.approx(expected)
+
+
+def test_point_estimates_and_validation():
+    """It reports the naive or corrected point estimate and rejects bad input."""
+    successes, totals = np.array([3, 9, 14]), np.array([10, 20, 30])
+    y = successes / totals
+    assert bootstrap_variance_interval(successes, totals, method="uncorrected", n_boot=10)[
+        0
+    ] == pytest.approx(y.var(ddof=1))
+    assert bootstrap_variance_interval(successes, totals, n_boot=10)[0] == pytest.approx(
+        corrected_variance(y, totals)
+    )
+    with pytest.raises(ValueError):
+        bootstrap_variance_interval(successes, totals, method="triple")
+    with pytest.raises(ValueError):
+        bootstrap_variance_interval([5], [4])
+
+
+def test_coverage_double_beats_uncorrected_where_performance_differs():
+    """It covers the truth near 95% with the double correction where the others fail (table 3)."""
+    rng = np.random.default_rng(3)
+    k = 100
+    mu = 0.1 + 0.8 * np.arange(k) / (k - 1)
+    sizes = np.round(10 + 80 * np.arange(k) / (k - 1)).astype(int)
+    truth = mu.var(ddof=1)
+    covered = {"uncorrected": 0, "corrected": 0, "double": 0}
+    replicates = 200
+    for r in range(replicates):
+        x = simulate(mu, sizes, rng)
+        for method in covered:
+            _, low, high = bootstrap_variance_interval(x, sizes, method=method, n_boot=300, seed=r)
+            covered[method] += low <= truth <= high
+    assert covered["double"] / replicates > 0.88
+    assert covered["uncorrected"] / replicates < 0.4
+    assert covered["corrected"] / replicates < 0.85
