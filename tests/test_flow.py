@@ -9,7 +9,14 @@ from sqlalchemy import func, select, text
 from db.engine import make_engine
 from db.history import list_runs, run_metrics
 from db.load import load_predictions
-from db.models import AuditRun, MatchResult, MetricResult, QuarantinedRow
+from db.models import (
+    AuditRun,
+    MatchResult,
+    MetaMetricResult,
+    MetricResult,
+    PlanningResult,
+    QuarantinedRow,
+)
 from flows.audit import audit_flow
 from flows.demo import END, GROUPS, INJECTED, synthetic_predictions
 from flows.nightly import nightly_flow
@@ -67,6 +74,23 @@ def test_demo_audits_are_versioned_and_idempotent(db_url):
     assert "sex=Female tpr lower" in flagged["hiring-sex"]
     assert "age_band=65+ tpr lower" in flagged["claims-recent"]
     assert flagged["fraud-all"] == set()  # the truly fair model
+
+    with engine.connect() as connection:
+        planning = pd.read_sql(
+            select(PlanningResult).where(PlanningResult.run_id == int(credit["id"])), connection
+        )
+        meta = pd.read_sql(
+            select(MetaMetricResult).where(MetaMetricResult.run_id == int(credit["id"])), connection
+        )
+    black_fpr = planning.set_index(["group_name", "reference", "metric"]).loc[
+        ("Black", "rest", "fpr")
+    ]
+    assert black_fpr["verdict"] == "enough data" and black_fpr["achieved_power"] > 0.99
+    assert len(planning) == pairs * 6  # every comparison and configured rate metric
+    assert set(meta["attribute"]) == {"race", "sex", "age_band", "race x sex"}
+    race_fpr = meta.set_index(["attribute", "metric"]).loc[("race", "fpr")]
+    assert race_fpr["k"] == 6 and race_fpr["corrected_var"] <= race_fpr["var"]
+    assert race_fpr["interval_low"] <= race_fpr["corrected_var"] <= race_fpr["interval_high"]
 
     again = audit_flow("credit-race", str(DEMO_CONFIG), db_url, END)
     assert again == {**results[0], "new": False}
