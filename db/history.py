@@ -142,3 +142,20 @@ def comparison_rates(
     )
     with engine.connect() as connection:
         return pd.read_sql(query, connection)
+
+
+def run_results(
+    engine: Engine,
+    table: type,
+    run_id: int,
+    attribute: str | None = None,
+    metric: str | None = None,
+) -> pd.DataFrame:
+    """Rows of one result table (PlanningResult, DetectionResult, ...) for one run, filtered."""
+    query = select(table).where(table.run_id == run_id)
+    if attribute:
+        query = query.where(table.attribute == attribute)
+    if metric:
+        query = query.where(table.metric == metric)
+    with engine.connect() as connection:
+        return pd.read_sql(query, connection).drop(columns="run_id")

@@ -72,7 +72,7 @@ def _print_frame(frame, title: str | None = None) -> None:
         table.add_column(str(column), overflow="fold")
     for row in frame.itertuples(index=False):
         table.add_row(
-            *["" if pd.isna(v) else f"{v:.3f}" if isinstance(v, float) else str(v) for v in row]
+            *["" if pd.isna(v) else f"{v:.4g}" if isinstance(v, float) else str(v) for v in row]
         )
     console.print(table)
 
@@ -293,6 +293,64 @@ def history(
     if not match.empty:
         title = f"MATCH tests with p < {alpha} (unadjusted): percentile of the group under its reference"
         _print_frame(match, title=title)
+    _print_stage_tables(engine, run_id, attribute, metric)
+
+
+def _print_stage_tables(engine, run_id: int, attribute: str | None, metric: str | None) -> None:
+    from db.history import run_results
+    from db.models import DetectionResult, MetaMetricResult, PlanningResult
+
+    planning = run_results(engine, PlanningResult, run_id, attribute, metric)
+    if not planning.empty:
+        columns = [
+            "attribute",
+            "group_name",
+            "reference",
+            "metric",
+            "disparity",
+            "n_group",
+            "n_reference",
+            "needed",
+            "needed_neyman",
+            "achieved_power",
+            "verdict",
+            "bias_n",
+        ]
+        _print_frame(planning[columns], title="planning: predictions needed vs available")
+    detection = run_results(engine, DetectionResult, run_id, attribute, metric)
+    flagged = detection[detection["flagged"].astype(bool)]
+    if not flagged.empty:
+        columns = [
+            "attribute",
+            "group_name",
+            "reference",
+            "metric",
+            "difference",
+            "hdi_low",
+            "hdi_high",
+            "prob_deviation",
+            "decision",
+            "p_adjusted",
+        ]
+        _print_frame(flagged[columns], title="detection: flagged (BH-adjusted p < alpha)")
+    meta = run_results(engine, MetaMetricResult, run_id, attribute, metric)
+    if not meta.empty:
+        columns = [
+            "attribute",
+            "metric",
+            "k",
+            "n_min",
+            "n_max",
+            "var",
+            "corrected_var",
+            "interval_low",
+            "interval_high",
+            "mm_diff",
+            "mm_ratio",
+        ]
+        _print_frame(
+            meta[columns], title="meta-metrics: naive and corrected between-group variance"
+        )
 
 
 @app.command()
