@@ -152,6 +152,8 @@ class QuarantinedRow(Base):
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     run_id: Mapped[int | None] = mapped_column(ForeignKey("audit_runs.id", ondelete="CASCADE"))
     source: Mapped[str] = mapped_column(String(512))
+    # Position of the row in the extracted window (or loaded file), and its prediction id.
+    row_number: Mapped[int | None] = mapped_column(BigInteger)
     row_ref: Mapped[str] = mapped_column(String(128))
     column_name: Mapped[str | None] = mapped_column(String(128))
     value: Mapped[str | None] = mapped_column(Text)

@@ -1,26 +1,31 @@
-"""Writing audit runs: one transaction per run, a new version per (audit, model), no duplicates.
+"""Writing audit runs: visible progress, one transaction for the results, gap-free versions.
 
-A succeeded run and all its result rows commit together, so a reader never sees half a run. Re-running
-identical input (same fingerprint) with an identical configuration returns the existing run unless
-forced. On PostgreSQL a transaction-scoped advisory lock serialises version numbering per audit and
-model; everywhere, the unique constraint on (audit_name, model_id, version) is the last word.
+A run's life: ``start_run`` commits a row with status ``running`` (so an operator sees it); the
+results and the promotion to ``succeeded`` with the next version number commit together in
+``save_run``, so a reader never sees half a run; ``record_failed_run`` marks it ``failed`` with the
+error. A process killed mid-run leaves only its ``running`` row, which ``abandon_stale_runs`` (called
+when the next run of the same audit starts) marks ``failed``. Re-running identical input (same
+fingerprint) with an identical configuration returns the existing run unless forced. On PostgreSQL a
+transaction-scoped advisory lock serialises version numbering per audit and model; everywhere, the
+unique constraint on (audit_name, model_id, version) is the last word.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pandas as pd
-from sqlalchemy import Engine, func, insert, select, text
+from sqlalchemy import Engine, delete, func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from db.models import AuditRun, QuarantinedRow
 
-SUCCEEDED, FAILED = "succeeded", "failed"
+RUNNING, SUCCEEDED, FAILED = "running", "succeeded", "failed"
+ABANDONED = "abandoned: the process ended before the run finished"
 
 
 @dataclass
@@ -46,6 +51,9 @@ class RunRecord:
     timings: dict[str, float] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)
 
+    def columns(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
 
 def _records(frame: pd.DataFrame, run_id: int) -> list[dict]:
     """Rows as dicts for executemany, with NaN turned into NULL."""
@@ -57,6 +65,31 @@ def _lock_versioning(session: Session, audit_name: str, model_id: str) -> None:
     if session.bind.dialect.name == "postgresql":
         key = int.from_bytes(hashlib.sha256(f"{audit_name}\0{model_id}".encode()).digest()[:8])
         session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key - (1 << 63)})
+
+
+def start_run(engine: Engine, record: RunRecord) -> int:
+    """Commit a ``running`` row for the run and return its id."""
+    with Session(engine) as session, session.begin():
+        run = AuditRun(**record.columns(), status=RUNNING, finished_at=record.started_at)
+        session.add(run)
+        session.flush()
+        return run.id
+
+
+def abandon_stale_runs(engine: Engine, audit_name: str, older_than: timedelta) -> int:
+    """Mark ``running`` runs of this audit started more than ``older_than`` ago as failed."""
+    cutoff = datetime.now(UTC) - older_than
+    with Session(engine) as session, session.begin():
+        result = session.execute(
+            update(AuditRun)
+            .where(
+                AuditRun.audit_name == audit_name,
+                AuditRun.status == RUNNING,
+                AuditRun.started_at < cutoff,
+            )
+            .values(status=FAILED, error=ABANDONED, finished_at=datetime.now(UTC))
+        )
+        return result.rowcount
 
 
 def find_identical_run(session: Session, record: RunRecord) -> AuditRun | None:
@@ -77,6 +110,7 @@ def find_identical_run(session: Session, record: RunRecord) -> AuditRun | None:
 
 def save_run(
     engine: Engine,
+    run_id: int,
     record: RunRecord,
     results: dict[type, pd.DataFrame],
     quarantine: pd.DataFrame,
@@ -84,16 +118,18 @@ def save_run(
     force: bool = False,
     attempts: int = 3,
 ) -> tuple[int, bool]:
-    """Commit a succeeded run with its result frames; returns (run id, whether it is new).
+    """Commit the results and promote run ``run_id`` to succeeded; returns (run id, is new).
 
     ``results`` maps each result model (e.g. GroupCount) to its frame, whose columns are the
-    model's columns without ``run_id``.
+    model's columns without ``run_id``. When an identical run exists (and not ``force``), the
+    running row is removed in the same transaction and the existing run's id is returned.
     """
     for attempt in range(attempts):
         try:
             with Session(engine) as session, session.begin():
                 _lock_versioning(session, record.audit_name, record.model_id)
                 if not force and (existing := find_identical_run(session, record)):
+                    session.execute(delete(AuditRun).where(AuditRun.id == run_id))
                     return existing.id, False
                 version = session.scalar(
                     select(func.coalesce(func.max(AuditRun.version), 0)).where(
@@ -101,14 +137,21 @@ def save_run(
                         AuditRun.model_id == record.model_id,
                     )
                 )
-                run = _run_row(record, status=SUCCEEDED, version=version + 1)
-                session.add(run)
-                session.flush()
+                session.execute(
+                    update(AuditRun)
+                    .where(AuditRun.id == run_id)
+                    .values(
+                        **record.columns(),
+                        status=SUCCEEDED,
+                        version=version + 1,
+                        finished_at=datetime.now(UTC),
+                    )
+                )
                 for model, frame in results.items():
                     if not frame.empty:
-                        session.execute(insert(model), _records(frame, run.id))
-                _add_quarantine(session, run.id, record, quarantine)
-                return run.id, True
+                        session.execute(insert(model), _records(frame, run_id))
+                _add_quarantine(session, run_id, record, quarantine)
+                return run_id, True
         except IntegrityError:
             if attempt == attempts - 1:
                 raise
@@ -116,27 +159,29 @@ def save_run(
 
 
 def record_failed_run(
-    engine: Engine, record: RunRecord, error: str, quarantine: pd.DataFrame | None = None
+    engine: Engine,
+    run_id: int | None,
+    record: RunRecord,
+    error: str,
+    quarantine: pd.DataFrame | None = None,
 ) -> int:
-    """Record a failed run (no version, no results) with its error and any quarantined rows."""
+    """Mark the run failed (no version, no results) with its error and any quarantined rows."""
+    values = {**record.columns(), "status": FAILED, "error": error[:4000]}
     with Session(engine) as session, session.begin():
-        run = _run_row(record, status=FAILED, version=None, error=error)
-        session.add(run)
-        session.flush()
+        if run_id is None:
+            run = AuditRun(**values, finished_at=datetime.now(UTC))
+            session.add(run)
+            session.flush()
+            run_id = run.id
+        else:
+            session.execute(
+                update(AuditRun)
+                .where(AuditRun.id == run_id)
+                .values(**values, finished_at=datetime.now(UTC))
+            )
         if quarantine is not None:
-            _add_quarantine(session, run.id, record, quarantine)
-        return run.id
-
-
-def _run_row(record: RunRecord, *, status: str, version: int | None, error: str | None = None):
-    fields = {k: getattr(record, k) for k in RunRecord.__dataclass_fields__}
-    return AuditRun(
-        **fields,
-        status=status,
-        version=version,
-        error=error,
-        finished_at=datetime.now(UTC),
-    )
+            _add_quarantine(session, run_id, record, quarantine)
+        return run_id
 
 
 def _add_quarantine(session: Session, run_id: int, record: RunRecord, quarantine: pd.DataFrame):

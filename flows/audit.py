@@ -1,19 +1,21 @@
 """The audit flow: one Prefect flow run audits one model, stage by stage (../shared/DESIGN.md).
 
-    extract -> validate -> counts -> metrics -> match -> planning -> detection -> smoothing
-    -> meta-metrics -> persist
+    begin -> extract -> validate -> counts -> metrics -> match -> planning -> detection
+    -> smoothing -> meta-metrics -> persist
 
-Each stage is a thin task over the pure functions of its ``tasks/`` module. A failure at any stage
-records a failed run with the error (and any quarantined rows) and re-raises; only a complete run
-commits as succeeded.
+Each stage is a thin task over the pure functions of its ``tasks/`` module. ``begin`` commits a
+``running`` row; a failure at any stage marks it failed with the error (and any quarantined rows)
+and re-raises; only a complete run commits, with all its results, as succeeded. The same body runs
+as plain function calls (``run_audit``) for tests, benchmarks and embedding without Prefect.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from importlib.metadata import version as package_version
 from pathlib import Path
 
@@ -38,16 +40,12 @@ from tasks.extract import extract, fingerprint, window_bounds
 from tasks.match import match_stage
 from tasks.metametrics import metametrics_stage
 from tasks.metrics import metrics_stage
-from tasks.persist import persist, record_failure
+from tasks.persist import begin_run, persist, record_failure
 from tasks.planning import planning_stage
 from tasks.smoothing import smoothing_stage
 from tasks.validate import check_invalid_fraction, validate
 
 CONFIG_ENV = "BIASAUDIT_CONFIG"
-
-
-class EmptyWindow(LookupError):
-    """The audit window holds no predictions for the model."""
 
 
 def default_config_path() -> str:
@@ -117,55 +115,95 @@ def audit_flow(
     force: bool = False,
 ) -> dict:
     """Audit one configured model as of ``as_of`` (default now); returns the run's identity."""
-    config_path = config_path or default_config_path()
-    audit = load_config(Path(config_path)).get(audit_name)
+    return execute_audit(audit_name, config_path, db_url, as_of, force, call=_as_task)
+
+
+def run_audit(
+    audit_name: str,
+    config_path: str | None = None,
+    db_url: str | None = None,
+    as_of: datetime | None = None,
+    force: bool = False,
+) -> dict:
+    """The same audit as plain function calls: no Prefect run, no retries."""
+    return execute_audit(audit_name, config_path, db_url, as_of, force, call=_as_function)
+
+
+def _as_task(task, *args):
+    return task(*args)
+
+
+def _as_function(task, *args):
+    return task.fn(*args)
+
+
+def execute_audit(
+    audit_name: str,
+    config_path: str | None,
+    db_url: str | None,
+    as_of: datetime | None,
+    force: bool,
+    call: Callable,
+) -> dict:
+    """The audit's stages in order; ``call(task, *args)`` runs each one."""
+    audit = load_config(Path(config_path or default_config_path())).get(audit_name)
     url = database_url(db_url)
     record = new_record(audit, as_of or datetime.now(UTC))
-    timings = record.timings
+    thresholds, timings = audit.thresholds, record.timings
+    stale_after = timedelta(hours=thresholds.stale_run_hours)
+    run_id = call(begin_run, url, record, stale_after)
     quarantine = None
     try:
         with _timed(timings, "extract"):
-            frame = extract(url, audit, record.window_start, record.window_end)
+            frame = call(extract, url, audit, record.window_start, record.window_end)
         record.rows_read = len(frame)
-        if frame.empty:
-            raise EmptyWindow(
-                f"no predictions of model {audit.model!r} in {audit.source!r} for window "
-                f"({record.window_start or '-inf'}, {record.window_end}]"
-            )
         record.input_fingerprint = fingerprint(frame)
         with _timed(timings, "validate"):
-            valid, quarantine = validate(frame, audit.attributes)
+            valid, quarantine = call(validate, frame, audit.attributes, record.started_at)
         record.rows_valid = len(valid)
         record.rows_quarantined = len(frame) - len(valid)
         record.rows_unlabelled = int(valid["y_true"].isna().sum())
         check_invalid_fraction(
-            record.rows_read, record.rows_quarantined, audit.thresholds.max_invalid_fraction
+            record.rows_read, record.rows_quarantined, thresholds.max_invalid_fraction
         )
         with _timed(timings, "counts"):
-            counts = count(valid, audit)
+            counts = call(count, valid, audit)
         pairs = comparison_pairs(counts, audit.reference_groups)
         with _timed(timings, "metrics"):
-            metrics, two_group = metrics_stage(counts, pairs, audit.metrics)
+            metrics, two_group = call(metrics_stage, counts, pairs, audit.metrics)
         with _timed(timings, "match"):
-            match = match_stage(*pairs, audit.metrics)
-        thresholds = audit.thresholds
+            match = call(match_stage, *pairs, audit.metrics)
         with _timed(timings, "planning"):
-            planning = planning_stage(
-                *pairs, audit.metrics, thresholds.planning_tau, thresholds.alpha, thresholds.power
+            planning = call(
+                planning_stage,
+                *pairs,
+                audit.metrics,
+                thresholds.planning_tau,
+                thresholds.alpha,
+                thresholds.power,
             )
         with _timed(timings, "detection"):
-            detection = detection_stage(
-                *pairs, audit.metrics, thresholds.tolerance, thresholds.alpha
+            detection = call(
+                detection_stage, *pairs, audit.metrics, thresholds.tolerance, thresholds.alpha
             )
         with _timed(timings, "smoothing"):
             groups = counts[counts["subset"] == "group"]
-            smoothed = smoothing_stage(
-                groups, audit.metrics, audit.smoothing.cps_lambda, audit.smoothing.additive_alpha
+            smoothed = call(
+                smoothing_stage,
+                groups,
+                audit.metrics,
+                audit.smoothing.cps_lambda,
+                audit.smoothing.additive_alpha,
             )
         with _timed(timings, "meta-metrics"):
             seed = int(record.input_fingerprint[:8], 16)  # same input, same bootstrap
-            metametrics = metametrics_stage(
-                metrics, audit.metrics, thresholds.bootstrap_replicates, 1 - thresholds.alpha, seed
+            metametrics = call(
+                metametrics_stage,
+                metrics,
+                audit.metrics,
+                thresholds.bootstrap_replicates,
+                1 - thresholds.alpha,
+                seed,
             )
         record.summary = run_summary(counts, metrics, match, detection, planning, thresholds.alpha)
         results = {
@@ -180,10 +218,15 @@ def audit_flow(
             ],
         }
         with _timed(timings, "persist"):
-            run_id, new = persist(url, record, results, quarantine, force)
+            run_id, new = call(persist, url, run_id, record, results, quarantine, force)
     except Exception as exc:
-        record_failure(url, record, f"{type(exc).__name__}: {exc}", quarantine)
+        call(record_failure, url, run_id, record, f"{type(exc).__name__}: {exc}", quarantine)
         raise
+    _report(audit, run_id, new, record)
+    return {"audit": audit.name, "model": audit.model, "run_id": run_id, "new": new}
+
+
+def _report(audit: Audit, run_id: int, new: bool, record: RunRecord) -> None:
     status = "new version" if new else "unchanged input: existing run"
     summary = record.summary
     print(
@@ -194,7 +237,6 @@ def audit_flow(
     )
     for line in summary["flagged"]:
         print(f"  flagged: {line}")
-    return {"audit": audit.name, "model": audit.model, "run_id": run_id, "new": new}
 
 
 if __name__ == "__main__":

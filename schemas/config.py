@@ -59,6 +59,8 @@ class Thresholds(BaseModel):
     alpha: Probability = 0.05
     power: Probability = 0.8
     min_group_size: Annotated[int, Field(ge=0)] = 30
+    # A run still 'running' after this long is taken as abandoned (its process died).
+    stale_run_hours: Annotated[float, Field(gt=0.0)] = 6.0
     # Bootstrap replicates of the meta-metric stage's double-corrected variance interval.
     bootstrap_replicates: Annotated[int, Field(ge=100, le=100_000)] = 1000
     # Disparity the planning stage sizes the audit for; None: the observed disparity.

@@ -1,10 +1,13 @@
 """Pandera schemas of the frames that cross stage boundaries.
 
-Predictions are checked value by value (no dtype coercion), so that every bad value becomes a row-level
-failure that can be quarantined with its rule, instead of one frame-level error that loses the rows.
+Predictions are checked value by value (no dtype coercion; numeric checks coerce what they read and
+fail what does not convert), so that every bad value, of any type, becomes a row-level failure that
+can be quarantined with its rule, instead of one frame-level error that loses the rows.
 """
 
 from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
 
 import pandas as pd
 import pandera.pandas as pa
@@ -19,12 +22,35 @@ def _non_empty_text(series):
     return series.astype("string").str.strip().str.len() > 0
 
 
+CLOCK_SKEW = timedelta(minutes=5)
+
+
 def _timestamp(series):
     return pd.to_datetime(series, errors="coerce", utc=True, format="mixed").notna()
 
 
-def predictions_schema(attributes: list[str]) -> pa.DataFrameSchema:
-    """Schema of extracted predictions: canonical columns plus one column per sensitive attribute."""
+def _not_in_future(now: datetime):
+    def check(series):
+        moment = pd.to_datetime(series, errors="coerce", utc=True, format="mixed")
+        return moment.isna() | (moment <= now + CLOCK_SKEW)  # unparsable: the timestamp check
+
+    return check
+
+
+def _binary(series):
+    return pd.to_numeric(series, errors="coerce").isin(BINARY)
+
+
+def _unit_interval(series):
+    return pd.to_numeric(series, errors="coerce").between(0.0, 1.0)
+
+
+def predictions_schema(attributes: list[str], now: datetime | None = None) -> pa.DataFrameSchema:
+    """Schema of extracted predictions: canonical columns plus one column per sensitive attribute.
+
+    Timestamps later than ``now`` (default: the wall clock) plus 5 minutes of clock skew fail.
+    """
+    now = now or datetime.now(UTC)
     columns = {
         "prediction_id": pa.Column(
             nullable=False,
@@ -35,11 +61,15 @@ def predictions_schema(attributes: list[str]) -> pa.DataFrameSchema:
         "model_id": pa.Column(nullable=False),
         "model_version": pa.Column(nullable=True),
         "predicted_at": pa.Column(
-            nullable=False, checks=pa.Check(_timestamp, element_wise=False, name="timestamp")
+            nullable=False,
+            checks=[
+                pa.Check(_timestamp, element_wise=False, name="timestamp"),
+                pa.Check(_not_in_future(now), element_wise=False, name="not_in_future"),
+            ],
         ),
-        "y_true": pa.Column(nullable=True, checks=pa.Check.isin(BINARY)),
-        "y_pred": pa.Column(nullable=False, checks=pa.Check.isin(BINARY)),
-        "score": pa.Column(nullable=True, checks=pa.Check.in_range(0.0, 1.0)),
+        "y_true": pa.Column(nullable=True, checks=pa.Check(_binary, name="binary")),
+        "y_pred": pa.Column(nullable=False, checks=pa.Check(_binary, name="binary")),
+        "score": pa.Column(nullable=True, checks=pa.Check(_unit_interval, name="in_unit_interval")),
     }
     for attribute in attributes:
         columns[attribute] = pa.Column(

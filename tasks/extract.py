@@ -11,13 +11,12 @@ from datetime import UTC, datetime
 
 import numpy as np
 import pandas as pd
-from prefect import task
-from prefect.cache_policies import NO_CACHE
 from sqlalchemy import Engine, MetaData, Table, literal, null, select
 from sqlalchemy.exc import NoSuchTableError
 
 from db.engine import make_engine
 from schemas.config import Audit
+from tasks.persist import database_task
 
 REQUIRED = ("prediction_id", "predicted_at", "y_true", "y_pred")
 ATTRIBUTES_JSON = "attributes"
@@ -25,6 +24,10 @@ ATTRIBUTES_JSON = "attributes"
 
 class SourceError(LookupError):
     """The configured source table or one of its mapped columns does not exist."""
+
+
+class EmptyWindow(LookupError):
+    """The audit window holds no predictions for the model (or the model has none at all)."""
 
 
 def window_bounds(audit: Audit, as_of: datetime) -> tuple[datetime | None, datetime]:
@@ -55,7 +58,7 @@ def source_query(
         name = audit.source_column(canonical)
         if name in table.c:
             return table.c[name].label(canonical)
-        if required:
+        if required or canonical in audit.columns:  # an explicit mapping must exist
             raise SourceError(f"source {table.name!r}: column {name!r} (for {canonical}) not found")
         return None
 
@@ -94,11 +97,28 @@ def source_query(
 
 
 def read_predictions(engine: Engine, audit: Audit, start: datetime | None, end: datetime):
-    """The audit window as a frame with canonical columns, as the source holds them."""
+    """The audit window as a frame with canonical columns, as the source holds them.
+
+    An empty window is an error that says whether the model has predictions at all.
+    """
     table = reflect_source(engine, audit.source)
     query = source_query(table, audit, start, end, naive_utc=engine.dialect.name == "sqlite")
     with engine.connect() as connection:
-        return pd.read_sql(query, connection)
+        frame = pd.read_sql(query, connection)
+        if frame.empty:
+            raise EmptyWindow(_empty_window_message(connection, table, audit, start, end))
+    return frame
+
+
+def _empty_window_message(connection, table: Table, audit: Audit, start, end) -> str:
+    window = f"window ({start or '-inf'}, {end}]"
+    column = audit.source_column("model_id")
+    if column not in table.c:
+        return f"no predictions in {audit.source!r} for {window}"
+    models = connection.execute(select(table.c[column]).distinct().limit(20)).scalars().all()
+    if audit.model not in models:
+        return f"unknown model {audit.model!r}: {audit.source!r} holds predictions of {sorted(map(str, models))}"
+    return f"no predictions of model {audit.model!r} in {audit.source!r} for {window}"
 
 
 def fingerprint(frame: pd.DataFrame) -> str:
@@ -111,7 +131,7 @@ def fingerprint(frame: pd.DataFrame) -> str:
     return digest.hexdigest()
 
 
-@task(name="extract", retries=2, retry_delay_seconds=[2, 10], cache_policy=NO_CACHE)
+@database_task
 def extract(db_url: str, audit: Audit, start: datetime | None, end: datetime) -> pd.DataFrame:
     """Prefect task: read the window (retried with backoff when the database is unreachable)."""
     engine = make_engine(db_url)

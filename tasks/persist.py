@@ -1,38 +1,78 @@
-"""Persist stage: write the run and every stage's results in one transaction, as a new version."""
+"""Persist stage: open the run, then write it and every stage's results in one transaction.
+
+The database tasks retry with exponential backoff (base ``BIASAUDIT_RETRY_BASE_SECONDS``, default
+2 s: waits of 2, 4 and 8 s) before the run fails with the cause.
+"""
 
 from __future__ import annotations
+
+import os
+from datetime import timedelta
 
 import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
+from prefect.tasks import exponential_backoff
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from db.engine import make_engine
-from db.runs import RunRecord, record_failed_run, save_run
+from db.runs import RunRecord, abandon_stale_runs, record_failed_run, save_run, start_run
+
+RETRIES = 3
+BACKOFF = exponential_backoff(
+    backoff_factor=float(os.environ.get("BIASAUDIT_RETRY_BASE_SECONDS", "2"))
+)
 
 
-@task(name="persist", retries=2, retry_delay_seconds=[2, 10], cache_policy=NO_CACHE)
+def database_unreachable(task, task_run, state) -> bool:
+    """Retry only when the database could not be reached or answered with an operational error,
+    never on bad data or configuration (those fail at once)."""
+    return isinstance(state.result(raise_on_failure=False), (OperationalError, InterfaceError))
+
+
+database_task = task(
+    retries=RETRIES,
+    retry_delay_seconds=BACKOFF,
+    retry_condition_fn=database_unreachable,
+    cache_policy=NO_CACHE,
+)
+
+
+@database_task
+def begin_run(db_url: str, record: RunRecord, stale_after: timedelta) -> int:
+    """Prefect task: mark this audit's abandoned runs failed, then commit a ``running`` row."""
+    engine = make_engine(db_url)
+    try:
+        abandon_stale_runs(engine, record.audit_name, stale_after)
+        return start_run(engine, record)
+    finally:
+        engine.dispose()
+
+
+@database_task
 def persist(
     db_url: str,
+    run_id: int,
     record: RunRecord,
     results: dict[type, pd.DataFrame],
     quarantine: pd.DataFrame,
     force: bool = False,
 ) -> tuple[int, bool]:
-    """Prefect task: commit the run (retried with backoff); returns (run id, whether it is new)."""
+    """Prefect task: commit the results as the next version; returns (run id, whether it is new)."""
     engine = make_engine(db_url)
     try:
-        return save_run(engine, record, results, quarantine, force=force)
+        return save_run(engine, run_id, record, results, quarantine, force=force)
     finally:
         engine.dispose()
 
 
-@task(name="record-failure", retries=2, retry_delay_seconds=[2, 10], cache_policy=NO_CACHE)
+@database_task
 def record_failure(
-    db_url: str, record: RunRecord, error: str, quarantine: pd.DataFrame | None
+    db_url: str, run_id: int | None, record: RunRecord, error: str, quarantine: pd.DataFrame | None
 ) -> int:
-    """Prefect task: record a failed run with its error; no results become visible."""
+    """Prefect task: mark the run failed with its error; no results become visible."""
     engine = make_engine(db_url)
     try:
-        return record_failed_run(engine, record, error, quarantine)
+        return record_failed_run(engine, run_id, record, error, quarantine)
     finally:
         engine.dispose()

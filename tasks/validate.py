@@ -8,6 +8,7 @@ Nothing is dropped silently: accepted + quarantined = read.
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 import pandas as pd
 import pandera.pandas as pa
@@ -16,7 +17,7 @@ from prefect.cache_policies import NO_CACHE
 
 from schemas.frames import predictions_schema
 
-QUARANTINE_COLUMNS = ["row_ref", "column_name", "value", "rule", "row"]
+QUARANTINE_COLUMNS = ["row_number", "row_ref", "column_name", "value", "rule", "row"]
 
 
 class TooManyInvalidRows(ValueError):
@@ -31,10 +32,18 @@ def _rows_as_json(frame: pd.DataFrame) -> list[dict]:
     return json.loads(frame.to_json(orient="records", date_format="iso"))
 
 
-def split_valid(frame: pd.DataFrame, attributes: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(valid rows with y_true as float 0/1/NaN and y_pred as int8, quarantine records)."""
+def split_valid(
+    frame: pd.DataFrame, attributes: list[str], now: datetime | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(valid rows with y_true as float 0/1/NaN and y_pred as int8, quarantine records).
+
+    Valid rows keep their position in ``frame`` as index; each quarantine record names its row by
+    that position (``row_number``) and by prediction id (``row_ref``).
+
+    ``now`` is the moment after which a timestamp counts as in the future (default: the clock).
+    """
     frame = frame.reset_index(drop=True)
-    schema = predictions_schema(attributes)
+    schema = predictions_schema(attributes, now)
     try:
         schema.validate(frame, lazy=True)
         failures = pd.DataFrame(columns=["column", "check", "failure_case", "index"])
@@ -53,6 +62,7 @@ def split_valid(frame: pd.DataFrame, attributes: list[str]) -> tuple[pd.DataFram
     ids = frame["prediction_id"]
     quarantine = pd.DataFrame(
         {
+            "row_number": positions,
             "row_ref": [str(ids[i]) if pd.notna(ids[i]) else f"<row {i}>" for i in positions],
             "column_name": failures["column"].to_numpy(),
             "value": [None if pd.isna(v) else str(v) for v in failures["failure_case"]],
@@ -63,8 +73,8 @@ def split_valid(frame: pd.DataFrame, attributes: list[str]) -> tuple[pd.DataFram
     )
     valid = frame.drop(index=bad_index)
     valid = valid.assign(
-        y_true=pd.to_numeric(valid["y_true"]).astype("float64"),
-        y_pred=pd.to_numeric(valid["y_pred"]).astype("int8"),
+        y_true=pd.to_numeric(valid["y_true"].astype(object)).astype("float64"),
+        y_pred=pd.to_numeric(valid["y_pred"].astype(object)).astype("int8"),
         predicted_at=pd.to_datetime(valid["predicted_at"], utc=True, format="mixed"),
     )
     for attribute in attributes:
@@ -82,6 +92,8 @@ def check_invalid_fraction(read: int, quarantined: int, max_fraction: float) -> 
 
 
 @task(name="validate", cache_policy=NO_CACHE)
-def validate(frame: pd.DataFrame, attributes: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def validate(
+    frame: pd.DataFrame, attributes: list[str], now: datetime
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Prefect task: Pandera validation with quarantine of every failing row."""
-    return split_valid(frame, attributes)
+    return split_valid(frame, attributes, now)

@@ -33,13 +33,13 @@ def test_clean_frame_passes_whole():
 @pytest.mark.parametrize(
     ("overrides", "row", "column", "rule"),
     [
-        ({"y_pred": [1, 2, 1, 0]}, "b", "y_pred", "isin"),
-        ({"y_true": [1.0, 0.0, 3.0, 1.0]}, "c", "y_true", "isin"),
-        ({"score": [0.9, 1.5, 0.7, 0.1]}, "b", "score", "in_range"),
+        ({"y_pred": [1, 2, 1, 0]}, "b", "y_pred", "binary"),
+        ({"y_true": [1.0, 0.0, 3.0, 1.0]}, "c", "y_true", "binary"),
+        ({"score": [0.9, 1.5, 0.7, 0.1]}, "b", "score", "in_unit_interval"),
         ({"race": ["A", None, "A", "B"]}, "b", "race", "not_nullable"),
         ({"race": ["A", "  ", "A", "B"]}, "b", "race", "non_empty"),
         ({"prediction_id": ["a", "b", "a", "d"]}, "a", "prediction_id", "field_uniqueness"),
-        ({"y_pred": [1, "yes", 1, 0]}, "b", "y_pred", "isin"),
+        ({"y_pred": [1, "yes", 1, 0]}, "b", "y_pred", "binary"),
         (
             {"predicted_at": ["2026-01-01", "soon", "2026-01-02", "2026-01-03"]},
             "b",

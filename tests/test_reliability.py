@@ -1,0 +1,361 @@
+"""Reliability and security: nothing lost, no partial runs, no injection (SQLite and PostgreSQL)."""
+
+import json
+import multiprocessing
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import func, select, text
+from sqlalchemy.exc import OperationalError
+
+import flows.audit
+import tasks.persist
+from db.engine import make_engine
+from db.history import list_runs
+from db.load import load_predictions
+from db.models import GroupCount, MetricResult, Prediction, QuarantinedRow
+from db.runs import ABANDONED, abandon_stale_runs
+from flows.audit import audit_flow, run_audit
+from flows.demo import END, GROUPS, synthetic_predictions
+from tasks.extract import EmptyWindow, SourceError
+from tasks.validate import TooManyInvalidRows, split_valid
+
+from .conftest import DEMO_CONFIG
+
+RESULT_TABLES = (GroupCount, MetricResult)
+
+
+def load_small(url, models=("credit-scorer",), rows=3000):
+    data = synthetic_predictions()
+    data = data[data["model_id"].isin(models)].groupby("model_id").head(rows)
+    load_predictions(make_engine(url), data, list(GROUPS), "test")
+    return data
+
+
+def counts(url, *tables):
+    with make_engine(url).connect() as connection:
+        return [connection.scalar(select(func.count()).select_from(t)) for t in tables]
+
+
+# ---- bad input ---------------------------------------------------------------------------------
+
+HOSTILE = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=4),
+    st.sampled_from(["", " ", "0", "1", "2026-01-01", "2999-01-01", "NaN"]),
+)
+
+
+@st.composite
+def hostile_frames(draw):
+    n = draw(st.integers(0, 25))
+    column = lambda: draw(st.lists(HOSTILE, min_size=n, max_size=n))
+    return pd.DataFrame(
+        {
+            "prediction_id": draw(
+                st.lists(st.sampled_from(["a", "b", "c", None, "", 7]), min_size=n, max_size=n)
+            ),
+            "model_id": "m",
+            "model_version": "1",
+            "predicted_at": column(),
+            "y_true": column(),
+            "y_pred": column(),
+            "score": column(),
+            "race": column(),
+        },
+        dtype=object,
+    )
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hostile_frames())
+def test_accepted_plus_quarantined_is_read(frame):
+    """It never loses or duplicates a row of a hostile frame: accepted + quarantined = read, every
+    quarantined row has its reason, and every accepted row is clean."""
+    valid, quarantine = split_valid(frame, ["race"])
+    quarantined = set(quarantine["row_number"])
+    assert len(valid) + len(quarantined) == len(frame)
+    assert quarantined.isdisjoint(valid.index) and quarantine["rule"].notna().all()
+    assert set(valid["y_pred"]) <= {0, 1}
+    assert valid["y_true"].dropna().isin([0.0, 1.0]).all()
+    assert valid["race"].str.strip().str.len().gt(0).all()
+    assert valid["prediction_id"].is_unique
+
+
+def test_future_timestamps_are_quarantined():
+    """It quarantines predictions time-stamped in the future, with the rule."""
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    frame = pd.DataFrame(
+        {
+            "prediction_id": ["a", "b"],
+            "model_id": "m",
+            "model_version": "1",
+            "predicted_at": [now - timedelta(days=1), now + timedelta(hours=1)],
+            "y_true": [1, 0],
+            "y_pred": [1, 0],
+            "score": [0.5, 0.5],
+            "race": ["x", "y"],
+        }
+    )
+    valid, quarantine = split_valid(frame, ["race"], now)
+    assert list(valid["prediction_id"]) == ["a"]
+    assert quarantine[["row_ref", "column_name", "rule"]].values.tolist() == [
+        ["b", "predicted_at", "not_in_future"]
+    ]
+
+
+def toml_value(value):
+    """JSON strings and arrays are TOML too; inline tables need key = value pairs."""
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in value.items()) + " }"
+    return json.dumps(value)
+
+
+def write_config(tmp_path, **changes):
+    audit = {"name": "a", "model": "credit-scorer", "attributes": ["race", "sex"], **changes}
+    lines = ["[[audits]]", *(f"{key} = {toml_value(value)}" for key, value in audit.items())]
+    path = tmp_path / "audits.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_unknown_model_and_empty_window_are_clear(db_url, tmp_path):
+    """It names an unknown model (and the known ones), and an empty window, as run errors."""
+    load_small(db_url)
+    with pytest.raises(EmptyWindow, match=r"unknown model 'ghost'.*credit-scorer"):
+        run_audit("a", write_config(tmp_path, model="ghost"), db_url, END)
+    with pytest.raises(EmptyWindow, match="no predictions of model 'credit-scorer'"):
+        run_audit("a", write_config(tmp_path, window="last_day"), db_url, END + timedelta(days=30))
+    runs = list_runs(make_engine(db_url))
+    assert list(runs["status"]) == ["failed", "failed"]
+    assert counts(db_url, *RESULT_TABLES) == [0, 0]
+
+
+# ---- atomic runs -------------------------------------------------------------------------------
+
+STAGES = [
+    "extract",
+    "validate",
+    "count",
+    "metrics_stage",
+    "match_stage",
+    "planning_stage",
+    "detection_stage",
+    "smoothing_stage",
+    "metametrics_stage",
+]
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_failure_at_any_stage_leaves_no_results(db_url, tmp_path, monkeypatch, stage):
+    """It records the run failed with the error and shows none of its results."""
+    load_small(db_url)
+
+    def boom(*_):
+        raise RuntimeError(f"injected failure in {stage}")
+
+    monkeypatch.setattr(flows.audit, stage, SimpleNamespace(fn=boom))
+    with pytest.raises(RuntimeError, match="injected"):
+        run_audit("credit-race", str(DEMO_CONFIG), db_url, END)
+    run = list_runs(make_engine(db_url)).iloc[0]
+    assert run["status"] == "failed" and f"injected failure in {stage}" in run["error"]
+    assert counts(db_url, *RESULT_TABLES) == [0, 0]
+
+
+def test_failure_inside_the_results_transaction_rolls_back(db_url, monkeypatch):
+    """It rolls back every result row when writing fails half-way through the transaction."""
+    load_small(db_url)
+    import db.runs
+
+    calls = {"n": 0}
+    original = db.runs._records
+
+    def failing(frame, run_id):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise OSError("disk full (injected)")
+        return original(frame, run_id)
+
+    monkeypatch.setattr(db.runs, "_records", failing)
+    with pytest.raises(OSError, match="disk full"):
+        run_audit("credit-race", str(DEMO_CONFIG), db_url, END)
+    assert counts(db_url, *RESULT_TABLES) == [0, 0]
+    assert list_runs(make_engine(db_url))["status"].tolist() == ["failed"]
+
+
+KILL_SCRIPT = textwrap.dedent(
+    """
+    import sys, time, pathlib
+    from sqlalchemy import event
+    import db.engine
+    from flows.audit import run_audit
+    from flows.demo import END
+
+    url, config, marker = sys.argv[1:4]
+    original = db.engine.make_engine
+    def make_engine(u=None):
+        engine = original(u)
+        inserts = {"n": 0}
+        @event.listens_for(engine, "after_cursor_execute")
+        def pause(conn, cursor, statement, *args):
+            if statement.lstrip().upper().startswith("INSERT INTO GROUP_COUNTS") or "metric_results" in statement and statement.startswith("INSERT"):
+                inserts["n"] += 1
+                if inserts["n"] == 1:
+                    pathlib.Path(marker).write_text("between two inserts")
+                    time.sleep(120)
+        return engine
+    import tasks.persist
+    tasks.persist.make_engine = make_engine
+    run_audit("credit-race", config, url, END)
+    """
+)
+
+
+def test_killed_mid_write_leaves_nothing_and_is_marked_abandoned(db_url, tmp_path):
+    """It shows no part of a run whose process is killed between two inserts, and the next
+    start of the audit marks that run failed."""
+    load_small(db_url)
+    marker = tmp_path / "marker"
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILL_SCRIPT, db_url, str(DEMO_CONFIG), str(marker)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.time() + 120
+    while not marker.exists():
+        assert child.poll() is None, child.stderr.read().decode()[-2000:]
+        assert time.time() < deadline
+        time.sleep(0.1)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    engine = make_engine(db_url)
+    assert counts(db_url, *RESULT_TABLES, QuarantinedRow) == [0, 0, 0]
+    assert list_runs(engine)["status"].tolist() == ["running"]
+    assert abandon_stale_runs(engine, "credit-race", timedelta(0)) == 1
+    run = list_runs(engine).iloc[0]
+    assert (run["status"], run["error"]) == ("failed", ABANDONED)
+    result = run_audit("credit-race", str(DEMO_CONFIG), db_url, END)  # a later run succeeds
+    assert result["new"] and list_runs(engine, status="succeeded")["version"].tolist() == [1]
+
+
+# ---- concurrency -------------------------------------------------------------------------------
+
+
+def _audit_in_process(url, force):
+    return run_audit("credit-race", str(DEMO_CONFIG), url, END, force)["run_id"]
+
+
+@pytest.mark.parametrize("force", [True, False])
+def test_parallel_runs_get_distinct_gap_free_versions(postgres_server_url, force):
+    """It gives four simultaneous runs versions 1..4 (forced) or one shared run (unchanged input)."""
+    url = postgres_server_url
+    engine = make_engine(url)
+    with engine.begin() as connection:
+        connection.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+    from db.migrate import upgrade
+
+    upgrade(url)
+    load_small(url)
+    context = multiprocessing.get_context("fork")
+    with context.Pool(4) as pool:
+        run_ids = pool.starmap(_audit_in_process, [(url, force)] * 4)
+    runs = list_runs(engine, status="succeeded")
+    (group_rows,) = counts(url, GroupCount)
+    if force:
+        assert sorted(runs["version"]) == [1, 2, 3, 4] and len(set(run_ids)) == 4
+    else:
+        assert runs["version"].tolist() == [1] and len(set(run_ids)) == 1
+    per_run = group_rows / len(runs)
+    assert per_run == int(per_run) and group_rows == len(runs) * per_run  # no lost or extra rows
+    assert list_runs(engine, status="running").empty
+
+
+# ---- faults ------------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_database_unreachable_then_a_later_run_succeeds(db_url):
+    """It retries, then fails with the cause when the database is down; a later run succeeds."""
+    load_small(db_url)
+    down = "postgresql://postgres@127.0.0.1:1/none"
+    with pytest.raises(OperationalError, match="127.0.0.1"):
+        audit_flow("credit-race", str(DEMO_CONFIG), down, END)
+    assert audit_flow("credit-race", str(DEMO_CONFIG), db_url, END)["new"]
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_connection_dropped_during_persist_is_retried(db_url, monkeypatch):
+    """It retries the persist task with backoff when the connection drops, and the run lands once."""
+    load_small(db_url)
+    original = tasks.persist.save_run
+    attempts = {"n": 0}
+
+    def flaky(*args, **kwargs):
+        attempts["n"] += 1
+        if attempts["n"] == 1:
+            raise OperationalError(
+                "INSERT ...", {}, ConnectionResetError("server closed the connection")
+            )
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(tasks.persist, "save_run", flaky)
+    result = audit_flow("credit-race", str(DEMO_CONFIG), db_url, END)
+    assert attempts["n"] == 2 and result["new"]
+    assert list_runs(make_engine(db_url))["status"].tolist() == ["succeeded"]
+
+
+# ---- security ----------------------------------------------------------------------------------
+
+INJECTIONS = [
+    "predictions; DROP TABLE audit_runs; --",
+    'x" OR 1=1 --',
+    "race') OR ('1'='1",
+    "'; DELETE FROM predictions; --",
+]
+
+
+@pytest.mark.parametrize("payload", INJECTIONS)
+@pytest.mark.parametrize(
+    "where",
+    [
+        "source",
+        "y_true column",
+        "prediction_id column",
+        "model_id column",
+        "attribute",
+        "model",
+        "model_version",
+        "reference group",
+    ],
+)
+def test_injection_in_every_configurable_identifier_is_inert(db_url, tmp_path, where, payload):
+    """It looks names up in the catalogue and binds values: a hostile string fails cleanly and
+    changes nothing."""
+    load_small(db_url)
+    before = counts(db_url, Prediction)
+    changes = {
+        "source": {"source": payload},
+        "y_true column": {"columns": {"y_true": payload}},
+        "prediction_id column": {"columns": {"prediction_id": payload}},
+        "model_id column": {"columns": {"model_id": payload}},
+        "attribute": {"attributes": [payload]},
+        "model": {"model": payload},
+        "model_version": {"model_version": payload},
+        "reference group": {"reference_groups": {"race": payload}},
+    }[where]
+    with pytest.raises((SourceError, EmptyWindow, TooManyInvalidRows, LookupError)):
+        run_audit("a", write_config(tmp_path, **changes), db_url, END)
+    assert counts(db_url, Prediction) == before
+    assert list_runs(make_engine(db_url))["status"].tolist() == ["failed"]
