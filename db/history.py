@@ -159,3 +159,68 @@ def run_results(
         query = query.where(table.metric == metric)
     with engine.connect() as connection:
         return pd.read_sql(query, connection).drop(columns="run_id")
+
+
+def latest_run_id(
+    engine: Engine, audit_name: str, model_id: str, before_version: int | None = None
+) -> int | None:
+    """The latest succeeded run of an audit and model (below ``before_version`` if given)."""
+    query = select(AuditRun.id).where(
+        AuditRun.audit_name == audit_name,
+        AuditRun.model_id == model_id,
+        AuditRun.status == "succeeded",
+    )
+    if before_version is not None:
+        query = query.where(AuditRun.version < before_version)
+    with engine.connect() as connection:
+        return connection.scalar(query.order_by(AuditRun.version.desc()).limit(1))
+
+
+def metric_series(
+    engine: Engine,
+    metric: str,
+    attribute: str | None = None,
+    group: str | None = None,
+    audit: str | None = None,
+    model: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> pd.DataFrame:
+    """Raw per-group values of one metric across succeeded runs (the ``metric_series`` view's
+    rows), oldest first."""
+    query = (
+        select(
+            AuditRun.id.label("run_id"),
+            AuditRun.audit_name,
+            AuditRun.model_id,
+            AuditRun.version,
+            AuditRun.as_of,
+            MetricResult.attribute,
+            MetricResult.group_name,
+            MetricResult.value,
+            MetricResult.denominator,
+        )
+        .join(MetricResult, MetricResult.run_id == AuditRun.id)
+        .where(
+            AuditRun.status == "succeeded",
+            MetricResult.subset == "group",
+            MetricResult.estimator == "raw",
+            MetricResult.metric == metric,
+        )
+        .order_by(AuditRun.as_of, AuditRun.id)
+    )
+    filters = {
+        MetricResult.attribute: attribute,
+        MetricResult.group_name: group,
+        AuditRun.audit_name: audit,
+        AuditRun.model_id: model,
+    }
+    for column, value in filters.items():
+        if value is not None:
+            query = query.where(column == value)
+    if since:
+        query = query.where(AuditRun.as_of >= since)
+    if until:
+        query = query.where(AuditRun.as_of <= until)
+    with engine.connect() as connection:
+        return pd.read_sql(query, connection)

@@ -281,3 +281,24 @@ class MetaMetricResult(Base):
     interval_low: Mapped[float | None] = mapped_column(Float)
     interval_high: Mapped[float | None] = mapped_column(Float)
     level: Mapped[float] = mapped_column(Float)
+
+
+class ComparisonResult(Base):
+    """Change of one group metric since the previous version of the audit (tasks.compare)."""
+
+    __tablename__ = "comparison_results"
+
+    run_id: Mapped[int] = mapped_column(
+        ForeignKey("audit_runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    attribute: Mapped[str] = mapped_column(String(256), primary_key=True)
+    group_name: Mapped[str] = mapped_column(String(512), primary_key=True)
+    metric: Mapped[str] = mapped_column(String(16), primary_key=True)
+    previous_run_id: Mapped[int] = mapped_column(BigInteger)
+    status: Mapped[str] = mapped_column(String(16))
+    value_before: Mapped[float | None] = mapped_column(Float)
+    value_after: Mapped[float | None] = mapped_column(Float)
+    change: Mapped[float | None] = mapped_column(Float)
+    p_value: Mapped[float | None] = mapped_column(Float)
+    p_adjusted: Mapped[float | None] = mapped_column(Float)
+    significant: Mapped[bool] = mapped_column(Boolean)

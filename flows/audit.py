@@ -1,7 +1,7 @@
 """The audit flow: one Prefect flow run audits one model, stage by stage (../shared/DESIGN.md).
 
-    begin -> extract -> validate -> counts -> metrics -> match -> planning -> detection
-    -> smoothing -> meta-metrics -> persist
+    begin -> extract -> validate -> counts -> metrics -> compare -> match -> planning
+    -> detection -> smoothing -> meta-metrics -> persist
 
 Each stage is a thin task over the pure functions of its ``tasks/`` module. ``begin`` commits a
 ``running`` row; a failure at any stage marks it failed with the error (and any quarantined rows)
@@ -24,6 +24,7 @@ from prefect import flow, runtime
 
 from db.engine import database_url
 from db.models import (
+    ComparisonResult,
     DetectionResult,
     GroupCount,
     MatchResult,
@@ -34,6 +35,7 @@ from db.models import (
 )
 from db.runs import RunRecord
 from schemas.config import Audit, load_config
+from tasks.compare import compare_stage, previous_metrics
 from tasks.counts import comparison_pairs, count
 from tasks.detection import detection_stage
 from tasks.extract import extract, fingerprint, window_bounds
@@ -171,6 +173,9 @@ def execute_audit(
         pairs = comparison_pairs(counts, audit.reference_groups)
         with _timed(timings, "metrics"):
             metrics, two_group = call(metrics_stage, counts, pairs, audit.metrics)
+        with _timed(timings, "compare"):
+            previous = call(previous_metrics, url, audit.name, audit.model)
+            comparison = call(compare_stage, previous, metrics, thresholds.alpha)
         with _timed(timings, "match"):
             match = call(match_stage, *pairs, audit.metrics)
         with _timed(timings, "planning"):
@@ -206,6 +211,9 @@ def execute_audit(
                 seed,
             )
         record.summary = run_summary(counts, metrics, match, detection, planning, thresholds.alpha)
+        record.summary["significant_changes"] = (
+            int(comparison["significant"].sum()) if not comparison.empty else None
+        )
         results = {
             GroupCount: counts,
             MetricResult: pd.concat([metrics.assign(estimator="raw"), smoothed]),
@@ -213,6 +221,7 @@ def execute_audit(
             DetectionResult: detection,
             PlanningResult: planning,
             MetaMetricResult: metametrics,
+            ComparisonResult: comparison,
             TwoGroupResult: two_group[
                 ["attribute", "group_name", "reference", "metric", "value", "undefined_reason"]
             ],

@@ -244,19 +244,31 @@ def history(
     run_id: Annotated[int | None, typer.Argument(help="Show this run's results")] = None,
     audit: Annotated[str | None, typer.Option(help="Filter by audit name")] = None,
     model: Annotated[str | None, typer.Option(help="Filter by model id")] = None,
-    status: Annotated[str | None, typer.Option(help="succeeded or failed")] = None,
+    status: Annotated[str | None, typer.Option(help="succeeded, failed or running")] = None,
     since: Annotated[str | None, typer.Option(help="as_of on or after (ISO date)")] = None,
     until: Annotated[str | None, typer.Option(help="as_of on or before (ISO date)")] = None,
-    attribute: Annotated[str | None, typer.Option(help="With RUN_ID: one attribute")] = None,
-    metric: Annotated[str | None, typer.Option(help="With RUN_ID: one metric")] = None,
+    attribute: Annotated[str | None, typer.Option(help="One attribute")] = None,
+    group: Annotated[str | None, typer.Option(help="One group (with --metric)")] = None,
+    metric: Annotated[
+        str | None, typer.Option(help="With RUN_ID: one metric; alone: its time series")
+    ] = None,
+    format_: Annotated[str, typer.Option("--format", help="table, csv or json")] = "table",
     db: DbOption = None,
 ) -> None:
-    """List stored runs, or show one run's per-group metrics."""
+    """List stored runs, show one run's results, or print a metric's time series (one row per run)."""
     from db.history import get_run, list_runs, run_match, run_metrics
 
+    if format_ not in ("table", "csv", "json"):
+        _fail("--format is table, csv or json")
     engine = _engine(db)
+    if run_id is None and metric is not None:
+        _print_series(engine, metric, attribute, group, audit, model, since, until, format_)
+        return
     if run_id is None:
         runs = list_runs(engine, audit, model, status, _date(since), _date(until))
+        if format_ != "table":
+            _emit(runs, format_)
+            return
         if runs.empty:
             console.print("no runs match")
             return
@@ -294,6 +306,46 @@ def history(
         title = f"MATCH tests with p < {alpha} (unadjusted): percentile of the group under its reference"
         _print_frame(match, title=title)
     _print_stage_tables(engine, run_id, attribute, metric)
+
+
+def _emit(frame, format_: str) -> None:
+    """Write a frame to standard output as CSV or JSON records (for other tools)."""
+    if format_ == "csv":
+        sys.stdout.write(frame.to_csv(index=False))
+    else:
+        sys.stdout.write(frame.to_json(orient="records", date_format="iso", indent=1) + "\n")
+
+
+def _print_series(engine, metric, attribute, group, audit, model, since, until, format_) -> None:
+    """One row per run: the metric's value for each group, and the spread between them."""
+    from db.history import metric_series
+    from schemas.metric_ids import canonical_metric
+
+    series = metric_series(
+        engine, canonical_metric(metric), attribute, group, audit, model, _date(since), _date(until)
+    )
+    if series.empty:
+        _fail("no stored values match")
+    if series["attribute"].nunique() > 1 and attribute is None:
+        _fail(f"several attributes hold {metric}: choose one with --attribute")
+    wide = series.pivot_table(
+        index=["run_id", "audit_name", "model_id", "version", "as_of"],
+        columns="group_name",
+        values="value",
+    ).reset_index()
+    groups = [
+        c for c in wide.columns if c not in ("run_id", "audit_name", "model_id", "version", "as_of")
+    ]
+    wide.columns.name = None
+    if len(groups) > 1:
+        wide["max - min"] = wide[groups].max(axis=1) - wide[groups].min(axis=1)
+    if format_ != "table":
+        _emit(wide, format_)
+        return
+    wide["as_of"] = wide["as_of"].astype(str).str[:10]
+    _print_frame(
+        wide, title=f"{metric} by {attribute or series['attribute'].iloc[0]}, one row per run"
+    )
 
 
 def _print_stage_tables(engine, run_id: int, attribute: str | None, metric: str | None) -> None:
@@ -351,6 +403,77 @@ def _print_stage_tables(engine, run_id: int, attribute: str | None, metric: str 
         _print_frame(
             meta[columns], title="meta-metrics: naive and corrected between-group variance"
         )
+
+
+@app.command()
+def compare(
+    run_id: Annotated[int, typer.Argument(help="The later run")],
+    other: Annotated[
+        int | None, typer.Argument(help="The earlier run (default: the previous version)")
+    ] = None,
+    show_all: Annotated[
+        bool, typer.Option("--all", help="Every change, not only significant")
+    ] = False,
+    format_: Annotated[str, typer.Option("--format", help="table, csv or json")] = "table",
+    db: DbOption = None,
+) -> None:
+    """What changed between two runs, and which changes are statistically significant."""
+    from db.history import get_run, latest_run_id, run_metrics
+    from tasks.compare import compare_metrics
+
+    engine = _engine(db)
+    after = get_run(engine, run_id)
+    if after is None:
+        _fail(f"no run with id {run_id}")
+    if other is None:
+        other = latest_run_id(
+            engine, after.audit_name, after.model_id, before_version=after.version
+        )
+        if other is None:
+            _fail(
+                f"run {run_id} is the first version of {after.audit_name}: nothing to compare with"
+            )
+    before = get_run(engine, other)
+    if before is None:
+        _fail(f"no run with id {other}")
+    alpha = after.config["thresholds"]["alpha"]
+    changes = compare_metrics(run_metrics(engine, other), run_metrics(engine, run_id), alpha)
+    shown = changes if show_all else changes[changes["significant"] | (changes["status"] != "both")]
+    if format_ != "table":
+        _emit(shown, format_)
+        return
+    console.print(
+        f"run {run_id} ({after.audit_name} v{after.version}, as of {after.as_of:%Y-%m-%d}) against "
+        f"run {other} (v{before.version}, as of {before.as_of:%Y-%m-%d}): "
+        f"{int(changes['significant'].sum())} significant changes (BH-adjusted p < {alpha}) of "
+        f"{int(changes['p_value'].notna().sum())} tested; "
+        f"{int((changes['status'] == 'appeared').sum())} appeared, "
+        f"{int((changes['status'] == 'vanished').sum())} vanished"
+    )
+    if not shown.empty:
+        _print_frame(
+            shown, title="changes" if show_all else "significant changes, appeared, vanished"
+        )
+
+
+@app.command()
+def backfill(
+    audit: Annotated[str, typer.Argument(help="Name of the audit in the configuration")],
+    from_: Annotated[str, typer.Option("--from", help="First as-of date (ISO)")],
+    to: Annotated[str, typer.Option("--to", help="Last as-of date (ISO)")],
+    every: Annotated[int, typer.Option(help="Days between as-of dates")] = 1,
+    config: ConfigOption = None,
+    db: DbOption = None,
+) -> None:
+    """Run the audit as of each past period (one Prefect flow, one subflow per period)."""
+    _prefect_environment()
+    from flows.backfill import backfill_flow
+
+    with console.status(f"backfilling {audit} ({FIRST_RUN_NOTE})"):
+        outcomes = backfill_flow(audit, _date(from_), _date(to), every, config, db)
+    import pandas as pd
+
+    _print_frame(pd.DataFrame(outcomes), title=f"backfill of {audit}")
 
 
 @app.command()

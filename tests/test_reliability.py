@@ -119,7 +119,9 @@ def test_future_timestamps_are_quarantined():
 def toml_value(value):
     """JSON strings and arrays are TOML too; inline tables need key = value pairs."""
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in value.items()) + " }"
+        return (
+            "{ " + ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in value.items()) + " }"
+        )
     return json.dumps(value)
 
 

@@ -1,0 +1,191 @@
+"""History and operations: comparison of runs, backfill, time series, views, deployment stack."""
+
+import io
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from sqlalchemy import text
+from typer.testing import CliRunner
+
+from db.engine import make_engine
+from db.history import list_runs, metric_series, run_results
+from db.load import load_predictions
+from db.migrate import upgrade
+from db.models import ComparisonResult
+from flows.audit import run_audit
+from flows.cli import app
+
+from .conftest import COMPAS
+
+ROOT = Path(__file__).resolve().parents[1]
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def period(rng, days, shift: float, n=3000):
+    """n predictions over 30 days from START + days; race=Black's FPR raised by ``shift``."""
+    race = rng.choice(["White", "Black", "Asian"], n, p=[0.6, 0.3, 0.1])
+    sex = rng.choice(["F", "M"], n)
+    y = rng.random(n) < 0.35
+    fpr = np.where(race == "Black", 0.15 + shift, 0.15)
+    pred = rng.random(n) < np.where(y, 0.75, fpr)
+    return pd.DataFrame(
+        {
+            "prediction_id": [f"p{days}-{i}" for i in range(n)],
+            "model_id": "m",
+            "model_version": "1",
+            "predicted_at": START
+            + timedelta(days=days)
+            + pd.to_timedelta(rng.uniform(0, 29.9, n), unit="D"),
+            "y_true": y.astype(float),
+            "y_pred": pred.astype(int),
+            "race": race,
+            "sex": sex,
+        }
+    )
+
+
+def test_compare_flags_only_real_changes(db_url, tmp_path):
+    """It flags the FPR shift injected into one period, and nothing between two unchanged periods."""
+    rng = np.random.default_rng(8)
+    frames = [period(rng, 0, 0.0), period(rng, 30, 0.0), period(rng, 60, 0.15)]
+    load_predictions(make_engine(db_url), pd.concat(frames), ["race", "sex"], "periods")
+    config = tmp_path / "a.toml"
+    config.write_text(
+        '[[audits]]\nname = "a"\nmodel = "m"\nwindow = "last_30_days"\nattributes = ["race", "sex"]\n'
+        'intersections = [["race", "sex"]]\nmetrics = ["fpr", "tpr", "ppr", "ppv"]\n'
+    )
+    run_ids = [
+        run_audit("a", str(config), db_url, START + timedelta(days=d))["run_id"]
+        for d in (30, 60, 90)
+    ]
+    engine = make_engine(db_url)
+    unchanged = run_results(engine, ComparisonResult, run_ids[1])
+    shifted = run_results(engine, ComparisonResult, run_ids[2])
+    assert len(unchanged) == len(shifted) > 0 and (unchanged["status"] == "both").all()
+    assert not unchanged["significant"].any()
+    flagged = shifted[shifted["significant"]]
+    assert ("race", "Black", "fpr") in set(
+        zip(flagged["attribute"], flagged["group_name"], flagged["metric"])
+    )
+    # Groups with no Black members did not move; sex groups did (30% of them are Black).
+    untouched = {"White", "Asian", "White x F", "White x M", "Asian x F", "Asian x M"}
+    assert untouched.isdisjoint(flagged["group_name"])
+    assert run_results(engine, ComparisonResult, run_ids[0]).empty  # first version: nothing before
+
+    cli = CliRunner().invoke(app, ["compare", str(run_ids[2]), "--db", db_url, "--format", "json"])
+    assert cli.exit_code == 0, cli.output
+    rows = json.loads(cli.output)
+    assert {(r["group_name"], r["metric"]) for r in rows} == set(
+        zip(flagged["group_name"], flagged["metric"])
+    )
+
+
+def test_views_and_history_formats(db_url, tmp_path):
+    """It serves the latest run per audit and the metric series through SQL views and the CLI."""
+    rng = np.random.default_rng(9)
+    load_predictions(
+        make_engine(db_url),
+        pd.concat([period(rng, 0, 0.0), period(rng, 30, 0.1)]),
+        ["race", "sex"],
+        "periods",
+    )
+    config = tmp_path / "a.toml"
+    config.write_text(
+        '[[audits]]\nname = "a"\nmodel = "m"\nwindow = "last_30_days"\nattributes = ["race"]\n'
+    )
+    for day in (30, 60):
+        run_audit("a", str(config), db_url, START + timedelta(days=day))
+    with make_engine(db_url).connect() as connection:
+        latest = (
+            connection.execute(text("SELECT version FROM latest_succeeded_runs")).scalars().all()
+        )
+        series = pd.read_sql(text("SELECT * FROM metric_series WHERE metric = 'fpr'"), connection)
+    assert latest == [2]
+    assert len(series) == 2 * 3 and set(series["version"]) == {1, 2}
+    direct = metric_series(make_engine(db_url), "fpr", attribute="race")
+    assert np.allclose(np.sort(series["value"]), np.sort(direct["value"]))
+    runner = CliRunner()
+    csv = runner.invoke(
+        app,
+        ["history", "--metric", "fpr", "--attribute", "race", "--db", db_url, "--format", "csv"],
+    )
+    table = pd.read_csv(io.StringIO(csv.output))
+    assert (
+        csv.exit_code == 0
+        and len(table) == 2
+        and {"Black", "White", "max - min"} <= set(table.columns)
+    )
+    runs = json.loads(runner.invoke(app, ["history", "--db", db_url, "--format", "json"]).output)
+    assert [r["version"] for r in runs] == [2, 1]
+
+
+@pytest.mark.usefixtures("prefect_harness")
+@pytest.mark.skipif(not COMPAS.exists(), reason=f"{COMPAS} is absent")
+def test_backfill_over_compas(tmp_path):
+    """It writes one run per period over COMPAS's two years and shows the FPR gap by race."""
+    from flows.backfill import backfill_flow
+
+    url = f"sqlite:///{tmp_path / 'compas.db'}"
+    upgrade(url)
+    raw = pd.read_csv(COMPAS)
+    frame = pd.DataFrame(
+        {
+            "prediction_id": raw["id"].astype(str),
+            "model_id": "compas",
+            "model_version": "1",
+            "predicted_at": pd.to_datetime(raw["compas_screening_date"], utc=True),
+            "y_true": raw["two_year_recid"].astype(float),
+            "y_pred": (raw["score_text"] != "Low").astype(int),
+            "race": raw["race"],
+        }
+    )
+    load_predictions(make_engine(url), frame, ["race"], "compas")
+    config = tmp_path / "compas.toml"
+    config.write_text(
+        '[[audits]]\nname = "compas"\nmodel = "compas"\nwindow = "last_90_days"\nattributes = ["race"]\n'
+        'metrics = ["fpr", "fnr"]\nreference_groups = { race = "Caucasian" }\n'
+    )
+    start, end = datetime(2013, 4, 1, tzinfo=UTC), datetime(2014, 12, 31, tzinfo=UTC)
+    outcomes = backfill_flow("compas", start, end, 90, str(config), url)
+    assert len(outcomes) == 8 and all("error" not in o for o in outcomes)
+    runs = list_runs(make_engine(url), audit="compas", status="succeeded")
+    assert sorted(runs["version"]) == list(range(1, 9))
+    series = metric_series(make_engine(url), "fpr", attribute="race")
+    wide = series.pivot(index="version", columns="group_name", values="value")
+    assert len(wide) == 8
+    assert (
+        wide["African-American"] > wide["Caucasian"]
+    ).mean() >= 0.75  # ProPublica's gap persists
+    cli = CliRunner().invoke(
+        app, ["history", "--metric", "fpr", "--attribute", "race", "--db", url]
+    )
+    assert cli.exit_code == 0 and "African-American" in cli.output
+
+
+def test_docker_compose_structure():
+    """It defines PostgreSQL, a Prefect server on PostgreSQL and a worker, with health checks."""
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert set(services) == {"postgres", "prefect-server", "worker"}
+    assert services["postgres"]["image"].startswith("postgres:")
+    assert services["prefect-server"]["image"].startswith("prefecthq/prefect:3.8")
+    assert (
+        "postgresql+asyncpg://"
+        in services["prefect-server"]["environment"]["PREFECT_API_DATABASE_CONNECTION_URL"]
+    )
+    worker = services["worker"]
+    assert worker["build"] == "." and worker["command"].startswith("serve")
+    assert worker["environment"]["PREFECT_API_URL"] == "http://prefect-server:4200/api"
+    assert worker["environment"]["BIASAUDIT_DATABASE_URL"].startswith("postgresql+psycopg://")
+    for name in ("postgres", "prefect-server"):
+        assert services[name]["healthcheck"]["test"]
+    assert worker["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert worker["depends_on"]["prefect-server"]["condition"] == "service_healthy"
+    assert "postgres-data" in compose["volumes"]
+    assert any(v.startswith("postgres-data:") for v in services["postgres"]["volumes"])
+    assert (ROOT / "Dockerfile").exists() and (ROOT / "db" / "docker-init").is_dir()
