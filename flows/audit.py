@@ -1,7 +1,7 @@
 """The audit flow: one Prefect flow run audits one model, stage by stage (../shared/DESIGN.md).
 
     begin -> extract -> validate -> counts -> metrics -> compare -> match -> planning
-    -> detection -> smoothing -> meta-metrics -> persist
+    -> detection -> smoothing -> meta-metrics -> persist -> report
 
 Each stage is a thin task over the pure functions of its ``tasks/`` module. ``begin`` commits a
 ``running`` row; a failure at any stage marks it failed with the error (and any quarantined rows)
@@ -44,6 +44,7 @@ from tasks.metametrics import metametrics_stage
 from tasks.metrics import metrics_stage
 from tasks.persist import begin_run, persist, record_failure
 from tasks.planning import planning_stage
+from tasks.report import report_stage
 from tasks.smoothing import smoothing_stage
 from tasks.validate import check_invalid_fraction, validate
 
@@ -232,7 +233,14 @@ def execute_audit(
         call(record_failure, url, run_id, record, f"{type(exc).__name__}: {exc}", quarantine)
         raise
     _report(audit, run_id, new, record)
-    return {"audit": audit.name, "model": audit.model, "run_id": run_id, "new": new}
+    report = call(report_stage, url, run_id, audit.name, record.summary)
+    return {
+        "audit": audit.name,
+        "model": audit.model,
+        "run_id": run_id,
+        "new": new,
+        "report": report,
+    }
 
 
 def _report(audit: Audit, run_id: int, new: bool, record: RunRecord) -> None:

@@ -477,6 +477,28 @@ def backfill(
 
 
 @app.command()
+def report(
+    run_id: Annotated[int, typer.Argument(help="The run to render")],
+    out: Annotated[
+        Path | None, typer.Option(help="Output file (default: reports/AUDIT-run-N.html)")
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Render any stored run as a self-contained HTML report."""
+    from db.history import get_run
+    from tasks.report import render_report, reports_dir
+
+    engine = _engine(db)
+    run = get_run(engine, run_id)
+    if run is None:
+        _fail(f"no run with id {run_id}")
+    path = out or reports_dir() / f"{run.audit_name}-run-{run_id}.html"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_report(engine, run_id))
+    console.print(f"wrote {path}")
+
+
+@app.command()
 def plan(
     metric: Annotated[str, typer.Option(help="ppr, tpr, fnr, tnr, fpr, ppv, npv or acc")],
     rate: Annotated[

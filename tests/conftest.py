@@ -11,7 +11,10 @@ from pathlib import Path
 os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="biasaudit-prefect-"))
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
-os.environ.setdefault("BIASAUDIT_RETRY_BASE_SECONDS", "0.2")  # retries still back off, briefly
+os.environ.setdefault("BIASAUDIT_RETRY_BASE_SECONDS", "0.2")
+os.environ.setdefault(
+    "BIASAUDIT_REPORTS_DIR", tempfile.mkdtemp(prefix="biasaudit-reports-")
+)  # retries still back off, briefly
 
 import pytest
 from sqlalchemy import create_engine, text
