@@ -13,6 +13,7 @@ unique constraint on (audit_name, model_id, version) is the last word.
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -67,13 +68,43 @@ def _lock_versioning(session: Session, audit_name: str, model_id: str) -> None:
         session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key - (1 << 63)})
 
 
-def start_run(engine: Engine, record: RunRecord) -> int:
-    """Commit a ``running`` row for the run and return its id."""
-    with Session(engine) as session, session.begin():
-        run = AuditRun(**record.columns(), status=RUNNING, finished_at=record.started_at)
-        session.add(run)
-        session.flush()
-        return run.id
+class RunInProgress(RuntimeError):
+    """Another run of the same audit and model is still running after the wait."""
+
+
+def start_run(
+    engine: Engine, record: RunRecord, wait: timedelta = timedelta(0), poll: float = 1.0
+) -> int:
+    """Commit a ``running`` row for the run and return its id, once no other run of the same
+    audit and model is running (waiting up to ``wait``): runs of one audit never overlap.
+
+    On PostgreSQL the check and the insert are serialised by the advisory lock; on SQLite two
+    processes starting within the same instant may both pass the check (SQLite is the
+    single-user default; versions stay distinct either way).
+    """
+    deadline = time.monotonic() + wait.total_seconds()
+    while True:
+        with Session(engine) as session, session.begin():
+            _lock_versioning(session, record.audit_name, record.model_id)
+            busy = session.scalar(
+                select(AuditRun.id).where(
+                    AuditRun.audit_name == record.audit_name,
+                    AuditRun.model_id == record.model_id,
+                    AuditRun.status == RUNNING,
+                )
+            )
+            if busy is None:
+                record.started_at = datetime.now(UTC)
+                run = AuditRun(**record.columns(), status=RUNNING, finished_at=record.started_at)
+                session.add(run)
+                session.flush()
+                return run.id
+        if time.monotonic() >= deadline:
+            raise RunInProgress(
+                f"run {busy} of audit {record.audit_name!r} (model {record.model_id!r}) is still "
+                f"running after waiting {wait}"
+            )
+        time.sleep(poll)
 
 
 def abandon_stale_runs(engine: Engine, audit_name: str, older_than: timedelta) -> int:

@@ -40,11 +40,12 @@ database_task = task(
 
 @database_task
 def begin_run(db_url: str, record: RunRecord, stale_after: timedelta) -> int:
-    """Prefect task: mark this audit's abandoned runs failed, then commit a ``running`` row."""
+    """Prefect task: mark this audit's abandoned runs failed, wait for any run of it still going
+    (up to ``stale_after``), then commit a ``running`` row."""
     engine = make_engine(db_url)
     try:
         abandon_stale_runs(engine, record.audit_name, stale_after)
-        return start_run(engine, record)
+        return start_run(engine, record, wait=stale_after)
     finally:
         engine.dispose()
 

@@ -22,7 +22,7 @@ import tasks.persist
 from db.engine import make_engine
 from db.history import list_runs
 from db.load import load_predictions
-from db.models import GroupCount, MetricResult, Prediction, QuarantinedRow
+from db.models import AuditRun, GroupCount, MetricResult, Prediction, QuarantinedRow
 from db.runs import ABANDONED, abandon_stale_runs
 from flows.audit import audit_flow, run_audit
 from flows.demo import END, GROUPS, synthetic_predictions
@@ -361,3 +361,23 @@ def test_injection_in_every_configurable_identifier_is_inert(db_url, tmp_path, w
         run_audit("a", write_config(tmp_path, **changes), db_url, END)
     assert counts(db_url, Prediction) == before
     assert list_runs(make_engine(db_url))["status"].tolist() == ["failed"]
+
+
+def test_runs_of_the_same_audit_do_not_overlap(postgres_server_url):
+    """It makes a second simultaneous run wait until the first has finished."""
+    url = postgres_server_url
+    engine = make_engine(url)
+    with engine.begin() as connection:
+        connection.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+    from db.migrate import upgrade
+
+    upgrade(url)
+    load_small(url)
+    context = multiprocessing.get_context("fork")
+    with context.Pool(2) as pool:
+        pool.starmap(_audit_in_process, [(url, True)] * 2)
+    with engine.connect() as connection:
+        spans = connection.execute(
+            select(AuditRun.started_at, AuditRun.finished_at).order_by(AuditRun.started_at)
+        ).all()
+    assert len(spans) == 2 and spans[0].finished_at <= spans[1].started_at
