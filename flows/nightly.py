@@ -37,20 +37,29 @@ def nightly_flow(
     return [state.result() for state in states.values()]
 
 
-def serve(
-    config_path: str,
-    db_url: str | None,
-    cron: str = DEFAULT_CRON,
-    timezone: str = "UTC",
-) -> None:
-    """Serve the nightly deployment: scheduled by ``cron`` in ``timezone``, triggerable on demand."""
+def nightly_deployment(
+    config_path: str, db_url: str | None, cron: str = DEFAULT_CRON, timezone: str = "UTC"
+):
+    """The nightly deployment: scheduled by ``cron`` in ``timezone``, triggerable on demand with
+    parameters. Runs of one audit never overlap: the database serialises them (db.runs.start_run),
+    which holds across processes and servers (a deployment concurrency limit lives in the Prefect
+    server's lease storage, which temporary local servers do not share)."""
     from prefect.schedules import Cron
 
-    nightly_flow.serve(
+    return nightly_flow.to_deployment(
         name="nightly",
         schedules=[Cron(cron, timezone=timezone)],
         parameters={"config_path": config_path, "db_url": db_url},
-        pause_on_shutdown=False,
+        description="Every configured bias audit, nightly.",
+    )
+
+
+def serve(config_path: str, db_url: str | None, cron: str = DEFAULT_CRON, timezone: str = "UTC"):
+    """Serve the nightly deployment until stopped."""
+    from prefect import serve as serve_deployments
+
+    serve_deployments(
+        nightly_deployment(config_path, db_url, cron, timezone), pause_on_shutdown=False
     )
 
 

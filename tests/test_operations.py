@@ -194,3 +194,19 @@ def test_docker_compose_structure():
     assert "postgres-data" in compose["volumes"]
     assert any(v.startswith("postgres-data:") for v in services["postgres"]["volumes"])
     assert (ROOT / "Dockerfile").exists() and (ROOT / "db" / "docker-init").is_dir()
+
+
+def test_nightly_deployment_schedule_and_parameters():
+    """It schedules the nightly flow by cron in a time zone, with its parameters."""
+    from flows.nightly import nightly_deployment
+
+    deployment = nightly_deployment(
+        "/etc/biasaudit.toml", "postgresql://db/audit", "30 1 * * *", "Europe/Paris"
+    )
+    (schedule,) = deployment.schedules
+    assert (schedule.schedule.cron, schedule.schedule.timezone) == ("30 1 * * *", "Europe/Paris")
+    assert deployment.parameters == {
+        "config_path": "/etc/biasaudit.toml",
+        "db_url": "postgresql://db/audit",
+    }
+    assert deployment.name == "nightly"
