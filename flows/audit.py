@@ -1,6 +1,6 @@
 """The audit flow: one Prefect flow run audits one model, stage by stage (../shared/DESIGN.md).
 
-    begin -> extract -> validate -> counts -> metrics -> compare -> match -> planning
+    begin -> extract -> validate -> counts (or one streamed / pushed-down scan) -> metrics -> compare -> match -> planning
     -> detection -> smoothing -> meta-metrics -> persist -> report
 
 Each stage is a thin task over the pure functions of its ``tasks/`` module. ``begin`` commits a
@@ -45,6 +45,7 @@ from tasks.metrics import metrics_stage
 from tasks.persist import begin_run, persist, record_failure
 from tasks.planning import planning_stage
 from tasks.report import report_stage
+from tasks.scan import scan
 from tasks.smoothing import smoothing_stage
 from tasks.validate import check_invalid_fraction, validate
 
@@ -157,20 +158,29 @@ def execute_audit(
     run_id = call(begin_run, url, record, stale_after)
     quarantine = None
     try:
-        with _timed(timings, "extract"):
-            frame = call(extract, url, audit, record.window_start, record.window_end)
-        record.rows_read = len(frame)
-        record.input_fingerprint = fingerprint(frame)
-        with _timed(timings, "validate"):
-            valid, quarantine = call(validate, frame, audit.attributes, record.started_at)
-        record.rows_valid = len(valid)
-        record.rows_quarantined = len(frame) - len(valid)
-        record.rows_unlabelled = int(valid["y_true"].isna().sum())
+        if audit.scan.mode == "memory":
+            with _timed(timings, "extract"):
+                frame = call(extract, url, audit, record.window_start, record.window_end)
+            record.input_fingerprint = fingerprint(frame)
+            with _timed(timings, "validate"):
+                valid, quarantine = call(validate, frame, audit.attributes, record.started_at)
+            record.rows_read, record.rows_valid = len(frame), len(valid)
+            record.rows_unlabelled = int(valid["y_true"].isna().sum())
+            with _timed(timings, "counts"):
+                counts = call(count, valid, audit)
+        else:
+            with _timed(timings, f"scan ({audit.scan.mode})"):
+                reduced = call(
+                    scan, url, audit, record.window_start, record.window_end, record.started_at
+                )
+            counts, quarantine = reduced.counts, reduced.quarantine
+            record.rows_read, record.rows_valid = reduced.rows_read, reduced.rows_valid
+            record.rows_unlabelled = reduced.rows_unlabelled
+            record.input_fingerprint = reduced.fingerprint
+        record.rows_quarantined = record.rows_read - record.rows_valid
         check_invalid_fraction(
             record.rows_read, record.rows_quarantined, thresholds.max_invalid_fraction
         )
-        with _timed(timings, "counts"):
-            counts = call(count, valid, audit)
         pairs = comparison_pairs(counts, audit.reference_groups)
         with _timed(timings, "metrics"):
             metrics, two_group = call(metrics_stage, counts, pairs, audit.metrics)

@@ -25,7 +25,7 @@ import re
 import tomllib
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -76,6 +76,16 @@ class Smoothing(BaseModel):
     additive_alpha: Annotated[float, Field(ge=0.0)] = 1.0
 
 
+class Scan(BaseModel):
+    """How the window becomes counts: whole in memory, streamed in chunks, or pushed down to the
+    database as one GROUP BY (for trusted sources; invalid rows are still found and quarantined)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["memory", "stream", "pushdown"] = "memory"
+    chunk_rows: Annotated[int, Field(ge=1000)] = 200_000
+
+
 class Audit(BaseModel):
     """One audit: which model's predictions, from where, over which window, by which groups."""
 
@@ -93,6 +103,7 @@ class Audit(BaseModel):
     reference_groups: dict[str, str] = {}
     thresholds: Thresholds = Thresholds()
     smoothing: Smoothing = Smoothing()
+    scan: Scan = Scan()
 
     @field_validator("window")
     @classmethod

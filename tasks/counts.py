@@ -30,28 +30,56 @@ def cell_codes(y_true: pd.Series, y_pred: pd.Series) -> np.ndarray:
 
 def group_counts(valid: pd.DataFrame, attributes: list[str], intersections: list[list[str]]):
     """Counts frame (schemas.frames.COUNTS) of every attribute and intersection, with complements."""
+    return with_complements(cell_counts(valid, attributes, intersections))
+
+
+def cell_counts(valid: pd.DataFrame, attributes: list[str], intersections: list[list[str]]):
+    """Group rows only (attribute, group_name and the cell counts): additive over chunks of rows,
+    so streamed chunks fold by summing (fold_counts)."""
     if valid.empty:
-        return COUNTS.validate(_empty_counts())
+        return _empty_counts().drop(columns="subset")
+    weight = valid.get("n")  # pre-aggregated rows carry their count
     cells = pd.Series(cell_codes(valid["y_true"], valid["y_pred"]), index=valid.index, name="cell")
     parts = []
     for columns in [[a] for a in attributes] + intersections:
+        frame = pd.concat([valid[columns], cells], axis=1)
         grouped = (
-            pd.concat([valid[columns], cells], axis=1)
-            .groupby(columns + ["cell"], observed=True, sort=True)
-            .size()
-            .unstack("cell", fill_value=0)
-            .reindex(columns=range(5), fill_value=0)
+            frame.groupby(columns + ["cell"], observed=True, sort=True).size()
+            if weight is None
+            else frame.assign(n=weight)
+            .groupby(columns + ["cell"], observed=True, sort=True)["n"]
+            .sum()
         )
+        grouped = grouped.unstack("cell", fill_value=0).reindex(columns=range(5), fill_value=0)
         grouped.columns = _CELLS
         grouped = grouped[CELL_COLUMNS].astype("int64")
         labels = grouped.index.to_frame(index=False).astype(str)
         names = labels.iloc[:, 0].str.cat(labels.iloc[:, 1:], sep=INTERSECTION_SEP)
-        group = grouped.reset_index(drop=True)
-        rest = group.sum() - group
         key = {"attribute": INTERSECTION_SEP.join(columns), "group_name": names.to_numpy()}
-        parts.append(pd.DataFrame({**key, "subset": "group"}).join(group))
-        parts.append(pd.DataFrame({**key, "subset": "rest"}).join(rest))
-    return COUNTS.validate(pd.concat(parts, ignore_index=True))
+        parts.append(pd.DataFrame(key).join(grouped.reset_index(drop=True)))
+    return pd.concat(parts, ignore_index=True)
+
+
+def fold_counts(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """Sum group rows of several chunks (cell_counts outputs) per attribute and group."""
+    frame = pd.concat(parts, ignore_index=True)
+    if frame.empty:
+        return frame
+    return frame.groupby(["attribute", "group_name"], sort=True, as_index=False)[CELL_COLUMNS].sum()
+
+
+def with_complements(groups: pd.DataFrame) -> pd.DataFrame:
+    """Add each group's rest of population (its attribute's total minus the group)."""
+    if groups.empty:
+        return COUNTS.validate(_empty_counts())
+    cells = groups[CELL_COLUMNS].astype("int64")
+    rest = cells.groupby(groups["attribute"]).transform("sum") - cells
+    keys = groups[["attribute", "group_name"]]
+    frame = pd.concat(
+        [keys.assign(subset="group").join(cells), keys.assign(subset="rest").join(rest)],
+        ignore_index=True,
+    )
+    return COUNTS.validate(frame)
 
 
 def _empty_counts() -> pd.DataFrame:

@@ -121,14 +121,18 @@ def _empty_window_message(connection, table: Table, audit: Audit, start, end) ->
     return f"no predictions of model {audit.model!r} in {audit.source!r} for {window}"
 
 
-def fingerprint(frame: pd.DataFrame) -> str:
-    """Order-independent SHA-256 of the extracted rows: equal inputs give equal fingerprints."""
-    if frame.empty:
-        return hashlib.sha256(b"empty").hexdigest()
-    row_hashes = np.sort(pd.util.hash_pandas_object(frame, index=False).to_numpy())
-    digest = hashlib.sha256(row_hashes.tobytes())
-    digest.update(",".join(frame.columns).encode())
-    return digest.hexdigest()
+def row_hash_sum(frame: pd.DataFrame) -> int:
+    """Sum (mod 2^64) of the rows' hashes: order-independent and additive over chunks."""
+    hashes = pd.util.hash_pandas_object(frame.astype(str), index=False).to_numpy(np.uint64)
+    return int(hashes.sum(dtype=np.uint64))
+
+
+def fingerprint(frame: pd.DataFrame | None, hash_sum: int = 0, rows: int = 0) -> str:
+    """SHA-256 of the row count and the sum of row hashes: equal inputs (in any order, in any
+    chunks) give equal fingerprints. Pass a frame, or a streamed (hash_sum, rows) pair."""
+    if frame is not None:
+        hash_sum, rows = row_hash_sum(frame), len(frame)
+    return hashlib.sha256(f"{rows}:{hash_sum}".encode()).hexdigest()
 
 
 @database_task

@@ -1,0 +1,193 @@
+"""Scan stage for large windows: reduce N prediction rows to counts in bounded memory.
+
+Two alternatives to reading the window whole (tasks.extract + tasks.validate + tasks.counts):
+
+- ``stream``: read the window in chunks (a server-side cursor), validate each chunk with the same
+  Pandera schema, quarantine its invalid rows, and fold its group counts into running sums. Memory
+  holds one chunk, the counts and the quarantine, whatever the number of rows. Prediction ids
+  repeated across chunks are found first by one GROUP BY in the database; the first occurrence is
+  kept, as in memory.
+- ``pushdown`` (for trusted or pre-validated sources): one GROUP BY in the database over the finest
+  combination of all attributes and (y_true, y_pred), from which every attribute and intersection
+  is summed (one scan on any dialect, SQLite included; a GROUPING SETS query would scan no less).
+  The schema's rules are pushed down as SQL predicates; the rows that break one, or share a
+  prediction id, are few and are fetched and put through the same Pandera validation, so nothing
+  invalid is counted and nothing is lost.
+
+Both give the counts the in-memory path gives on the same data (tests/test_scan.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+import pandas as pd
+from sqlalchemy import and_, func, not_, or_, select
+
+from db.engine import make_engine
+from schemas.config import Audit
+from schemas.frames import CLOCK_SKEW
+from tasks.counts import cell_counts, fold_counts, with_complements
+from tasks.extract import (
+    EmptyWindow,
+    _empty_window_message,
+    reflect_source,
+    row_hash_sum,
+    source_query,
+)
+from tasks.extract import fingerprint as frame_fingerprint
+from tasks.persist import database_task
+from tasks.validate import QUARANTINE_COLUMNS, split_valid
+
+
+@dataclass
+class Reduced:
+    """What a scan leaves of the window: counts, quarantine, and the row accounting."""
+
+    counts: pd.DataFrame
+    quarantine: pd.DataFrame
+    rows_read: int
+    rows_valid: int
+    rows_unlabelled: int
+    fingerprint: str
+
+
+def _window(engine, audit: Audit, start, end):
+    table = reflect_source(engine, audit.source)
+    query = source_query(table, audit, start, end, naive_utc=engine.dialect.name == "sqlite")
+    return table, query.subquery("window")
+
+
+def _duplicated_ids(connection, window) -> set:
+    query = select(window.c.prediction_id).group_by(window.c.prediction_id).having(func.count() > 1)
+    return set(connection.execute(query).scalars())
+
+
+def stream_counts(engine, audit: Audit, start, end, now: datetime, chunk_rows: int) -> Reduced:
+    """Counts of the window read in chunks of ``chunk_rows``, validated chunk by chunk."""
+    table, window = _window(engine, audit, start, end)
+    parts, quarantines = [], []
+    rows = valid_rows = unlabelled = 0
+    hash_sum = 0
+    seen: set = set()
+    with engine.connect() as connection:
+        duplicated = _duplicated_ids(connection, window)
+        streaming = connection.execution_options(stream_results=True, yield_per=chunk_rows)
+        for chunk in pd.read_sql(select(window), streaming, chunksize=chunk_rows):
+            hash_sum = (hash_sum + row_hash_sum(chunk)) % 2**64
+            valid, quarantine = split_valid(chunk, audit.attributes, now)
+            repeated = valid["prediction_id"].isin(seen)  # first occurrence was in an earlier chunk
+            if repeated.any():
+                quarantine = pd.concat(
+                    [quarantine, _duplicates(valid[repeated])], ignore_index=True
+                )
+                valid = valid[~repeated]
+            seen.update(set(valid["prediction_id"]) & duplicated)
+            quarantine["row_number"] = quarantine["row_number"] + rows
+            quarantines.append(quarantine)
+            parts.append(cell_counts(valid, audit.attributes, audit.intersections))
+            valid_rows += len(valid)
+            unlabelled += int(valid["y_true"].isna().sum())
+            rows += len(chunk)
+        if rows == 0:
+            raise EmptyWindow(_empty_window_message(connection, table, audit, start, end))
+    return Reduced(
+        counts=with_complements(fold_counts(parts)),
+        quarantine=pd.concat(quarantines, ignore_index=True),
+        rows_read=rows,
+        rows_valid=valid_rows,
+        rows_unlabelled=unlabelled,
+        fingerprint=frame_fingerprint(None, hash_sum, rows),
+    )
+
+
+def _duplicates(rows: pd.DataFrame) -> pd.DataFrame:
+    """Quarantine records for repeats of a prediction id already accepted."""
+    records = json.loads(rows.to_json(orient="records", date_format="iso"))
+    return pd.DataFrame(
+        {
+            "row_number": rows.index.to_numpy(),
+            "row_ref": rows["prediction_id"].astype(str).to_numpy(),
+            "column_name": "prediction_id",
+            "value": rows["prediction_id"].astype(str).to_numpy(),
+            "rule": "field_uniqueness",
+            "row": records,
+        },
+        columns=QUARANTINE_COLUMNS,
+    )
+
+
+def _valid_predicate(window, audit: Audit, now: datetime, naive: bool):
+    """The predictions schema's rules as one SQL condition (schemas.frames.predictions_schema)."""
+    c = window.c
+    latest = now + CLOCK_SKEW
+    rules = [
+        c.prediction_id.is_not(None),
+        func.length(func.trim(c.prediction_id)) > 0,
+        c.model_id.is_not(None),
+        c.predicted_at.is_not(None),
+        c.predicted_at <= (latest.replace(tzinfo=None) if naive else latest),
+        c.y_pred.in_([0, 1]),
+        or_(c.y_true.is_(None), c.y_true.in_([0, 1])),
+        or_(c.score.is_(None), and_(c.score >= 0, c.score <= 1)),
+    ]
+    for attribute in audit.attributes:
+        rules += [c[attribute].is_not(None), func.length(func.trim(c[attribute])) > 0]
+    return and_(*rules)
+
+
+def pushdown_counts(engine, audit: Audit, start, end, now: datetime) -> Reduced:
+    """Counts of the window from one GROUP BY in the database, invalid rows quarantined."""
+    table, window = _window(engine, audit, start, end)
+    naive = engine.dialect.name == "sqlite"
+    valid = _valid_predicate(window, audit, now, naive)
+    keys = [window.c[a] for a in audit.attributes] + [window.c.y_true, window.c.y_pred]
+    with engine.connect() as connection:
+        rows = connection.scalar(select(func.count()).select_from(window))
+        if not rows:
+            raise EmptyWindow(_empty_window_message(connection, table, audit, start, end))
+        duplicated = _duplicated_ids(connection, window)
+        clean = and_(valid, not_(window.c.prediction_id.in_(duplicated))) if duplicated else valid
+        grouped = pd.read_sql(
+            select(*keys, func.count().label("n")).where(clean).group_by(*keys), connection
+        )
+        suspect = (
+            or_(not_(valid), window.c.prediction_id.in_(duplicated)) if duplicated else not_(valid)
+        )
+        # NULL-valued rules make `valid` NULL, not false: catch those rows too.
+        suspect = or_(suspect, valid.is_(None))
+        rest = pd.read_sql(select(window).where(suspect), connection)
+    accepted, quarantine = split_valid(rest, audit.attributes, now)
+    grouped = grouped.astype({a: str for a in audit.attributes})
+    counts = fold_counts(
+        [
+            cell_counts(grouped, audit.attributes, audit.intersections),
+            cell_counts(accepted, audit.attributes, audit.intersections),
+        ]
+    )
+    digest = hashlib.sha256(counts.to_csv(index=False).encode())
+    digest.update(quarantine.drop(columns="row").to_csv(index=False).encode())
+    unknown = grouped["y_true"].isna()
+    return Reduced(
+        counts=with_complements(counts),
+        quarantine=quarantine,
+        rows_read=int(rows),
+        rows_valid=int(grouped["n"].sum()) + len(accepted),
+        rows_unlabelled=int(grouped.loc[unknown, "n"].sum() + accepted["y_true"].isna().sum()),
+        fingerprint=digest.hexdigest(),
+    )
+
+
+@database_task
+def scan(db_url: str, audit: Audit, start, end, now: datetime) -> Reduced:
+    """Prefect task: the configured scan (stream or pushdown) of the audit window."""
+    engine = make_engine(db_url)
+    try:
+        if audit.scan.mode == "pushdown":
+            return pushdown_counts(engine, audit, start, end, now)
+        return stream_counts(engine, audit, start, end, now, audit.scan.chunk_rows)
+    finally:
+        engine.dispose()
