@@ -30,15 +30,17 @@ from schemas.frames import COUNT_COLUMNS
 from tasks.metrics import BINOMIAL_CELLS, JOINT_RATIO_CELLS, MARGINS
 
 MATCH_METRICS = (*BINOMIAL_CELLS, "mb", *JOINT_RATIO_CELLS)
-_WINDOW_SD = 12  # binomial mass beyond 12 standard deviations is below 1e-30
+_WINDOW_SD = 8  # binomial mass beyond 8 standard deviations (+5) is below 1e-15
 
 
 def _cells(frame: pd.DataFrame) -> dict[str, np.ndarray]:
     return {c: frame[c].to_numpy(dtype="int64") for c in COUNT_COLUMNS}
 
 
-def _mixture(n: np.ndarray, q: np.ndarray, inner) -> np.ndarray:
-    """Σ_s Binomial(s; n, q) · inner(s), over the window of s that holds the binomial's mass."""
+def _mixture(n: np.ndarray, q: np.ndarray, cut, r: np.ndarray):
+    """(P(X <= cut(S)), P(X >= cut(S))) with S ~ Binomial(n, q) and X | S ~ Binomial(S, r),
+    summed over the window of S that holds the binomial's mass. ``cut(s)`` returns the threshold
+    as an integer numerator and denominator (exact: no floating-point floor)."""
     mean, sd = n * q, np.sqrt(n * q * (1 - q))
     lo = np.floor(np.maximum(0, mean - _WINDOW_SD * sd - 5)).astype("int64")
     hi = np.ceil(np.minimum(n, mean + _WINDOW_SD * sd + 5)).astype("int64")
@@ -47,7 +49,13 @@ def _mixture(n: np.ndarray, q: np.ndarray, inner) -> np.ndarray:
     inside = s <= hi[:, None]
     s = np.minimum(s, n[:, None])
     weight = np.where(inside, stats.binom.pmf(s, n[:, None], q[:, None]), 0.0)
-    return (weight * inner(s)).sum(axis=1)
+    top, bottom = cut(s)
+    k = top // bottom  # floor of the threshold
+    exact = top % bottom == 0  # the threshold is itself a count X can take
+    below = stats.binom.cdf(k, s, r[:, None])  # P(X <= threshold)
+    at = np.where(exact, stats.binom.pmf(k, s, r[:, None]), 0.0)
+    # P(X >= threshold) = 1 − P(X <= floor) + P(X = threshold if it is an integer)
+    return (weight * below).sum(axis=1), (weight * (1 - below + at)).sum(axis=1)
 
 
 def _two_sided(lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
@@ -68,13 +76,8 @@ def _marginal_benefit(fp, fn, n, p_fp, p_fn):
     q = p_fp + p_fn
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.where(q > 0, p_fp / q, 0.0)
-    # D = 2·FP − S: D <= d  <=>  FP <= floor((d + S)/2).
-    lower = _mixture(
-        n, q, lambda s: stats.binom.cdf(np.floor_divide(d[:, None] + s, 2), s, r[:, None])
-    )
-    upper = _mixture(
-        n, q, lambda s: stats.binom.sf(-np.floor_divide(-(d[:, None] + s), 2) - 1, s, r[:, None])
-    )
+    # D = 2·FP − S, so D <= d  <=>  FP <= (d + S)/2 (and >= likewise).
+    lower, upper = _mixture(n, q, lambda s: (d[:, None] + s, np.full_like(s, 2)), r)
     mu, var = p_fp - p_fn, p_fp + p_fn - (p_fp - p_fn) ** 2
     with np.errstate(divide="ignore", invalid="ignore"):
         approx = stats.norm.cdf((d + 0.5 - n * mu) / np.sqrt(var * n))
@@ -86,18 +89,13 @@ def _joint_ratio(a_obs, d_obs, n, p_a, p_b):
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.where(q > 0, p_a / q, 0.0)
     d_safe = np.maximum(d_obs, 1)[:, None]
-
-    def below(s):  # P(A <= m·s | s), m = a_obs/d_obs, for s >= 1
-        return np.where(s >= 1, stats.binom.cdf((a_obs[:, None] * s) // d_safe, s, r[:, None]), 0.0)
-
-    def above(s):  # P(A >= m·s | s) = P(A > ceil(m·s) − 1)
-        ceil = -((-a_obs[:, None] * s) // d_safe)
-        return np.where(s >= 1, stats.binom.sf(ceil - 1, s, r[:, None]), 0.0)
-
-    defined = 1 - (1 - q) ** n
+    # M = A/S <= a_obs/d_obs  <=>  A <= a_obs·S/d_obs; only S >= 1 leaves the metric defined.
+    lower, upper = _mixture(n, q, lambda s: (a_obs[:, None] * s, d_safe + 0 * s), r)
+    undefined = (1 - q) ** n  # S = 0 meets both thresholds (X = 0 = 0·m): remove its mass
+    defined = 1 - undefined
     with np.errstate(divide="ignore", invalid="ignore"):
-        lower = _mixture(n, q, below) / defined
-        upper = _mixture(n, q, above) / defined
+        lower = (lower - undefined) / defined
+        upper = (upper - undefined) / defined
         approx = stats.beta.cdf(a_obs / d_obs, n * p_a + 1, n * p_b + 1)
     return lower, upper, approx
 

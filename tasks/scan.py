@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import pandas as pd
-from sqlalchemy import and_, func, not_, or_, select
+from sqlalchemy import and_, func, inspect, not_, or_, select
 
 from db.engine import make_engine
 from schemas.config import Audit
@@ -61,6 +61,21 @@ def _window(engine, audit: Audit, start, end):
     return table, query.subquery("window")
 
 
+def ids_are_unique(connection, table, audit: Audit) -> bool:
+    """Whether a primary key or unique constraint/index of the source guarantees unique prediction
+    ids within a model (then no duplicate scan is needed)."""
+    inspector = inspect(connection)
+    schema = table.schema
+    ident = audit.source_column("prediction_id")
+    allowed = {ident, audit.source_column("model_id")}
+    keys = [inspector.get_pk_constraint(table.name, schema).get("constrained_columns") or []]
+    keys += [u["column_names"] for u in inspector.get_unique_constraints(table.name, schema)]
+    keys += [
+        i["column_names"] for i in inspector.get_indexes(table.name, schema) if i.get("unique")
+    ]
+    return any(key and ident in key and set(key) <= allowed for key in keys)
+
+
 def _duplicated_ids(connection, window) -> set:
     query = select(window.c.prediction_id).group_by(window.c.prediction_id).having(func.count() > 1)
     return set(connection.execute(query).scalars())
@@ -74,7 +89,8 @@ def stream_counts(engine, audit: Audit, start, end, now: datetime, chunk_rows: i
     hash_sum = 0
     seen: set = set()
     with engine.connect() as connection:
-        duplicated = _duplicated_ids(connection, window)
+        unique = ids_are_unique(connection, table, audit)
+        duplicated = set() if unique else _duplicated_ids(connection, window)
         streaming = connection.execution_options(stream_results=True, yield_per=chunk_rows)
         for chunk in pd.read_sql(select(window), streaming, chunksize=chunk_rows):
             hash_sum = (hash_sum + row_hash_sum(chunk)) % 2**64
@@ -146,10 +162,8 @@ def pushdown_counts(engine, audit: Audit, start, end, now: datetime) -> Reduced:
     valid = _valid_predicate(window, audit, now, naive)
     keys = [window.c[a] for a in audit.attributes] + [window.c.y_true, window.c.y_pred]
     with engine.connect() as connection:
-        rows = connection.scalar(select(func.count()).select_from(window))
-        if not rows:
-            raise EmptyWindow(_empty_window_message(connection, table, audit, start, end))
-        duplicated = _duplicated_ids(connection, window)
+        unique = ids_are_unique(connection, table, audit)
+        duplicated = set() if unique else _duplicated_ids(connection, window)
         clean = and_(valid, not_(window.c.prediction_id.in_(duplicated))) if duplicated else valid
         grouped = pd.read_sql(
             select(*keys, func.count().label("n")).where(clean).group_by(*keys), connection
@@ -160,6 +174,9 @@ def pushdown_counts(engine, audit: Audit, start, end, now: datetime) -> Reduced:
         # NULL-valued rules make `valid` NULL, not false: catch those rows too.
         suspect = or_(suspect, valid.is_(None))
         rest = pd.read_sql(select(window).where(suspect), connection)
+        rows = int(grouped["n"].sum()) + len(rest)
+        if not rows:
+            raise EmptyWindow(_empty_window_message(connection, table, audit, start, end))
     accepted, quarantine = split_valid(rest, audit.attributes, now)
     grouped = grouped.astype({a: str for a in audit.attributes})
     counts = fold_counts(

@@ -139,3 +139,17 @@ def test_audit_in_each_scan_mode_stores_the_memory_results(db_url, tmp_path, mod
     engine = make_engine(db_url)
     a, b = run_metrics(engine, first["run_id"]), run_metrics(engine, second["run_id"])
     pd.testing.assert_frame_equal(a, b)
+
+
+def test_unique_key_on_ids_is_recognised(db_url):
+    """It trusts a unique key on (model, prediction id) and skips the duplicate scan, not otherwise."""
+    from tasks.extract import reflect_source
+    from tasks.scan import ids_are_unique
+
+    engine = write_source(db_url)
+    with engine.connect() as connection:
+        assert not ids_are_unique(connection, reflect_source(engine, "scored"), AUDIT)
+        default = parse_config(
+            {"audits": [{"name": "d", "model": "m", "attributes": ["race"]}]}
+        ).audits[0]
+        assert ids_are_unique(connection, reflect_source(engine, "predictions"), default)
