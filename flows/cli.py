@@ -599,6 +599,10 @@ def serve(
     db: DbOption = None,
     cron: Annotated[str, typer.Option(help="Schedule (cron syntax)")] = "0 2 * * *",
     timezone_: Annotated[str, typer.Option("--timezone", help="Time zone of the schedule")] = "UTC",
+    task_runner: Annotated[str, typer.Option(help="threads, or dask (the dask extra)")] = "threads",
+    dask_address: Annotated[
+        str | None, typer.Option(help="Dask scheduler, e.g. tcp://host:8786")
+    ] = None,
 ) -> None:
     """Serve the nightly deployment (runs until stopped; trigger with `prefect deployment run`)."""
     _prefect_environment()
@@ -608,7 +612,7 @@ def serve(
 
     upgrade(db)
     path = str(Path(config or default_config_path()).resolve())
-    serve_nightly(path, db, cron, timezone_)
+    serve_nightly(path, db, cron, timezone_, task_runner, dask_address)
 
 
 if __name__ == "__main__":

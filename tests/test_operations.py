@@ -210,3 +210,25 @@ def test_nightly_deployment_schedule_and_parameters():
         "db_url": "postgresql://db/audit",
     }
     assert deployment.name == "nightly"
+
+
+@pytest.mark.usefixtures("prefect_harness")
+@pytest.mark.parametrize("runner", ["threads", "dask"])
+def test_nightly_fans_out_over_audits(db_url, runner):
+    """It runs every audit of the nightly flow on the task runner, a local Dask cluster included."""
+    from flows.demo import END, GROUPS, synthetic_predictions
+    from flows.nightly import with_task_runner
+
+    from .conftest import DEMO_CONFIG
+
+    data = synthetic_predictions()
+    load_predictions(make_engine(db_url), data.groupby("model_id").head(3000), list(GROUPS), "demo")
+    results = with_task_runner(runner, workers=2)(str(DEMO_CONFIG), db_url, END)
+    assert sorted(r["audit"] for r in results) == [
+        "claims-recent",
+        "credit-race",
+        "fraud-all",
+        "hiring-sex",
+    ]
+    runs = list_runs(make_engine(db_url))
+    assert len(runs) == 4 and set(runs["status"]) == {"succeeded"}
