@@ -10,6 +10,47 @@ from sqlalchemy.orm import Session
 
 from db.models import AuditRun, GroupCount, MatchResult, MetricResult, PlanningResult
 
+# Columns shown of each stage's results, by the CLI and the HTML report alike.
+FLAGGED_COLUMNS = [
+    "attribute",
+    "group_name",
+    "reference",
+    "metric",
+    "difference",
+    "hdi_low",
+    "hdi_high",
+    "prob_deviation",
+    "decision",
+    "p_adjusted",
+]
+PLANNING_COLUMNS = [
+    "attribute",
+    "group_name",
+    "reference",
+    "metric",
+    "disparity",
+    "n_group",
+    "n_reference",
+    "needed",
+    "needed_neyman",
+    "achieved_power",
+    "verdict",
+    "bias_n",
+]
+META_COLUMNS = [
+    "attribute",
+    "metric",
+    "k",
+    "n_min",
+    "n_max",
+    "var",
+    "corrected_var",
+    "interval_low",
+    "interval_high",
+    "mm_diff",
+    "mm_ratio",
+]
+
 RUN_COLUMNS = [
     AuditRun.id,
     AuditRun.audit_name,

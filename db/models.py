@@ -46,6 +46,23 @@ class Base(DeclarativeBase):
     type_annotation_map: ClassVar = {dict[str, Any]: Json}
 
 
+class RunResult:
+    """Key columns of every per-group result table: the run and the (attribute, group)."""
+
+    run_id: Mapped[int] = mapped_column(
+        ForeignKey("audit_runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    attribute: Mapped[str] = mapped_column(String(256), primary_key=True)
+    group_name: Mapped[str] = mapped_column(String(512), primary_key=True)
+
+
+class Comparison(RunResult):
+    """Key columns of a result comparing a group with a reference ('rest' or a named group)."""
+
+    reference: Mapped[str] = mapped_column(String(512), primary_key=True)
+    metric: Mapped[str] = mapped_column(String(16), primary_key=True)
+
+
 class Prediction(Base):
     """The default audit source: one row per prediction of a deployed model."""
 
@@ -105,16 +122,11 @@ class AuditRun(Base):
     error: Mapped[str | None] = mapped_column(Text)
 
 
-class GroupCount(Base):
+class GroupCount(RunResult, Base):
     """Confusion counts of one group (``subset='group'``) or its rest of population (``'rest'``)."""
 
     __tablename__ = "group_counts"
 
-    run_id: Mapped[int] = mapped_column(
-        ForeignKey("audit_runs.id", ondelete="CASCADE"), primary_key=True
-    )
-    attribute: Mapped[str] = mapped_column(String(256), primary_key=True)
-    group_name: Mapped[str] = mapped_column(String(512), primary_key=True)
     subset: Mapped[str] = mapped_column(String(8), primary_key=True)
     tp: Mapped[int] = mapped_column(BigInteger)
     fp: Mapped[int] = mapped_column(BigInteger)
@@ -123,16 +135,11 @@ class GroupCount(Base):
     n_unlabelled: Mapped[int] = mapped_column(BigInteger)
 
 
-class MetricResult(Base):
+class MetricResult(RunResult, Base):
     """One metric of one group or complement; NaN-free: an undefined value is NULL with its reason."""
 
     __tablename__ = "metric_results"
 
-    run_id: Mapped[int] = mapped_column(
-        ForeignKey("audit_runs.id", ondelete="CASCADE"), primary_key=True
-    )
-    attribute: Mapped[str] = mapped_column(String(256), primary_key=True)
-    group_name: Mapped[str] = mapped_column(String(512), primary_key=True)
     subset: Mapped[str] = mapped_column(String(8), primary_key=True)
     metric: Mapped[str] = mapped_column(String(16), primary_key=True)
     # 'raw' for the observed counts; smoothing stages add their own estimators.
@@ -162,53 +169,34 @@ class QuarantinedRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
-class MatchResult(Base):
+class MatchResult(Comparison, Base):
     """MATCH test of one group and metric against a reference ('rest' or a named group)."""
 
     __tablename__ = "match_results"
 
-    run_id: Mapped[int] = mapped_column(
-        ForeignKey("audit_runs.id", ondelete="CASCADE"), primary_key=True
-    )
-    attribute: Mapped[str] = mapped_column(String(256), primary_key=True)
-    group_name: Mapped[str] = mapped_column(String(512), primary_key=True)
-    reference: Mapped[str] = mapped_column(String(512), primary_key=True)
-    metric: Mapped[str] = mapped_column(String(16), primary_key=True)
     n: Mapped[int] = mapped_column(BigInteger)
     percentile: Mapped[float | None] = mapped_column(Float)
     percentile_approx: Mapped[float | None] = mapped_column(Float)
     p_value: Mapped[float | None] = mapped_column(Float)
+    # 'exact', or the approximation ('normal', 'beta') used above the exact-sum size limit
+    method: Mapped[str | None] = mapped_column(String(8))
     undefined_reason: Mapped[str | None] = mapped_column(String(128))
 
 
-class TwoGroupResult(Base):
+class TwoGroupResult(Comparison, Base):
     """A two-group metric (OFI, treatment equality) of one group against a reference."""
 
     __tablename__ = "two_group_results"
 
-    run_id: Mapped[int] = mapped_column(
-        ForeignKey("audit_runs.id", ondelete="CASCADE"), primary_key=True
-    )
-    attribute: Mapped[str] = mapped_column(String(256), primary_key=True)
-    group_name: Mapped[str] = mapped_column(String(512), primary_key=True)
-    reference: Mapped[str] = mapped_column(String(512), primary_key=True)
-    metric: Mapped[str] = mapped_column(String(16), primary_key=True)
     value: Mapped[float | None] = mapped_column(Float)
     undefined_reason: Mapped[str | None] = mapped_column(String(128))
 
 
-class DetectionResult(Base):
+class DetectionResult(Comparison, Base):
     """Detection of one rate metric of one group against a reference (tasks.detection.detect)."""
 
     __tablename__ = "detection_results"
 
-    run_id: Mapped[int] = mapped_column(
-        ForeignKey("audit_runs.id", ondelete="CASCADE"), primary_key=True
-    )
-    attribute: Mapped[str] = mapped_column(String(256), primary_key=True)
-    group_name: Mapped[str] = mapped_column(String(512), primary_key=True)
-    reference: Mapped[str] = mapped_column(String(512), primary_key=True)
-    metric: Mapped[str] = mapped_column(String(16), primary_key=True)
     x_group: Mapped[float | None] = mapped_column(Float)
     n_group: Mapped[float | None] = mapped_column(Float)
     x_reference: Mapped[float | None] = mapped_column(Float)
@@ -229,18 +217,11 @@ class DetectionResult(Base):
     undefined_reason: Mapped[str | None] = mapped_column(String(128))
 
 
-class PlanningResult(Base):
+class PlanningResult(Comparison, Base):
     """Sample size needed vs available for one rate metric of one comparison (tasks.planning.plan)."""
 
     __tablename__ = "planning_results"
 
-    run_id: Mapped[int] = mapped_column(
-        ForeignKey("audit_runs.id", ondelete="CASCADE"), primary_key=True
-    )
-    attribute: Mapped[str] = mapped_column(String(256), primary_key=True)
-    group_name: Mapped[str] = mapped_column(String(512), primary_key=True)
-    reference: Mapped[str] = mapped_column(String(512), primary_key=True)
-    metric: Mapped[str] = mapped_column(String(16), primary_key=True)
     value_group: Mapped[float | None] = mapped_column(Float)
     value_reference: Mapped[float | None] = mapped_column(Float)
     disparity: Mapped[float | None] = mapped_column(Float)
@@ -283,16 +264,11 @@ class MetaMetricResult(Base):
     level: Mapped[float] = mapped_column(Float)
 
 
-class ComparisonResult(Base):
+class ComparisonResult(RunResult, Base):
     """Change of one group metric since the previous version of the audit (tasks.compare)."""
 
     __tablename__ = "comparison_results"
 
-    run_id: Mapped[int] = mapped_column(
-        ForeignKey("audit_runs.id", ondelete="CASCADE"), primary_key=True
-    )
-    attribute: Mapped[str] = mapped_column(String(256), primary_key=True)
-    group_name: Mapped[str] = mapped_column(String(512), primary_key=True)
     metric: Mapped[str] = mapped_column(String(16), primary_key=True)
     previous_run_id: Mapped[int] = mapped_column(BigInteger)
     status: Mapped[str] = mapped_column(String(16))

@@ -349,59 +349,20 @@ def _print_series(engine, metric, attribute, group, audit, model, since, until, 
 
 
 def _print_stage_tables(engine, run_id: int, attribute: str | None, metric: str | None) -> None:
-    from db.history import run_results
+    from db.history import FLAGGED_COLUMNS, META_COLUMNS, PLANNING_COLUMNS, run_results
     from db.models import DetectionResult, MetaMetricResult, PlanningResult
 
     planning = run_results(engine, PlanningResult, run_id, attribute, metric)
     if not planning.empty:
-        columns = [
-            "attribute",
-            "group_name",
-            "reference",
-            "metric",
-            "disparity",
-            "n_group",
-            "n_reference",
-            "needed",
-            "needed_neyman",
-            "achieved_power",
-            "verdict",
-            "bias_n",
-        ]
-        _print_frame(planning[columns], title="planning: predictions needed vs available")
+        _print_frame(planning[PLANNING_COLUMNS], title="planning: predictions needed vs available")
     detection = run_results(engine, DetectionResult, run_id, attribute, metric)
     flagged = detection[detection["flagged"].astype(bool)]
     if not flagged.empty:
-        columns = [
-            "attribute",
-            "group_name",
-            "reference",
-            "metric",
-            "difference",
-            "hdi_low",
-            "hdi_high",
-            "prob_deviation",
-            "decision",
-            "p_adjusted",
-        ]
-        _print_frame(flagged[columns], title="detection: flagged (BH-adjusted p < alpha)")
+        _print_frame(flagged[FLAGGED_COLUMNS], title="detection: flagged (BH-adjusted p < alpha)")
     meta = run_results(engine, MetaMetricResult, run_id, attribute, metric)
     if not meta.empty:
-        columns = [
-            "attribute",
-            "metric",
-            "k",
-            "n_min",
-            "n_max",
-            "var",
-            "corrected_var",
-            "interval_low",
-            "interval_high",
-            "mm_diff",
-            "mm_ratio",
-        ]
         _print_frame(
-            meta[columns], title="meta-metrics: naive and corrected between-group variance"
+            meta[META_COLUMNS], title="meta-metrics: naive and corrected between-group variance"
         )
 
 

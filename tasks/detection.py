@@ -285,12 +285,11 @@ def detect(
     decision, the simple rule at z_{1−α/2}, the frequentist z and p of |U| > tolerance, and the
     Benjamini-Hochberg adjusted p across all rows (``flagged`` when it is below alpha).
     """
-    from tasks.metrics import compute_metrics
+    from tasks.metrics import pair_metrics
 
     rates = [m for m in metrics if m in RATE_METRICS]
     keys = ["attribute", "group_name", "reference"]
-    mine = compute_metrics(group[keys + ["tp", "fp", "fn", "tn"]], rates)
-    theirs = compute_metrics(reference[["tp", "fp", "fn", "tn"]].assign(**group[keys]), rates)
+    mine, theirs = pair_metrics(group, reference, rates)
     x2, n2 = mine["numerator"].to_numpy(), mine["denominator"].to_numpy()
     x1, n1 = theirs["numerator"].to_numpy(), theirs["denominator"].to_numpy()
     reason = np.where(n2 == 0, "no denominator in group", None)

@@ -177,6 +177,17 @@ def compute_metrics(counts: pd.DataFrame, metrics: Iterable[str] | None = None) 
     return METRICS.validate(out)
 
 
+def pair_metrics(
+    group: pd.DataFrame, reference: pd.DataFrame, metrics: Iterable[str]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Metrics of each comparison's group and of its aligned reference, row for row, both keyed
+    by the group's (attribute, group_name, reference)."""
+    keys = ["attribute", "group_name", "reference"]
+    mine = compute_metrics(group[keys + COUNT_COLUMNS], metrics)
+    theirs = compute_metrics(reference[COUNT_COLUMNS].assign(**group[keys]), metrics)
+    return mine, theirs
+
+
 @task(name="metrics", cache_policy=NO_CACHE)
 def metrics_stage(
     counts: pd.DataFrame, pairs: tuple[pd.DataFrame, pd.DataFrame], metrics: list[str]

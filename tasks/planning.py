@@ -159,13 +159,12 @@ def plan(
     compares ``needed`` with the predictions available. ``bias_n`` is the bias measure N of eq. 1
     (one-sided, at the audit's α and power) beside the difference and the ratio.
     """
-    from tasks.metrics import compute_metrics
+    from tasks.metrics import pair_metrics
 
     rates = [m for m in metrics if m in RATE_METRICS]
     keys = ["attribute", "group_name", "reference"]
+    mine, theirs = pair_metrics(group, reference, rates)
     cells = ["tp", "fp", "fn", "tn"]
-    mine = compute_metrics(group[keys + cells], rates)
-    theirs = compute_metrics(reference[cells].assign(**group[keys]), rates)
     n2 = np.tile(group[cells].sum(axis=1).to_numpy(float), len(rates))
     n1 = np.tile(reference[cells].sum(axis=1).to_numpy(float), len(rates))
     m2, m1 = mine["value"].to_numpy(), theirs["value"].to_numpy()

@@ -114,7 +114,14 @@ def sparkline(values: list[float], label: str) -> str:
 
 def render_report(engine, run_id: int, trend_runs: int = 10) -> str:
     """The HTML report of one stored run."""
-    from db.history import get_run, list_runs, run_results
+    from db.history import (
+        FLAGGED_COLUMNS,
+        META_COLUMNS,
+        PLANNING_COLUMNS,
+        get_run,
+        list_runs,
+        run_results,
+    )
     from db.models import DetectionResult, MetaMetricResult, PlanningResult
 
     run = get_run(engine, run_id)
@@ -146,18 +153,7 @@ def render_report(engine, run_id: int, trend_runs: int = 10) -> str:
         "<h2>Flagged groups</h2><p>Benjamini-Hochberg adjusted p below α of the test that "
         f"the disparity exceeds the tolerance ({tolerance}).</p>"
     )
-    columns = [
-        "attribute",
-        "group_name",
-        "reference",
-        "metric",
-        "difference",
-        "hdi_low",
-        "hdi_high",
-        "decision",
-        "p_adjusted",
-    ]
-    sections.append(_table(flagged[columns] if not flagged.empty else flagged))
+    sections.append(_table(flagged[FLAGGED_COLUMNS] if not flagged.empty else flagged))
     sections.append(
         "<h2>Disparities with 95% intervals</h2><p>Each group against the rest of the "
         "population: observed difference (dot) and HDI of the difference (bar); the "
@@ -172,24 +168,12 @@ def render_report(engine, run_id: int, trend_runs: int = 10) -> str:
         "audit's α and power, against those available.</p>"
     )
     if not planning.empty:
-        columns = [
-            "attribute",
-            "group_name",
-            "reference",
-            "metric",
-            "disparity",
-            "needed",
-            "n_group",
-            "n_reference",
-            "achieved_power",
-            "verdict",
-        ]
-        sections.append(_table(planning[planning["reference"] == "rest"][columns]))
+        sections.append(_table(planning[planning["reference"] == "rest"][PLANNING_COLUMNS]))
     sections.append(
         "<h2>Meta-metrics</h2><p>Naive spread across groups, and the corrected between-"
         "group variance with its double-corrected bootstrap interval.</p>"
     )
-    sections.append(_table(meta))
+    sections.append(_table(meta[META_COLUMNS] if not meta.empty else meta))
     history = list_runs(engine, audit=run.audit_name, model=run.model_id, status="succeeded")
     history = history[history["as_of"] <= pd.Timestamp(run.as_of)].head(trend_runs).iloc[::-1]
     sections.append(f"<h2>Trend over the last {len(history)} runs</h2>")

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import pandas as pd
-from sqlalchemy import and_, func, inspect, not_, or_, select
+from sqlalchemy import and_, case, func, inspect, literal, not_, or_, select
 
 from db.engine import make_engine
 from schemas.config import Audit
@@ -165,18 +165,18 @@ def pushdown_counts(engine, audit: Audit, start, end, now: datetime) -> Reduced:
         unique = ids_are_unique(connection, table, audit)
         duplicated = set() if unique else _duplicated_ids(connection, window)
         clean = and_(valid, not_(window.c.prediction_id.in_(duplicated))) if duplicated else valid
+        ok = case((clean, 1), else_=0).label("ok")  # a rule that is NULL (a NULL value) fails
         grouped = pd.read_sql(
-            select(*keys, func.count().label("n")).where(clean).group_by(*keys), connection
+            select(*keys, ok, func.count().label("n")).group_by(*keys, ok), connection
         )
-        suspect = (
-            or_(not_(valid), window.c.prediction_id.in_(duplicated)) if duplicated else not_(valid)
-        )
-        # NULL-valued rules make `valid` NULL, not false: catch those rows too.
-        suspect = or_(suspect, valid.is_(None))
-        rest = pd.read_sql(select(window).where(suspect), connection)
-        rows = int(grouped["n"].sum()) + len(rest)
+        rows = int(grouped["n"].sum())
         if not rows:
             raise EmptyWindow(_empty_window_message(connection, table, audit, start, end))
+        suspect = or_(not_(clean), clean.is_(None))
+        # Only when some rows failed is the table read again, for those rows alone.
+        needed = (grouped["ok"] == 0).any()
+        rest = pd.read_sql(select(window).where(suspect if needed else literal(False)), connection)
+    grouped = grouped[grouped["ok"] == 1].drop(columns="ok")
     accepted, quarantine = split_valid(rest, audit.attributes, now)
     grouped = grouped.astype({a: str for a in audit.attributes})
     counts = fold_counts(

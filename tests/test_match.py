@@ -124,3 +124,16 @@ def test_undefined_cases_have_reasons():
     assert result.loc["tpr", "undefined_reason"] == "tp+fn = 0 in group"
     result = match_test(frame((2, 3, 1, 5)), frame((0, 10, 0, 10)), ["tpr"])
     assert result["undefined_reason"].iloc[0] == "tp+fn = 0 in reference"
+
+
+def test_large_groups_use_the_approximation_within_its_error():
+    """It switches to the approximation above the size limit, close to the exact sum there."""
+    rng = np.random.default_rng(12)
+    p = (0.3, 0.1, 0.1, 0.5)
+    groups = pd.DataFrame(rng.multinomial(120_000, p, size=6), columns=CELLS)
+    reference = frame(tuple(int(x * 1_000_000) for x in p))
+    fast = match_test(groups, reference, ["tpr", "ppv", "mb"])
+    exact = match_test(groups, reference, ["tpr", "ppv", "mb"], exact_limit=float("inf"))
+    assert set(fast["method"]) == {"beta", "normal"} and set(exact["method"]) == {"exact"}
+    assert np.abs(fast["percentile"] - exact["percentile"]).max() < 0.003
+    assert np.abs(fast["p_value"] - exact["p_value"]).max() < 0.006
