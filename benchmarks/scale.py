@@ -109,14 +109,14 @@ def _exists(connection) -> bool:
     return inspect(connection).has_table(TABLE)
 
 
-def config_file(mode: str, folder: Path) -> Path:
+def config_file(mode: str, folder: Path, chunk_rows: int = 500_000) -> Path:
     path = folder / f"bench-{mode}.toml"
     path.write_text(
         f'[[audits]]\nname = "bench-{mode}"\nmodel = "m"\nsource = "{TABLE}"\n'
         'attributes = ["race", "sex", "age"]\nintersections = [["race", "sex", "age"]]\n'
         'columns = { prediction_id = "pid", model_id = "model", predicted_at = "at", '
         'y_true = "label", y_pred = "pred" }\n'
-        f'[audits.scan]\nmode = "{mode}"\nchunk_rows = 500000\n'
+        f'[audits.scan]\nmode = "{mode}"\nchunk_rows = {chunk_rows}\n'
         "[audits.thresholds]\nbootstrap_replicates = 1000\n"
     )
     return path
@@ -220,6 +220,7 @@ def main() -> None:
     parser.add_argument("--modes", default="stream,pushdown")
     parser.add_argument("--prefect", action="store_true", help="also measure the Prefect overhead")
     parser.add_argument("--no-key", action="store_true", help="no primary key on the prediction id")
+    parser.add_argument("--chunk-rows", type=int, default=500_000, help="rows per streamed chunk")
     parser.add_argument("--fairlearn", action="store_true", help="only the MetricFrame comparison")
     args = parser.parse_args()
     if args.fairlearn:
@@ -230,7 +231,7 @@ def main() -> None:
     rows = []
     for mode in args.modes.split(","):
         floor = floor_seconds(args.db)
-        result = child(args.db, config_file(mode, folder), f"bench-{mode}")
+        result = child(args.db, config_file(mode, folder, args.chunk_rows), f"bench-{mode}")
         rows.append(
             {
                 "mode": mode,

@@ -13,6 +13,7 @@ unique constraint on (audit_name, model_id, version) is the last word.
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
@@ -26,6 +27,7 @@ from sqlalchemy.orm import Session
 from db.models import AuditRun, QuarantinedRow
 
 RUNNING, SUCCEEDED, FAILED = "running", "succeeded", "failed"
+log = logging.getLogger(__name__)
 ABANDONED = "abandoned: the process ended before the run finished"
 
 
@@ -83,6 +85,7 @@ def start_run(
     single-user default; versions stay distinct either way).
     """
     deadline = time.monotonic() + wait.total_seconds()
+    announced = False
     while True:
         with Session(engine) as session, session.begin():
             _lock_versioning(session, record.audit_name, record.model_id)
@@ -99,12 +102,37 @@ def start_run(
                 session.add(run)
                 session.flush()
                 return run.id
+        if not announced:
+            log.warning(
+                "run %s of audit %r is still running: waiting up to %s for it to finish "
+                "(`biasaudit abandon %s` releases it if its process is gone)",
+                busy,
+                record.audit_name,
+                wait,
+                busy,
+            )
+            announced = True
         if time.monotonic() >= deadline:
             raise RunInProgress(
                 f"run {busy} of audit {record.audit_name!r} (model {record.model_id!r}) is still "
                 f"running after waiting {wait}"
             )
         time.sleep(poll)
+
+
+def abandon_run(engine: Engine, run_id: int) -> bool:
+    """Mark one ``running`` run failed as abandoned (an operator knows its process is gone)."""
+    with Session(engine) as session, session.begin():
+        result = session.execute(
+            update(AuditRun)
+            .where(AuditRun.id == run_id, AuditRun.status == RUNNING)
+            .values(
+                status=FAILED,
+                error=ABANDONED + " (marked by an operator)",
+                finished_at=datetime.now(UTC),
+            )
+        )
+        return result.rowcount == 1
 
 
 def abandon_stale_runs(engine: Engine, audit_name: str, older_than: timedelta) -> int:

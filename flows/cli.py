@@ -367,6 +367,19 @@ def _print_stage_tables(engine, run_id: int, attribute: str | None, metric: str 
 
 
 @app.command()
+def abandon(
+    run_id: Annotated[int, typer.Argument(help="A run left 'running' by a process that is gone")],
+    db: DbOption = None,
+) -> None:
+    """Mark a running run failed as abandoned, so later runs of its audit stop waiting for it."""
+    from db.runs import abandon_run
+
+    if not abandon_run(_engine(db), run_id):
+        _fail(f"run {run_id} is not running")
+    console.print(f"run {run_id} marked failed (abandoned)")
+
+
+@app.command()
 def compare(
     run_id: Annotated[int, typer.Argument(help="The later run")],
     other: Annotated[

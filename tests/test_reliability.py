@@ -381,3 +381,41 @@ def test_runs_of_the_same_audit_do_not_overlap(postgres_server_url):
             select(AuditRun.started_at, AuditRun.finished_at).order_by(AuditRun.started_at)
         ).all()
     assert len(spans) == 2 and spans[0].finished_at <= spans[1].started_at
+
+
+def test_operator_can_release_an_abandoned_run(db_url):
+    """It lets an operator mark a run left 'running' as failed, and only such a run."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    load_small(db_url)
+    engine = make_engine(db_url)
+    with engine.begin() as connection:
+        connection.execute(
+            AuditRun.__table__.insert().values(
+                audit_name="credit-race",
+                model_id="credit-scorer",
+                status="running",
+                as_of=END,
+                window_end=END,
+                config={},
+                config_hash="x",
+                code_version="0",
+                started_at=datetime.now(UTC),
+                finished_at=datetime.now(UTC),
+                timings={},
+                summary={},
+                rows_read=0,
+                rows_valid=0,
+                rows_quarantined=0,
+                rows_unlabelled=0,
+            )
+        )
+    run_id = int(list_runs(engine)["id"].iloc[0])
+    runner = CliRunner()
+    assert runner.invoke(app, ["abandon", str(run_id), "--db", db_url]).exit_code == 0
+    assert list_runs(engine)["status"].tolist() == ["failed"]
+    again = runner.invoke(app, ["abandon", str(run_id), "--db", db_url])
+    assert again.exit_code == 1 and "is not running" in again.output
+    assert run_audit("credit-race", str(DEMO_CONFIG), db_url, END)["new"]  # nothing to wait for
