@@ -222,7 +222,8 @@ def test_nightly_fans_out_over_audits(db_url, runner):
     from .conftest import DEMO_CONFIG
 
     data = synthetic_predictions()
-    load_predictions(make_engine(db_url), data.groupby("model_id").head(3000), list(GROUPS), "demo")
+    latest = data.groupby("model_id").tail(3000)  # inside every demo window, 30 days included
+    load_predictions(make_engine(db_url), latest, list(GROUPS), "demo")
     results = with_task_runner(runner, workers=2)(str(DEMO_CONFIG), db_url, END)
     assert sorted(r["audit"] for r in results) == [
         "claims-recent",
