@@ -1,7 +1,8 @@
 """The audit flow: one Prefect flow run audits one model, stage by stage (../shared/DESIGN.md).
 
-    begin -> extract -> validate -> counts (or one streamed / pushed-down scan) -> metrics -> compare -> match -> planning
-    -> detection -> smoothing -> meta-metrics -> persist -> report
+    begin -> extract -> validate -> counts   (or one streamed / pushed-down scan)
+          -> metrics -> compare -> match -> planning -> detection -> smoothing
+          -> meta-metrics -> persist -> report
 
 Each stage is a thin task over the pure functions of its ``tasks/`` module. ``begin`` commits a
 ``running`` row; a failure at any stage marks it failed with the error (and any quarantined rows)

@@ -106,11 +106,12 @@ def read_predictions(engine: Engine, audit: Audit, start: datetime | None, end: 
     with engine.connect() as connection:
         frame = pd.read_sql(query, connection)
         if frame.empty:
-            raise EmptyWindow(_empty_window_message(connection, table, audit, start, end))
+            raise EmptyWindow(empty_window_message(connection, table, audit, start, end))
     return frame
 
 
-def _empty_window_message(connection, table: Table, audit: Audit, start, end) -> str:
+def empty_window_message(connection, table: Table, audit: Audit, start, end) -> str:
+    """Why a window is empty: an unknown model (naming the known ones) or no rows in the window."""
     window = f"window ({start or '-inf'}, {end}]"
     column = audit.source_column("model_id")
     if column not in table.c:

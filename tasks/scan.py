@@ -33,7 +33,7 @@ from schemas.frames import CLOCK_SKEW
 from tasks.counts import cell_counts, fold_counts, with_complements
 from tasks.extract import (
     EmptyWindow,
-    _empty_window_message,
+    empty_window_message,
     reflect_source,
     row_hash_sum,
     source_query,
@@ -109,7 +109,7 @@ def stream_counts(engine, audit: Audit, start, end, now: datetime, chunk_rows: i
             unlabelled += int(valid["y_true"].isna().sum())
             rows += len(chunk)
         if rows == 0:
-            raise EmptyWindow(_empty_window_message(connection, table, audit, start, end))
+            raise EmptyWindow(empty_window_message(connection, table, audit, start, end))
     return Reduced(
         counts=with_complements(fold_counts(parts)),
         quarantine=pd.concat(quarantines, ignore_index=True),
@@ -171,7 +171,7 @@ def pushdown_counts(engine, audit: Audit, start, end, now: datetime) -> Reduced:
         )
         rows = int(grouped["n"].sum())
         if not rows:
-            raise EmptyWindow(_empty_window_message(connection, table, audit, start, end))
+            raise EmptyWindow(empty_window_message(connection, table, audit, start, end))
         suspect = or_(not_(clean), clean.is_(None))
         # Only when some rows failed is the table read again, for those rows alone.
         needed = (grouped["ok"] == 0).any()
