@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from db.history import META_COLUMNS
 from tasks.counts import group_counts
 from tasks.metametrics import attribute_meta_metrics
 from tasks.metrics import compute_metrics
@@ -39,18 +40,7 @@ def main() -> None:
     metrics = compute_metrics(counts, ["fpr", "tpr", "ppr"])
     table = attribute_meta_metrics(metrics, ["fpr", "tpr", "ppr"], args.boot, 0.95, seed=0)
     table = table[table["attribute"] != "sex"]
-    columns = [
-        "attribute",
-        "metric",
-        "k",
-        "n_min",
-        "n_max",
-        "var",
-        "corrected_var",
-        "interval_low",
-        "interval_high",
-        "mm_diff",
-    ]
+    columns = META_COLUMNS
     print(f"B = {args.boot}; var = naive variance; interval = double-corrected 95% bootstrap\n")
     print(
         table[columns].sort_values(["metric", "attribute"]).to_markdown(index=False, floatfmt=".5f")

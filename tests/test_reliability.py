@@ -255,6 +255,18 @@ def test_killed_mid_write_leaves_nothing_and_is_marked_abandoned(db_url, tmp_pat
 # ---- concurrency -------------------------------------------------------------------------------
 
 
+def fresh_postgres(url):
+    """An empty, migrated PostgreSQL schema holding a small demo load."""
+    from db.migrate import upgrade
+
+    engine = make_engine(url)
+    with engine.begin() as connection:
+        connection.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+    upgrade(url)
+    load_small(url)
+    return engine
+
+
 def _audit_in_process(url, force):
     return run_audit("credit-race", str(DEMO_CONFIG), url, END, force)["run_id"]
 
@@ -263,13 +275,7 @@ def _audit_in_process(url, force):
 def test_parallel_runs_get_distinct_gap_free_versions(postgres_server_url, force):
     """It gives four simultaneous runs versions 1..4 (forced) or one shared run (unchanged input)."""
     url = postgres_server_url
-    engine = make_engine(url)
-    with engine.begin() as connection:
-        connection.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
-    from db.migrate import upgrade
-
-    upgrade(url)
-    load_small(url)
+    engine = fresh_postgres(url)
     context = multiprocessing.get_context("fork")
     with context.Pool(4) as pool:
         run_ids = pool.starmap(_audit_in_process, [(url, force)] * 4)
@@ -366,13 +372,7 @@ def test_injection_in_every_configurable_identifier_is_inert(db_url, tmp_path, w
 def test_runs_of_the_same_audit_do_not_overlap(postgres_server_url):
     """It makes a second simultaneous run wait until the first has finished."""
     url = postgres_server_url
-    engine = make_engine(url)
-    with engine.begin() as connection:
-        connection.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
-    from db.migrate import upgrade
-
-    upgrade(url)
-    load_small(url)
+    engine = fresh_postgres(url)
     context = multiprocessing.get_context("fork")
     with context.Pool(2) as pool:
         pool.starmap(_audit_in_process, [(url, True)] * 2)
