@@ -192,7 +192,7 @@ def demo(db: DbOption = None) -> None:
     with console.status(f"running the demo audits ({FIRST_RUN_NOTE})"):
         results = nightly_flow(str(DEMO_CONFIG), db, END)
     _print_runs(db, [r["run_id"] for r in results])
-    _print_largest_gaps(db, [r["run_id"] for r in results])
+    _print_flagged(db, [r["run_id"] for r in results])
     console.print("next: [bold]biasaudit history[/], [bold]biasaudit history RUN_ID[/]")
 
 
@@ -219,24 +219,21 @@ def _print_runs(db: str | None, run_ids: list[int] | None = None, runs=None) -> 
     _print_frame(runs[list(RUN_TABLE)].rename(columns=RUN_TABLE), title="audit runs")
 
 
-def _print_largest_gaps(db: str | None, run_ids: list[int]) -> None:
-    """Per run and metric, the group (of at least min_group_size) furthest from its rest of population."""
-    from db.history import get_run, run_metrics
+def _print_flagged(db: str | None, run_ids: list[int]) -> None:
+    """Per run, the disparities detection flagged (BH-adjusted p below alpha)."""
+    from db.history import FLAGGED_COLUMNS, get_run, run_results
+    from db.models import DetectionResult
 
     engine = _engine(db)
     for run_id in run_ids:
         run = get_run(engine, run_id)
-        group = run_metrics(engine, run_id)
-        rest = run_metrics(engine, run_id, subset="rest")
-        gaps = group.merge(rest, on=["attribute", "group_name", "metric"], suffixes=("", "_rest"))
-        gaps = gaps[gaps["n"] >= run.config["thresholds"]["min_group_size"]]
-        gaps = gaps.assign(gap=gaps["value"] - gaps["value_rest"]).dropna(subset=["gap"])
-        top = gaps.loc[gaps["gap"].abs().groupby(gaps["metric"]).idxmax()]
-        title = (
-            f"run {run_id}: {run.audit_name} v{run.version}, largest gap to the rest of population"
-        )
-        columns = ["metric", "attribute", "group_name", "n", "value", "value_rest", "gap"]
-        _print_frame(top[columns].rename(columns={"value_rest": "rest"}), title=title)
+        detection = run_results(engine, DetectionResult, run_id)
+        flagged = detection[detection["flagged"].astype(bool)]
+        title = f"run {run_id}: {run.audit_name} v{run.version}, flagged disparities"
+        if flagged.empty:
+            console.print(f"{title}: none")
+        else:
+            _print_frame(flagged[FLAGGED_COLUMNS], title=title)
 
 
 @app.command()
