@@ -66,6 +66,14 @@ RUN_COLUMNS = [
 ]
 
 
+def _where_equal(query, filters: dict):
+    """Add ``column == value`` for every filter whose value is given."""
+    for column, value in filters.items():
+        if value is not None:
+            query = query.where(column == value)
+    return query
+
+
 def list_runs(
     engine: Engine,
     audit: str | None = None,
@@ -76,12 +84,9 @@ def list_runs(
 ) -> pd.DataFrame:
     """Runs matching the filters, newest first (``as_of`` in [since, until])."""
     query = select(*RUN_COLUMNS).order_by(AuditRun.as_of.desc(), AuditRun.id.desc())
-    if audit:
-        query = query.where(AuditRun.audit_name == audit)
-    if model:
-        query = query.where(AuditRun.model_id == model)
-    if status:
-        query = query.where(AuditRun.status == status)
+    query = _where_equal(
+        query, {AuditRun.audit_name: audit, AuditRun.model_id: model, AuditRun.status: status}
+    )
     if since:
         query = query.where(AuditRun.as_of >= since)
     if until:
@@ -250,15 +255,15 @@ def metric_series(
         )
         .order_by(AuditRun.as_of, AuditRun.id)
     )
-    filters = {
-        MetricResult.attribute: attribute,
-        MetricResult.group_name: group,
-        AuditRun.audit_name: audit,
-        AuditRun.model_id: model,
-    }
-    for column, value in filters.items():
-        if value is not None:
-            query = query.where(column == value)
+    query = _where_equal(
+        query,
+        {
+            MetricResult.attribute: attribute,
+            MetricResult.group_name: group,
+            AuditRun.audit_name: audit,
+            AuditRun.model_id: model,
+        },
+    )
     if since:
         query = query.where(AuditRun.as_of >= since)
     if until:

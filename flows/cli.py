@@ -64,6 +64,16 @@ def _fail(message: str) -> None:
     raise typer.Exit(code=1)
 
 
+def _run_or_fail(engine, run_id: int):
+    """The stored run, or a clear error if there is none."""
+    from db.history import get_run
+
+    run = get_run(engine, run_id)
+    if run is None:
+        _fail(f"no run with id {run_id}")
+    return run
+
+
 def _print_frame(frame, title: str | None = None) -> None:
     import pandas as pd
 
@@ -253,7 +263,7 @@ def history(
     db: DbOption = None,
 ) -> None:
     """List stored runs, show one run's results, or print a metric's time series (one row per run)."""
-    from db.history import get_run, list_runs, run_match, run_metrics
+    from db.history import list_runs, run_match, run_metrics
 
     if format_ not in ("table", "csv", "json"):
         _fail("--format is table, csv or json")
@@ -274,9 +284,7 @@ def history(
         for row in failed.itertuples():
             console.print(f"[red]run {row.id} failed:[/] {row.error}")
         return
-    run = get_run(engine, run_id)
-    if run is None:
-        _fail(f"no run with id {run_id}")
+    run = _run_or_fail(engine, run_id)
     console.print(
         f"run {run.id}: audit {run.audit_name}, model {run.model_id}, version {run.version}, "
         f"{run.status}; window ({run.window_start or '-inf'}, {run.window_end}]; rows read "
@@ -389,13 +397,11 @@ def compare(
     db: DbOption = None,
 ) -> None:
     """What changed between two runs, and which changes are statistically significant."""
-    from db.history import get_run, latest_run_id, run_metrics
+    from db.history import latest_run_id, run_metrics
     from tasks.compare import compare_metrics
 
     engine = _engine(db)
-    after = get_run(engine, run_id)
-    if after is None:
-        _fail(f"no run with id {run_id}")
+    after = _run_or_fail(engine, run_id)
     if other is None:
         other = latest_run_id(
             engine, after.audit_name, after.model_id, before_version=after.version
@@ -404,9 +410,7 @@ def compare(
             _fail(
                 f"run {run_id} is the first version of {after.audit_name}: nothing to compare with"
             )
-    before = get_run(engine, other)
-    if before is None:
-        _fail(f"no run with id {other}")
+    before = _run_or_fail(engine, other)
     alpha = after.config["thresholds"]["alpha"]
     changes = compare_metrics(run_metrics(engine, other), run_metrics(engine, run_id), alpha)
     shown = changes if show_all else changes[changes["significant"] | (changes["status"] != "both")]
@@ -456,13 +460,10 @@ def report(
     db: DbOption = None,
 ) -> None:
     """Render any stored run as a self-contained HTML report."""
-    from db.history import get_run
     from tasks.report import render_report, reports_dir
 
     engine = _engine(db)
-    run = get_run(engine, run_id)
-    if run is None:
-        _fail(f"no run with id {run_id}")
+    run = _run_or_fail(engine, run_id)
     path = out or reports_dir() / f"{run.audit_name}-run-{run_id}.html"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render_report(engine, run_id))

@@ -12,10 +12,9 @@ import numpy as np
 import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
-from scipy import stats
 
 from db.engine import make_engine
-from tasks.detection import RATE_METRICS, unfairness_test
+from tasks.detection import RATE_METRICS, bh_adjust, unfairness_test
 from tasks.persist import database_task
 
 KEYS = ["attribute", "group_name", "metric"]
@@ -45,9 +44,7 @@ def compare_metrics(before: pd.DataFrame, after: pd.DataFrame, alpha: float) -> 
             merged.loc[testable, "numerator_after"],
             merged.loc[testable, "denominator_after"],
         )
-    adjusted = np.full(len(merged), np.nan)
-    if testable.any():
-        adjusted[testable] = stats.false_discovery_control(p[testable], method="bh")
+    adjusted = bh_adjust(p)
     return pd.DataFrame(
         {
             **{k: merged[k] for k in KEYS},

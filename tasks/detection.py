@@ -253,6 +253,16 @@ def unfairness_test(x1, n1, x2, n2, u_tol=0.0) -> tuple[np.ndarray, np.ndarray]:
     return np.maximum(z_up, z_down), p
 
 
+def bh_adjust(p_values: np.ndarray) -> np.ndarray:
+    """Benjamini-Hochberg adjusted p-values of the tests that were made (NaN = no test, kept)."""
+    p_values = np.asarray(p_values, dtype=float)
+    adjusted = np.full_like(p_values, np.nan)
+    made = ~np.isnan(p_values)
+    if made.any():
+        adjusted[made] = stats.false_discovery_control(p_values[made], method="bh")
+    return adjusted
+
+
 RATE_METRICS = (
     "acc",
     "prev",
@@ -306,9 +316,7 @@ def detect(
         return np.where(ok, values, np.nan)
 
     p = masked(p)
-    adjusted = np.full_like(p, np.nan)
-    if ok.any():
-        adjusted[ok] = stats.false_discovery_control(p[ok], method="bh")
+    adjusted = bh_adjust(p)
     with np.errstate(divide="ignore", invalid="ignore"):
         difference = masked(x2 / n2 - x1 / n1)
     return mine[keys + ["metric"]].assign(
