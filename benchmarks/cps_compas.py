@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tasks.metrics import compute_metrics
-from tasks.smoothing import additive_smoothing
+from biasaudit.tasks.metrics import compute_metrics
+from biasaudit.tasks.smoothing import additive_smoothing
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "compas-two-years.csv"
 METRICS = ["tpr", "fpr", "ppv", "mcc", "ppr"]

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from tasks.detection import (
+from biasaudit.tasks.detection import (
     beta_difference,
     hdi_difference,
     prob_deviation,

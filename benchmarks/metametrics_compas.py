@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from db.history import META_COLUMNS
-from tasks.counts import group_counts
-from tasks.metametrics import attribute_meta_metrics
-from tasks.metrics import compute_metrics
+from biasaudit.db.history import META_COLUMNS
+from biasaudit.tasks.counts import group_counts
+from biasaudit.tasks.metametrics import attribute_meta_metrics
+from biasaudit.tasks.metrics import compute_metrics
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "compas-two-years.csv"
 

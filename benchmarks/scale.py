@@ -26,8 +26,8 @@ import pandas as pd
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from db.engine import make_engine
-from db.migrate import upgrade
+from biasaudit.db.engine import make_engine
+from biasaudit.db.migrate import upgrade
 
 TABLE = "bench_predictions"
 RACES, SEXES, AGES = list("ABCDEF"), ["F", "M"], [f"a{i}" for i in range(8)]
@@ -126,7 +126,7 @@ CHILD = """
 import json, resource, sys, time
 from datetime import datetime, UTC
 start = time.perf_counter()
-from flows.audit import run_audit, audit_flow
+from biasaudit.flows.audit import run_audit, audit_flow
 url, config, audit, how = sys.argv[1:5]
 as_of = datetime(2026, 3, 1, tzinfo=UTC)
 timings = {}
@@ -175,8 +175,8 @@ def fairlearn_comparison(rows: int) -> None:
         true_positive_rate,
     )
 
-    from tasks.counts import group_counts
-    from tasks.metrics import compute_metrics
+    from biasaudit.tasks.counts import group_counts
+    from biasaudit.tasks.metrics import compute_metrics
 
     rng = np.random.default_rng(0)
     frame = pd.DataFrame(

@@ -8,7 +8,7 @@ import pandas as pd
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from db.models import AuditRun, GroupCount, MatchResult, MetricResult, PlanningResult
+from biasaudit.db.models import AuditRun, GroupCount, MatchResult, MetricResult, PlanningResult
 
 # Columns shown of each stage's results, by the CLI and the HTML report alike.
 FLAGGED_COLUMNS = [

@@ -15,8 +15,8 @@ import pandas as pd
 from sqlalchemy import Engine, insert
 from sqlalchemy.dialects import postgresql, sqlite
 
-from db.models import Prediction, QuarantinedRow
-from tasks.validate import split_valid
+from biasaudit.db.models import Prediction, QuarantinedRow
+from biasaudit.tasks.validate import split_valid
 
 CHUNK_ROWS = 20_000
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 
-from db.engine import database_url
+from biasaudit.db.engine import database_url
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 

@@ -24,7 +24,7 @@ from sqlalchemy import Engine, delete, func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from db.models import AuditRun, QuarantinedRow
+from biasaudit.db.models import AuditRun, QuarantinedRow
 
 RUNNING, SUCCEEDED, FAILED = "running", "succeeded", "failed"
 log = logging.getLogger(__name__)

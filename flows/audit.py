@@ -23,8 +23,8 @@ from pathlib import Path
 import pandas as pd
 from prefect import flow, runtime
 
-from db.engine import database_url
-from db.models import (
+from biasaudit.db.engine import database_url
+from biasaudit.db.models import (
     ComparisonResult,
     DetectionResult,
     GroupCount,
@@ -34,21 +34,21 @@ from db.models import (
     PlanningResult,
     TwoGroupResult,
 )
-from db.runs import RunRecord
-from schemas.config import Audit, load_config
-from tasks.compare import compare_stage, previous_metrics
-from tasks.counts import comparison_pairs, count
-from tasks.detection import detection_stage
-from tasks.extract import extract, fingerprint, window_bounds
-from tasks.match import match_stage
-from tasks.metametrics import metametrics_stage
-from tasks.metrics import metrics_stage
-from tasks.persist import begin_run, persist, record_failure
-from tasks.planning import planning_stage
-from tasks.report import report_stage
-from tasks.scan import scan
-from tasks.smoothing import smoothing_stage
-from tasks.validate import check_invalid_fraction, validate
+from biasaudit.db.runs import RunRecord
+from biasaudit.schemas.config import Audit, load_config
+from biasaudit.tasks.compare import compare_stage, previous_metrics
+from biasaudit.tasks.counts import comparison_pairs, count
+from biasaudit.tasks.detection import detection_stage
+from biasaudit.tasks.extract import extract, fingerprint, window_bounds
+from biasaudit.tasks.match import match_stage
+from biasaudit.tasks.metametrics import metametrics_stage
+from biasaudit.tasks.metrics import metrics_stage
+from biasaudit.tasks.persist import begin_run, persist, record_failure
+from biasaudit.tasks.planning import planning_stage
+from biasaudit.tasks.report import report_stage
+from biasaudit.tasks.scan import scan
+from biasaudit.tasks.smoothing import smoothing_stage
+from biasaudit.tasks.validate import check_invalid_fraction, validate
 
 CONFIG_ENV = "BIASAUDIT_CONFIG"
 

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from prefect import flow
 
-from flows.audit import audit_flow
+from biasaudit.flows.audit import audit_flow
 
 
 def periods(start: datetime, end: datetime, every: timedelta) -> list[datetime]:

@@ -41,7 +41,7 @@ FIRST_RUN_NOTE = "first flow run of a process starts a local Prefect server (10-
 
 
 def _engine(db: str | None):
-    from db.engine import make_engine
+    from biasaudit.db.engine import make_engine
 
     return make_engine(db)
 
@@ -66,7 +66,7 @@ def _fail(message: str) -> None:
 
 def _run_or_fail(engine, run_id: int):
     """The stored run, or a clear error if there is none."""
-    from db.history import get_run
+    from biasaudit.db.history import get_run
 
     run = get_run(engine, run_id)
     if run is None:
@@ -90,8 +90,8 @@ def _print_frame(frame, title: str | None = None) -> None:
 @db_app.command("upgrade")
 def db_upgrade(db: DbOption = None) -> None:
     """Create or upgrade the database schema with the Alembic migrations."""
-    from db.engine import database_url
-    from db.migrate import upgrade
+    from biasaudit.db.engine import database_url
+    from biasaudit.db.migrate import upgrade
 
     upgrade(db)
     console.print(f"database at {database_url(db)} is up to date")
@@ -119,7 +119,7 @@ def load(
     import pandas as pd
     from rich.progress import Progress
 
-    from db.load import load_predictions
+    from biasaudit.db.load import load_predictions
 
     if not path.exists():
         _fail(f"{path} does not exist")
@@ -168,8 +168,8 @@ def run(
 ) -> None:
     """Run one audit now (one Prefect flow run)."""
     _prefect_environment()
-    from flows.audit import audit_flow
-    from schemas.config import ConfigError
+    from biasaudit.flows.audit import audit_flow
+    from biasaudit.schemas.config import ConfigError
 
     with console.status(f"auditing {audit} ({FIRST_RUN_NOTE})"):
         try:
@@ -183,9 +183,9 @@ def run(
 def demo(db: DbOption = None) -> None:
     """Create the database, load synthetic predictions, run every demo audit, print a summary."""
     _prefect_environment()
-    from db.load import load_predictions
-    from db.migrate import upgrade
-    from flows.demo import END, GROUPS, synthetic_predictions
+    from biasaudit.db.load import load_predictions
+    from biasaudit.db.migrate import upgrade
+    from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
 
     upgrade(db)
     config = Path("biasaudit.toml")
@@ -197,7 +197,7 @@ def demo(db: DbOption = None) -> None:
     console.print(
         f"synthetic predictions: inserted {report.inserted}, already present {report.already_present}"
     )
-    from flows.nightly import nightly_flow
+    from biasaudit.flows.nightly import nightly_flow
 
     with console.status(f"running the demo audits ({FIRST_RUN_NOTE})"):
         results = nightly_flow(str(DEMO_CONFIG), db, END)
@@ -220,7 +220,7 @@ RUN_TABLE = {
 
 
 def _print_runs(db: str | None, run_ids: list[int] | None = None, runs=None) -> None:
-    from db.history import list_runs
+    from biasaudit.db.history import list_runs
 
     if runs is None:
         runs = list_runs(_engine(db))
@@ -231,8 +231,8 @@ def _print_runs(db: str | None, run_ids: list[int] | None = None, runs=None) -> 
 
 def _print_flagged(db: str | None, run_ids: list[int]) -> None:
     """Per run, the disparities detection flagged (BH-adjusted p below alpha)."""
-    from db.history import FLAGGED_COLUMNS, get_run, run_results
-    from db.models import DetectionResult
+    from biasaudit.db.history import FLAGGED_COLUMNS, get_run, run_results
+    from biasaudit.db.models import DetectionResult
 
     engine = _engine(db)
     for run_id in run_ids:
@@ -263,7 +263,7 @@ def history(
     db: DbOption = None,
 ) -> None:
     """List stored runs, show one run's results, or print a metric's time series (one row per run)."""
-    from db.history import list_runs, run_match, run_metrics
+    from biasaudit.db.history import list_runs, run_match, run_metrics
 
     if format_ not in ("table", "csv", "json"):
         _fail("--format is table, csv or json")
@@ -323,8 +323,8 @@ def _emit(frame, format_: str) -> None:
 
 def _print_series(engine, metric, attribute, group, audit, model, since, until, format_) -> None:
     """One row per run: the metric's value for each group, and the spread between them."""
-    from db.history import metric_series
-    from schemas.metric_ids import canonical_metric
+    from biasaudit.db.history import metric_series
+    from biasaudit.schemas.metric_ids import canonical_metric
 
     series = metric_series(
         engine, canonical_metric(metric), attribute, group, audit, model, _date(since), _date(until)
@@ -354,8 +354,8 @@ def _print_series(engine, metric, attribute, group, audit, model, since, until, 
 
 
 def _print_stage_tables(engine, run_id: int, attribute: str | None, metric: str | None) -> None:
-    from db.history import FLAGGED_COLUMNS, META_COLUMNS, PLANNING_COLUMNS, run_results
-    from db.models import DetectionResult, MetaMetricResult, PlanningResult
+    from biasaudit.db.history import FLAGGED_COLUMNS, META_COLUMNS, PLANNING_COLUMNS, run_results
+    from biasaudit.db.models import DetectionResult, MetaMetricResult, PlanningResult
 
     planning = run_results(engine, PlanningResult, run_id, attribute, metric)
     if not planning.empty:
@@ -377,7 +377,7 @@ def abandon(
     db: DbOption = None,
 ) -> None:
     """Mark a running run failed as abandoned, so later runs of its audit stop waiting for it."""
-    from db.runs import abandon_run
+    from biasaudit.db.runs import abandon_run
 
     if not abandon_run(_engine(db), run_id):
         _fail(f"run {run_id} is not running")
@@ -397,8 +397,8 @@ def compare(
     db: DbOption = None,
 ) -> None:
     """What changed between two runs, and which changes are statistically significant."""
-    from db.history import latest_run_id, run_metrics
-    from tasks.compare import compare_metrics
+    from biasaudit.db.history import latest_run_id, run_metrics
+    from biasaudit.tasks.compare import compare_metrics
 
     engine = _engine(db)
     after = _run_or_fail(engine, run_id)
@@ -442,7 +442,7 @@ def backfill(
 ) -> None:
     """Run the audit as of each past period (one Prefect flow, one subflow per period)."""
     _prefect_environment()
-    from flows.backfill import backfill_flow
+    from biasaudit.flows.backfill import backfill_flow
 
     with console.status(f"backfilling {audit} ({FIRST_RUN_NOTE})"):
         outcomes = backfill_flow(audit, _date(from_), _date(to), every, config, db)
@@ -460,7 +460,7 @@ def report(
     db: DbOption = None,
 ) -> None:
     """Render any stored run as a self-contained HTML report."""
-    from tasks.report import render_report, reports_dir
+    from biasaudit.tasks.report import render_report, reports_dir
 
     engine = _engine(db)
     run = _run_or_fail(engine, run_id)
@@ -491,8 +491,8 @@ def plan(
     """How many predictions per group an audit needs, before any data exists."""
     import numpy as np
 
-    from schemas.metric_ids import canonical_metric
-    from tasks.planning import plan_from_rates
+    from biasaudit.schemas.metric_ids import canonical_metric
+    from biasaudit.tasks.planning import plan_from_rates
 
     try:
         result = plan_from_rates(canonical_metric(metric), rate, prev, ppr, tau, alpha, power)
@@ -532,9 +532,9 @@ def rank(
     db: DbOption = None,
 ) -> None:
     """Rank models for bias by N, difference and ratio, and show where the rankings disagree."""
-    from db.history import comparison_rates
-    from schemas.metric_ids import canonical_metric
-    from tasks.planning import rank_bias
+    from biasaudit.db.history import comparison_rates
+    from biasaudit.schemas.metric_ids import canonical_metric
+    from biasaudit.tasks.planning import rank_bias
 
     rates = comparison_rates(
         _engine(db), run_ids, attribute, group, reference, canonical_metric(metric)
@@ -578,9 +578,9 @@ def serve(
 ) -> None:
     """Serve the nightly deployment (runs until stopped; trigger with `prefect deployment run`)."""
     _prefect_environment()
-    from db.migrate import upgrade
-    from flows.audit import default_config_path
-    from flows.nightly import serve as serve_nightly
+    from biasaudit.db.migrate import upgrade
+    from biasaudit.flows.audit import default_config_path
+    from biasaudit.flows.nightly import serve as serve_nightly
 
     upgrade(db)
     path = str(Path(config or default_config_path()).resolve())

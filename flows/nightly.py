@@ -19,8 +19,8 @@ from prefect import flow, task, unmapped
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows.audit import default_config_path, run_audit
-from schemas.config import load_config
+from biasaudit.flows.audit import default_config_path, run_audit
+from biasaudit.schemas.config import load_config
 
 DEFAULT_CRON = "0 2 * * *"
 MAX_WORKERS = int(os.environ.get("BIASAUDIT_MAX_WORKERS", "2"))

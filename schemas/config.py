@@ -29,7 +29,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from schemas.metric_ids import METRIC_IDS, canonical_metric
+from biasaudit.schemas.metric_ids import METRIC_IDS, canonical_metric
 
 CANONICAL_COLUMNS = (
     "prediction_id",

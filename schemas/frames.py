@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pandas as pd
 import pandera.pandas as pa
 
-from schemas.metric_ids import METRIC_IDS
+from biasaudit.schemas.metric_ids import METRIC_IDS
 
 BINARY = [0, 1]
 COUNT_COLUMNS = ["tp", "fp", "fn", "tn"]

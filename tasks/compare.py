@@ -13,9 +13,9 @@ import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from db.engine import make_engine
-from tasks.detection import RATE_METRICS, bh_adjust, unfairness_test
-from tasks.persist import database_task
+from biasaudit.db.engine import make_engine
+from biasaudit.tasks.detection import RATE_METRICS, bh_adjust, unfairness_test
+from biasaudit.tasks.persist import database_task
 
 KEYS = ["attribute", "group_name", "metric"]
 
@@ -64,7 +64,7 @@ def previous_metrics(
     db_url: str, audit_name: str, model_id: str
 ) -> tuple[int | None, pd.DataFrame]:
     """Prefect task: the latest succeeded run of the audit and its per-group raw metrics."""
-    from db.history import latest_run_id, run_metrics
+    from biasaudit.db.history import latest_run_id, run_metrics
 
     engine = make_engine(db_url)
     try:

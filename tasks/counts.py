@@ -13,8 +13,8 @@ import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from schemas.config import INTERSECTION_SEP, Audit
-from schemas.frames import COUNT_COLUMNS, COUNTS
+from biasaudit.schemas.config import INTERSECTION_SEP, Audit
+from biasaudit.schemas.frames import COUNT_COLUMNS, COUNTS
 
 # Cell code 2*y_true + y_pred: tn=0, fp=1, fn=2, tp=3; 4 = outcome unknown.
 _CELLS = ["tn", "fp", "fn", "tp", "n_unlabelled"]

@@ -295,7 +295,7 @@ def detect(
     decision, the simple rule at z_{1−α/2}, the frequentist z and p of |U| > tolerance, and the
     Benjamini-Hochberg adjusted p across all rows (``flagged`` when it is below alpha).
     """
-    from tasks.metrics import pair_metrics
+    from biasaudit.tasks.metrics import pair_metrics
 
     rates = [m for m in metrics if m in RATE_METRICS]
     keys = ["attribute", "group_name", "reference"]

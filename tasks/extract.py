@@ -14,9 +14,9 @@ import pandas as pd
 from sqlalchemy import Engine, MetaData, Table, literal, null, select
 from sqlalchemy.exc import NoSuchTableError
 
-from db.engine import make_engine
-from schemas.config import Audit
-from tasks.persist import database_task
+from biasaudit.db.engine import make_engine
+from biasaudit.schemas.config import Audit
+from biasaudit.tasks.persist import database_task
 
 REQUIRED = ("prediction_id", "predicted_at", "y_true", "y_pred")
 ATTRIBUTES_JSON = "attributes"

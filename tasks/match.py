@@ -26,8 +26,8 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from scipy import stats
 
-from schemas.frames import COUNT_COLUMNS
-from tasks.metrics import BINOMIAL_CELLS, JOINT_RATIO_CELLS, MARGINS
+from biasaudit.schemas.frames import COUNT_COLUMNS
+from biasaudit.tasks.metrics import BINOMIAL_CELLS, JOINT_RATIO_CELLS, MARGINS
 
 MATCH_METRICS = (*BINOMIAL_CELLS, "mb", *JOINT_RATIO_CELLS)
 _WINDOW_SD = 8  # binomial mass beyond 8 standard deviations (+5) is below 1e-15

@@ -22,7 +22,7 @@ import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from tasks.detection import RATE_METRICS
+from biasaudit.tasks.detection import RATE_METRICS
 
 Method = Literal["uncorrected", "corrected", "double"]
 META_METRICS = ("mm_diff", "mm_ratio", "max_abs_diff", "mad", "var", "gei")

@@ -16,8 +16,8 @@ import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from schemas.frames import COUNT_COLUMNS, METRICS
-from schemas.metric_ids import BINOMIAL, JOINT_RATIO, OTHER, canonical_metric
+from biasaudit.schemas.frames import COUNT_COLUMNS, METRICS
+from biasaudit.schemas.metric_ids import BINOMIAL, JOINT_RATIO, OTHER, canonical_metric
 
 Cells = dict[str, np.ndarray]
 Result = tuple[

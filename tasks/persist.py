@@ -15,8 +15,8 @@ from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from db.engine import make_engine
-from db.runs import RunRecord, abandon_stale_runs, record_failed_run, save_run, start_run
+from biasaudit.db.engine import make_engine
+from biasaudit.db.runs import RunRecord, abandon_stale_runs, record_failed_run, save_run, start_run
 
 RETRIES = 3
 BACKOFF = exponential_backoff(

@@ -26,7 +26,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from scipy import optimize, stats
 
-from tasks.detection import RATE_METRICS
+from biasaudit.tasks.detection import RATE_METRICS
 
 
 def _z(q):
@@ -159,7 +159,7 @@ def plan(
     compares ``needed`` with the predictions available. ``bias_n`` is the bias measure N of eq. 1
     (one-sided, at the audit's α and power) beside the difference and the ratio.
     """
-    from tasks.metrics import pair_metrics
+    from biasaudit.tasks.metrics import pair_metrics
 
     rates = [m for m in metrics if m in RATE_METRICS]
     keys = ["attribute", "group_name", "reference"]

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from db.engine import make_engine
-from tasks.persist import database_task
+from biasaudit.db.engine import make_engine
+from biasaudit.tasks.persist import database_task
 
 REPORTS_ENV = "BIASAUDIT_REPORTS_DIR"
 STYLE = """
@@ -114,7 +114,7 @@ def sparkline(values: list[float], label: str) -> str:
 
 def render_report(engine, run_id: int, trend_runs: int = 10) -> str:
     """The HTML report of one stored run."""
-    from db.history import (
+    from biasaudit.db.history import (
         FLAGGED_COLUMNS,
         META_COLUMNS,
         PLANNING_COLUMNS,
@@ -122,7 +122,7 @@ def render_report(engine, run_id: int, trend_runs: int = 10) -> str:
         list_runs,
         run_results,
     )
-    from db.models import DetectionResult, MetaMetricResult, PlanningResult
+    from biasaudit.db.models import DetectionResult, MetaMetricResult, PlanningResult
 
     run = get_run(engine, run_id)
     if run is None:

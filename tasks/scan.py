@@ -27,20 +27,20 @@ from datetime import datetime
 import pandas as pd
 from sqlalchemy import and_, case, func, inspect, literal, not_, or_, select
 
-from db.engine import make_engine
-from schemas.config import Audit
-from schemas.frames import CLOCK_SKEW
-from tasks.counts import cell_counts, fold_counts, with_complements
-from tasks.extract import (
+from biasaudit.db.engine import make_engine
+from biasaudit.schemas.config import Audit
+from biasaudit.schemas.frames import CLOCK_SKEW
+from biasaudit.tasks.counts import cell_counts, fold_counts, with_complements
+from biasaudit.tasks.extract import (
     EmptyWindow,
     empty_window_message,
     reflect_source,
     row_hash_sum,
     source_query,
 )
-from tasks.extract import fingerprint as frame_fingerprint
-from tasks.persist import database_task
-from tasks.validate import QUARANTINE_COLUMNS, split_valid
+from biasaudit.tasks.extract import fingerprint as frame_fingerprint
+from biasaudit.tasks.persist import database_task
+from biasaudit.tasks.validate import QUARANTINE_COLUMNS, split_valid
 
 
 @dataclass

@@ -18,8 +18,8 @@ import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from schemas.frames import COUNT_COLUMNS
-from tasks.metrics import CATALOGUE, compute_metrics
+from biasaudit.schemas.frames import COUNT_COLUMNS
+from biasaudit.tasks.metrics import CATALOGUE, compute_metrics
 
 DEFAULT_LAMBDA = 5.0
 

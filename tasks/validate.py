@@ -15,7 +15,7 @@ import pandera.pandas as pa
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from schemas.frames import predictions_schema
+from biasaudit.schemas.frames import predictions_schema
 
 QUARANTINE_COLUMNS = ["row_number", "row_ref", "column_name", "value", "rule", "row"]
 

@@ -5,7 +5,7 @@ import sys
 
 from typer.testing import CliRunner
 
-from flows.cli import app
+from biasaudit.flows.cli import app
 
 runner = CliRunner()
 
@@ -14,7 +14,7 @@ def test_history_does_not_import_prefect(tmp_path):
     """It answers `history` without importing Prefect (so it starts fast)."""
     url = f"sqlite:///{tmp_path / 'cli.db'}"
     code = (
-        "import sys\nfrom typer.testing import CliRunner\nfrom flows.cli import app\n"
+        "import sys\nfrom typer.testing import CliRunner\nfrom biasaudit.flows.cli import app\n"
         f"r = CliRunner().invoke(app, ['db', 'upgrade', '--db', '{url}'])\n"
         "assert r.exit_code == 0, r.output\n"
         f"r = CliRunner().invoke(app, ['history', '--db', '{url}'])\n"

@@ -3,11 +3,11 @@
 import pandas as pd
 import pytest
 
-from db.engine import make_engine
-from db.history import run_metrics
-from db.load import load_predictions
-from db.migrate import upgrade
-from flows.audit import audit_flow
+from biasaudit.db.engine import make_engine
+from biasaudit.db.history import run_metrics
+from biasaudit.db.load import load_predictions
+from biasaudit.db.migrate import upgrade
+from biasaudit.flows.audit import audit_flow
 
 from .conftest import COMPAS
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from schemas.config import ConfigError, load_config, parse_config
+from biasaudit.schemas.config import ConfigError, load_config, parse_config
 
 from .conftest import DEMO_CONFIG
 

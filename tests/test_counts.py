@@ -3,7 +3,7 @@
 import numpy as np
 import pandas as pd
 
-from tasks.counts import group_counts
+from biasaudit.tasks.counts import group_counts
 
 
 def random_predictions(n=500, seed=1):

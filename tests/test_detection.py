@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 from scipy import integrate, stats
 
-from tasks.detection import (
+from biasaudit.tasks.detection import (
     beta_difference,
     hdi_difference,
     prob_deviation,
@@ -161,7 +161,7 @@ def simulated_audits(rates, sizes, audits, rng):
 
 def test_false_alarms_of_fair_models_stay_below_alpha():
     """It flags a fair model (every group the same rate) in at most α of audits after BH."""
-    from tasks.detection import detect
+    from biasaudit.tasks.detection import detect
 
     rng = np.random.default_rng(11)
     sizes = np.array([2000, 600, 150, 40, 12])

@@ -6,10 +6,10 @@ import pandas as pd
 import pytest
 from sqlalchemy import func, select, text
 
-from db.engine import make_engine
-from db.history import list_runs, run_metrics
-from db.load import load_predictions
-from db.models import (
+from biasaudit.db.engine import make_engine
+from biasaudit.db.history import list_runs, run_metrics
+from biasaudit.db.load import load_predictions
+from biasaudit.db.models import (
     AuditRun,
     MatchResult,
     MetaMetricResult,
@@ -17,11 +17,11 @@ from db.models import (
     PlanningResult,
     QuarantinedRow,
 )
-from flows.audit import audit_flow
-from flows.demo import END, GROUPS, INJECTED, synthetic_predictions
-from flows.nightly import nightly_flow
-from tasks.extract import SourceError
-from tasks.validate import TooManyInvalidRows
+from biasaudit.flows.audit import audit_flow
+from biasaudit.flows.demo import END, GROUPS, INJECTED, synthetic_predictions
+from biasaudit.flows.nightly import nightly_flow
+from biasaudit.tasks.extract import SourceError
+from biasaudit.tasks.validate import TooManyInvalidRows
 
 from .conftest import DEMO_CONFIG
 

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.metrics import (
+from biasaudit.tasks.metrics import (
     GROUP_METRICS,
     all_confusion_matrices,
     compute_metrics,

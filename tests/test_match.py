@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from tasks.match import MATCH_METRICS, match_test
-from tasks.metrics import BINOMIAL_CELLS, JOINT_RATIO_CELLS
+from biasaudit.tasks.match import MATCH_METRICS, match_test
+from biasaudit.tasks.metrics import BINOMIAL_CELLS, JOINT_RATIO_CELLS
 
 CELLS = ["tp", "fp", "fn", "tn"]
 

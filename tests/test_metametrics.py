@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tasks.metametrics import bootstrap_variance_interval, corrected_variance, meta_metrics
+from biasaudit.tasks.metametrics import bootstrap_variance_interval, corrected_variance, meta_metrics
 
 
 def naive_by_hand(values, alpha):

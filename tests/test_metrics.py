@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from schemas.metric_ids import canonical_metric
-from tasks.metrics import GROUP_METRICS, compute_metrics
+from biasaudit.schemas.metric_ids import canonical_metric
+from biasaudit.tasks.metrics import GROUP_METRICS, compute_metrics
 
 
 def reference(metric, tp, fp, fn, tn):

@@ -12,13 +12,13 @@ import yaml
 from sqlalchemy import text
 from typer.testing import CliRunner
 
-from db.engine import make_engine
-from db.history import list_runs, metric_series, run_results
-from db.load import load_predictions
-from db.migrate import upgrade
-from db.models import ComparisonResult
-from flows.audit import run_audit
-from flows.cli import app
+from biasaudit.db.engine import make_engine
+from biasaudit.db.history import list_runs, metric_series, run_results
+from biasaudit.db.load import load_predictions
+from biasaudit.db.migrate import upgrade
+from biasaudit.db.models import ComparisonResult
+from biasaudit.flows.audit import run_audit
+from biasaudit.flows.cli import app
 
 from .conftest import COMPAS
 
@@ -128,7 +128,7 @@ def test_views_and_history_formats(db_url, tmp_path):
 @pytest.mark.skipif(not COMPAS.exists(), reason=f"{COMPAS} is absent")
 def test_backfill_over_compas(tmp_path):
     """It writes one run per period over COMPAS's two years and shows the FPR gap by race."""
-    from flows.backfill import backfill_flow
+    from biasaudit.flows.backfill import backfill_flow
 
     url = f"sqlite:///{tmp_path / 'compas.db'}"
     upgrade(url)
@@ -198,7 +198,7 @@ def test_docker_compose_structure():
 
 def test_nightly_deployment_schedule_and_parameters():
     """It schedules the nightly flow by cron in a time zone, with its parameters."""
-    from flows.nightly import nightly_deployment
+    from biasaudit.flows.nightly import nightly_deployment
 
     deployment = nightly_deployment(
         "/etc/biasaudit.toml", "postgresql://db/audit", "30 1 * * *", "Europe/Paris"
@@ -216,8 +216,8 @@ def test_nightly_deployment_schedule_and_parameters():
 @pytest.mark.parametrize("runner", ["threads", "dask"])
 def test_nightly_fans_out_over_audits(db_url, runner):
     """It runs every audit of the nightly flow on the task runner, a local Dask cluster included."""
-    from flows.demo import END, GROUPS, synthetic_predictions
-    from flows.nightly import with_task_runner
+    from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
+    from biasaudit.flows.nightly import with_task_runner
 
     from .conftest import DEMO_CONFIG
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tasks.planning import (
+from biasaudit.tasks.planning import (
     achieved_power,
     allocation_sample_size,
     arcsine_sample_size,
@@ -200,7 +200,7 @@ def test_plan_rows_follow_the_formulas():
     """It sizes each comparison with the tutorial's formulas at the groups' actual shares."""
     import pandas as pd
 
-    from tasks.planning import plan
+    from biasaudit.tasks.planning import plan
 
     group = pd.DataFrame(
         {
@@ -250,7 +250,7 @@ def test_rank_bias_reproduces_table_1_rankings(race):
     """It ranks the five face-recognition algorithms as the paper's table 1 does, by D, R and N."""
     import pandas as pd
 
-    from tasks.planning import rank_bias
+    from biasaudit.tasks.planning import rank_bias
 
     offset = list(PAPER_RANKS).index(race) * 5
     rows = FACES[offset : offset + 5]

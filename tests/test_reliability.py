@@ -17,17 +17,17 @@ from hypothesis import strategies as st
 from sqlalchemy import func, select, text
 from sqlalchemy.exc import OperationalError
 
-import flows.audit
-import tasks.persist
-from db.engine import make_engine
-from db.history import list_runs
-from db.load import load_predictions
-from db.models import AuditRun, GroupCount, MetricResult, Prediction, QuarantinedRow
-from db.runs import ABANDONED, abandon_stale_runs
-from flows.audit import audit_flow, run_audit
-from flows.demo import END, GROUPS, synthetic_predictions
-from tasks.extract import EmptyWindow, SourceError
-from tasks.validate import TooManyInvalidRows, split_valid
+import biasaudit.flows.audit
+import biasaudit.tasks.persist
+from biasaudit.db.engine import make_engine
+from biasaudit.db.history import list_runs
+from biasaudit.db.load import load_predictions
+from biasaudit.db.models import AuditRun, GroupCount, MetricResult, Prediction, QuarantinedRow
+from biasaudit.db.runs import ABANDONED, abandon_stale_runs
+from biasaudit.flows.audit import audit_flow, run_audit
+from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
+from biasaudit.tasks.extract import EmptyWindow, SourceError
+from biasaudit.tasks.validate import TooManyInvalidRows, split_valid
 
 from .conftest import DEMO_CONFIG
 
@@ -168,7 +168,7 @@ def test_failure_at_any_stage_leaves_no_results(db_url, tmp_path, monkeypatch, s
     def boom(*_):
         raise RuntimeError(f"injected failure in {stage}")
 
-    monkeypatch.setattr(flows.audit, stage, SimpleNamespace(fn=boom))
+    monkeypatch.setattr(biasaudit.flows.audit, stage, SimpleNamespace(fn=boom))
     with pytest.raises(RuntimeError, match="injected"):
         run_audit("credit-race", str(DEMO_CONFIG), db_url, END)
     run = list_runs(make_engine(db_url)).iloc[0]
@@ -179,10 +179,10 @@ def test_failure_at_any_stage_leaves_no_results(db_url, tmp_path, monkeypatch, s
 def test_failure_inside_the_results_transaction_rolls_back(db_url, monkeypatch):
     """It rolls back every result row when writing fails half-way through the transaction."""
     load_small(db_url)
-    import db.runs
+    import biasaudit.db.runs
 
     calls = {"n": 0}
-    original = db.runs._records
+    original = biasaudit.db.runs._records
 
     def failing(frame, run_id):
         calls["n"] += 1
@@ -190,7 +190,7 @@ def test_failure_inside_the_results_transaction_rolls_back(db_url, monkeypatch):
             raise OSError("disk full (injected)")
         return original(frame, run_id)
 
-    monkeypatch.setattr(db.runs, "_records", failing)
+    monkeypatch.setattr(biasaudit.db.runs, "_records", failing)
     with pytest.raises(OSError, match="disk full"):
         run_audit("credit-race", str(DEMO_CONFIG), db_url, END)
     assert counts(db_url, *RESULT_TABLES) == [0, 0]
@@ -201,12 +201,12 @@ KILL_SCRIPT = textwrap.dedent(
     """
     import sys, time, pathlib
     from sqlalchemy import event
-    import db.engine
-    from flows.audit import run_audit
-    from flows.demo import END
+    import biasaudit.db.engine
+    from biasaudit.flows.audit import run_audit
+    from biasaudit.flows.demo import END
 
     url, config, marker = sys.argv[1:4]
-    original = db.engine.make_engine
+    original = biasaudit.db.engine.make_engine
     def make_engine(u=None):
         engine = original(u)
         inserts = {"n": 0}
@@ -218,8 +218,8 @@ KILL_SCRIPT = textwrap.dedent(
                     pathlib.Path(marker).write_text("between two inserts")
                     time.sleep(120)
         return engine
-    import tasks.persist
-    tasks.persist.make_engine = make_engine
+    import biasaudit.tasks.persist
+    biasaudit.tasks.persist.make_engine = make_engine
     run_audit("credit-race", config, url, END)
     """
 )
@@ -257,7 +257,7 @@ def test_killed_mid_write_leaves_nothing_and_is_marked_abandoned(db_url, tmp_pat
 
 def fresh_postgres(url):
     """An empty, migrated PostgreSQL schema holding a small demo load."""
-    from db.migrate import upgrade
+    from biasaudit.db.migrate import upgrade
 
     engine = make_engine(url)
     with engine.begin() as connection:
@@ -307,7 +307,7 @@ def test_database_unreachable_then_a_later_run_succeeds(db_url):
 def test_connection_dropped_during_persist_is_retried(db_url, monkeypatch):
     """It retries the persist task with backoff when the connection drops, and the run lands once."""
     load_small(db_url)
-    original = tasks.persist.save_run
+    original = biasaudit.tasks.persist.save_run
     attempts = {"n": 0}
 
     def flaky(*args, **kwargs):
@@ -318,7 +318,7 @@ def test_connection_dropped_during_persist_is_retried(db_url, monkeypatch):
             )
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(tasks.persist, "save_run", flaky)
+    monkeypatch.setattr(biasaudit.tasks.persist, "save_run", flaky)
     result = audit_flow("credit-race", str(DEMO_CONFIG), db_url, END)
     assert attempts["n"] == 2 and result["new"]
     assert list_runs(make_engine(db_url))["status"].tolist() == ["succeeded"]
@@ -387,7 +387,7 @@ def test_operator_can_release_an_abandoned_run(db_url):
     """It lets an operator mark a run left 'running' as failed, and only such a run."""
     from typer.testing import CliRunner
 
-    from flows.cli import app
+    from biasaudit.flows.cli import app
 
     load_small(db_url)
     engine = make_engine(db_url)

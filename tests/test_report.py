@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from db.engine import make_engine
-from db.load import load_predictions
-from flows.audit import audit_flow, run_audit
-from flows.demo import END, GROUPS, synthetic_predictions
-from tasks.report import render_report
+from biasaudit.db.engine import make_engine
+from biasaudit.db.load import load_predictions
+from biasaudit.flows.audit import audit_flow, run_audit
+from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
+from biasaudit.tasks.report import render_report
 
 from .conftest import DEMO_CONFIG
 
@@ -40,7 +40,7 @@ class Collector(HTMLParser):
 @pytest.fixture
 def audited(tmp_path):
     url = f"sqlite:///{tmp_path / 'report.db'}"
-    from db.migrate import upgrade
+    from biasaudit.db.migrate import upgrade
 
     upgrade(url)
     data = synthetic_predictions()

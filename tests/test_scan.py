@@ -7,12 +7,12 @@ import pandas as pd
 import pytest
 from sqlalchemy import Column, DateTime, Float, Integer, MetaData, String, Table
 
-from db.engine import make_engine
-from schemas.config import parse_config
-from tasks.counts import group_counts
-from tasks.extract import read_predictions
-from tasks.scan import pushdown_counts, stream_counts
-from tasks.validate import split_valid
+from biasaudit.db.engine import make_engine
+from biasaudit.schemas.config import parse_config
+from biasaudit.tasks.counts import group_counts
+from biasaudit.tasks.extract import read_predictions
+from biasaudit.tasks.scan import pushdown_counts, stream_counts
+from biasaudit.tasks.validate import split_valid
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
@@ -116,10 +116,10 @@ def test_stream_fingerprint_does_not_depend_on_chunking(db_url, chunk_rows):
 @pytest.mark.parametrize("mode", ["stream", "pushdown"])
 def test_audit_in_each_scan_mode_stores_the_memory_results(db_url, tmp_path, mode):
     """It stores the same counts and metrics through the flow body in every scan mode."""
-    from db.history import run_metrics
-    from db.load import load_predictions
-    from flows.audit import run_audit
-    from flows.demo import END, GROUPS, synthetic_predictions
+    from biasaudit.db.history import run_metrics
+    from biasaudit.db.load import load_predictions
+    from biasaudit.flows.audit import run_audit
+    from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
 
     data = synthetic_predictions()
     load_predictions(
@@ -143,8 +143,8 @@ def test_audit_in_each_scan_mode_stores_the_memory_results(db_url, tmp_path, mod
 
 def test_unique_key_on_ids_is_recognised(db_url):
     """It trusts a unique key on (model, prediction id) and skips the duplicate scan, not otherwise."""
-    from tasks.extract import reflect_source
-    from tasks.scan import ids_are_unique
+    from biasaudit.tasks.extract import reflect_source
+    from biasaudit.tasks.scan import ids_are_unique
 
     engine = write_source(db_url)
     with engine.connect() as connection:

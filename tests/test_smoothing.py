@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.smoothing import additive_smoothing, cross_prior_smoothing
+from biasaudit.tasks.smoothing import additive_smoothing, cross_prior_smoothing
 
 CELLS = ["tp", "fp", "fn", "tn"]
 

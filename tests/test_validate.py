@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.validate import TooManyInvalidRows, check_invalid_fraction, split_valid
+from biasaudit.tasks.validate import TooManyInvalidRows, check_invalid_fraction, split_valid
 
 
 def frame(**overrides):

@@ -3,7 +3,7 @@
 from alembic import context
 from sqlalchemy import engine_from_config, pool
 
-from db.models import Base
+from biasaudit.db.models import Base
 
 config = context.config
 
