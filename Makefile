@@ -2,12 +2,20 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test
+.PHONY: demo test lint typecheck
 demo: $(VENV)/.installed
 	$(VENV)/bin/biasaudit demo
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed lint
 	$(PY) -m pytest
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+
+# mypy over the installed package: .typecheck/biasaudit points at the repository root.
+typecheck: $(VENV)/.installed
+	mkdir -p .typecheck && ln -sfn .. .typecheck/biasaudit
+	$(VENV)/bin/mypy -p biasaudit.flows -p biasaudit.tasks -p biasaudit.schemas -p biasaudit.db
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)

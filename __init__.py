@@ -1,6 +1,18 @@
 """biasaudit: nightly, versioned fairness audits of deployed binary classifiers.
 
-The repository root is this package: ``biasaudit.flows`` (Prefect flows and the CLI),
-``biasaudit.tasks`` (the pure stages and the audit core), ``biasaudit.schemas`` (Pandera schemas,
+The public API::
+
+    import biasaudit
+    result = biasaudit.audit_frame(frame, attributes=["race"], reference_groups={"race": "White"})
+
+``audit_frame`` validates a DataFrame with the flow's Pandera schema and runs the same audit core
+(``biasaudit.tasks.core.audit_counts``) as the Prefect flow; the result's frames have the columns
+of the result tables. The repository root is this package: ``biasaudit.flows`` (Prefect flows and
+the CLI), ``biasaudit.tasks`` (the pure stages and the core), ``biasaudit.schemas`` (schemas,
 configuration, metric ids) and ``biasaudit.db`` (tables, migrations, persistence, history).
 """
+
+from biasaudit.tasks.api import audit_frame
+from biasaudit.tasks.core import AuditResult, audit_counts
+
+__all__ = ["AuditResult", "audit_counts", "audit_frame"]

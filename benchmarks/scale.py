@@ -23,11 +23,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import text
-from sqlalchemy.engine import make_url
-
 from biasaudit.db.engine import make_engine
 from biasaudit.db.migrate import upgrade
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
 TABLE = "bench_predictions"
 RACES, SEXES, AGES = list("ABCDEF"), ["F", "M"], [f"a{i}" for i in range(8)]
@@ -168,15 +167,14 @@ def floor_seconds(url: str) -> float:
 
 def fairlearn_comparison(rows: int) -> None:
     """Per-group metrics of the same N predictions in memory: Fairlearn's MetricFrame vs ours."""
+    from biasaudit.tasks.counts import group_counts
+    from biasaudit.tasks.metrics import compute_metrics
     from fairlearn.metrics import (
         MetricFrame,
         false_positive_rate,
         selection_rate,
         true_positive_rate,
     )
-
-    from biasaudit.tasks.counts import group_counts
-    from biasaudit.tasks.metrics import compute_metrics
 
     rng = np.random.default_rng(0)
     frame = pd.DataFrame(

@@ -6,6 +6,8 @@ The URL comes from ``--db``, else ``BIASAUDIT_DATABASE_URL``, else the SQLite fi
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from sqlalchemy import Engine, create_engine, event
 
@@ -33,3 +35,13 @@ def make_engine(url: str | None = None) -> Engine:
 
         return engine
     return create_engine(url, pool_pre_ping=True)
+
+
+@contextmanager
+def engine_scope(url: str | None = None) -> Iterator[Engine]:
+    """An engine for one unit of work, its connections closed when the block ends."""
+    engine = make_engine(url)
+    try:
+        yield engine
+    finally:
+        engine.dispose()

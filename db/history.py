@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import pandas as pd
+from biasaudit.db.models import AuditRun, GroupCount, MatchResult, MetricResult, PlanningResult
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
-
-from biasaudit.db.models import AuditRun, GroupCount, MatchResult, MetricResult, PlanningResult
 
 # Columns shown of each stage's results, by the CLI and the HTML report alike.
 FLAGGED_COLUMNS = [
@@ -192,7 +192,7 @@ def comparison_rates(
 
 def run_results(
     engine: Engine,
-    table: type,
+    table: Any,
     run_id: int,
     attribute: str | None = None,
     metric: str | None = None,
@@ -270,3 +270,13 @@ def metric_series(
         query = query.where(AuditRun.as_of <= until)
     with engine.connect() as connection:
         return pd.read_sql(query, connection)
+
+
+def previous_run_metrics(
+    engine: Engine, audit_name: str, model_id: str
+) -> tuple[int | None, pd.DataFrame]:
+    """The latest succeeded run of the audit and its per-group raw metrics ((None, empty) if none)."""
+    run_id = latest_run_id(engine, audit_name, model_id)
+    if run_id is None:
+        return None, pd.DataFrame()
+    return run_id, run_metrics(engine, run_id)

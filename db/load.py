@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pandas as pd
+from biasaudit.db.models import Prediction, QuarantinedRow
+from biasaudit.schemas.quarantine import split_valid
 from sqlalchemy import Engine, insert
 from sqlalchemy.dialects import postgresql, sqlite
-
-from biasaudit.db.models import Prediction, QuarantinedRow
-from biasaudit.tasks.validate import split_valid
 
 CHUNK_ROWS = 20_000
 

@@ -6,7 +6,6 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-
 from biasaudit.db.engine import database_url
 
 MIGRATIONS = Path(__file__).parent / "migrations"

@@ -56,7 +56,7 @@ class RunResult:
     group_name: Mapped[str] = mapped_column(String(512), primary_key=True)
 
 
-class Comparison(RunResult):
+class GroupVsReference(RunResult):
     """Key columns of a result comparing a group with a reference ('rest' or a named group)."""
 
     reference: Mapped[str] = mapped_column(String(512), primary_key=True)
@@ -169,7 +169,7 @@ class QuarantinedRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
-class MatchResult(Comparison, Base):
+class MatchResult(GroupVsReference, Base):
     """MATCH test of one group and metric against a reference ('rest' or a named group)."""
 
     __tablename__ = "match_results"
@@ -183,7 +183,7 @@ class MatchResult(Comparison, Base):
     undefined_reason: Mapped[str | None] = mapped_column(String(128))
 
 
-class TwoGroupResult(Comparison, Base):
+class TwoGroupResult(GroupVsReference, Base):
     """A two-group metric (OFI, treatment equality) of one group against a reference."""
 
     __tablename__ = "two_group_results"
@@ -192,7 +192,7 @@ class TwoGroupResult(Comparison, Base):
     undefined_reason: Mapped[str | None] = mapped_column(String(128))
 
 
-class DetectionResult(Comparison, Base):
+class DetectionResult(GroupVsReference, Base):
     """Detection of one rate metric of one group against a reference (tasks.detection.detect)."""
 
     __tablename__ = "detection_results"
@@ -217,7 +217,7 @@ class DetectionResult(Comparison, Base):
     undefined_reason: Mapped[str | None] = mapped_column(String(128))
 
 
-class PlanningResult(Comparison, Base):
+class PlanningResult(GroupVsReference, Base):
     """Sample size needed vs available for one rate metric of one comparison (tasks.planning.plan)."""
 
     __tablename__ = "planning_results"

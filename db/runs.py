@@ -20,11 +20,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pandas as pd
+from biasaudit.db.models import AuditRun, QuarantinedRow
 from sqlalchemy import Engine, delete, func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
-
-from biasaudit.db.models import AuditRun, QuarantinedRow
 
 RUNNING, SUCCEEDED, FAILED = "running", "succeeded", "failed"
 log = logging.getLogger(__name__)

@@ -1,54 +1,35 @@
-"""The audit flow: one Prefect flow run audits one model, stage by stage (../shared/DESIGN.md).
+"""The audit flow: one Prefect flow run audits one model (../shared/DESIGN.md). Wiring only:
 
-    begin -> extract -> validate -> counts   (or one streamed / pushed-down scan)
-          -> metrics -> compare -> match -> planning -> detection -> smoothing
-          -> meta-metrics -> persist -> report
+    begin -> scan (memory, stream or push-down) -> counts
+          -> core stages (tasks.core: metrics, compare, match, planning, detection,
+             smoothing, meta-metrics) -> persist -> report
 
-Each stage is a thin task over the pure functions of its ``tasks/`` module. ``begin`` commits a
-``running`` row; a failure at any stage marks it failed with the error (and any quarantined rows)
-and re-raises; only a complete run commits, with all its results, as succeeded. The same body runs
-as plain function calls (``run_audit``) for tests, benchmarks and embedding without Prefect.
+Database steps are retried tasks (flows.stages); each core stage runs as its own task. ``begin``
+commits a ``running`` row; a failure at any stage marks it failed with the error (and any
+quarantined rows) and re-raises; only a complete run commits, with all its results, as succeeded.
+The same body runs as plain function calls (``run_audit``) for tests, benchmarks and embedding.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import version as package_version
 from pathlib import Path
-
-import pandas as pd
-from prefect import flow, runtime
+from typing import Any
 
 from biasaudit.db.engine import database_url
-from biasaudit.db.models import (
-    ComparisonResult,
-    DetectionResult,
-    GroupCount,
-    MatchResult,
-    MetaMetricResult,
-    MetricResult,
-    PlanningResult,
-    TwoGroupResult,
-)
 from biasaudit.db.runs import RunRecord
+from biasaudit.db.source import window_bounds
+from biasaudit.flows import stages
 from biasaudit.schemas.config import Audit, load_config
-from biasaudit.tasks.compare import compare_stage, previous_metrics
-from biasaudit.tasks.counts import comparison_pairs, count
-from biasaudit.tasks.detection import detection_stage
-from biasaudit.tasks.extract import extract, fingerprint, window_bounds
-from biasaudit.tasks.match import match_stage
-from biasaudit.tasks.metametrics import metametrics_stage
-from biasaudit.tasks.metrics import metrics_stage
-from biasaudit.tasks.persist import begin_run, persist, record_failure
-from biasaudit.tasks.planning import planning_stage
-from biasaudit.tasks.report import report_stage
-from biasaudit.tasks.scan import scan
-from biasaudit.tasks.smoothing import smoothing_stage
-from biasaudit.tasks.validate import check_invalid_fraction, validate
+from biasaudit.schemas.quarantine import check_invalid_fraction
+from biasaudit.tasks.core import audit_counts
+from biasaudit.tasks.counts import group_counts
+from prefect import Task, flow, runtime
 
 CONFIG_ENV = "BIASAUDIT_CONFIG"
 
@@ -58,47 +39,18 @@ def default_config_path() -> str:
 
 
 @contextmanager
-def _timed(timings: dict[str, float], stage: str):
+def _timed(timings: dict[str, float], stage: str) -> Iterator[None]:
     start = time.perf_counter()
     yield
     timings[stage] = round(time.perf_counter() - start, 4)
 
 
-def run_summary(
-    counts: pd.DataFrame,
-    metrics: pd.DataFrame,
-    match: pd.DataFrame,
-    detection: pd.DataFrame,
-    planning: pd.DataFrame,
-    alpha: float,
-) -> dict:
-    """Headline numbers of a run for ``audit_runs.summary``."""
-    groups = counts[counts["subset"] == "group"]
-    sizes = groups[["tp", "fp", "fn", "tn"]].sum(axis=1)
-    undefined = metrics[metrics["undefined_reason"].notna() & (metrics["subset"] == "group")]
-    return {
-        "groups": len(groups),
-        "groups_per_attribute": groups.groupby("attribute").size().astype(int).to_dict(),
-        "smallest_group": int(sizes.min()) if len(sizes) else 0,
-        "undefined_metrics": len(undefined),
-        "undefined_by_metric": undefined.groupby("metric").size().astype(int).to_dict(),
-        "match_tests": int(match["p_value"].notna().sum()),
-        "match_below_alpha": int((match["p_value"] < alpha).sum()),
-        "detection_tests": int(detection["p_value"].notna().sum()),
-        "underpowered": int(planning["verdict"].str.startswith("underpowered").sum()),
-        "flagged": [
-            f"{r.attribute}={r.group_name} {r.metric} {r.direction} than {r.reference} "
-            f"({r.difference:+.3f}, adjusted p {r.p_adjusted:.2g})"
-            for r in detection[detection["flagged"]].itertuples()
-        ],
-    }
-
-
 def new_record(audit: Audit, as_of: datetime) -> RunRecord:
+    """The run's record before any stage: identity, window, configuration, code version."""
     start, end = window_bounds(audit, as_of)
     return RunRecord(
         audit_name=audit.name,
-        model_id=audit.model,
+        model_id=audit.model_id,
         model_version=audit.model_version,
         as_of=end,
         window_start=start,
@@ -134,12 +86,25 @@ def run_audit(
     return execute_audit(audit_name, config_path, db_url, as_of, force, call=_as_function)
 
 
-def _as_task(task, *args):
+Call = Callable[..., Any]
+
+
+def _as_task(task: Task, *args: Any) -> Any:
     return task(*args)
 
 
-def _as_function(task, *args):
+def _as_function(task: Task, *args: Any) -> Any:
     return task.fn(*args)
+
+
+def _stages_as(call: Call, timings: dict[str, float]) -> Call:
+    """The core's ``run`` hook: each pure stage through ``call`` as its own task, timed."""
+
+    def run(name: str, function: Callable[..., Any], *args: Any) -> Any:
+        with _timed(timings, name):
+            return call(stages.stage_task(name, function), *args)
+
+    return run
 
 
 def execute_audit(
@@ -148,106 +113,48 @@ def execute_audit(
     db_url: str | None,
     as_of: datetime | None,
     force: bool,
-    call: Callable,
+    call: Call,
 ) -> dict:
-    """The audit's stages in order; ``call(task, *args)`` runs each one."""
+    """begin -> scan -> counts -> core stages -> persist -> report; ``call(task, *args)`` runs each."""
     audit = load_config(Path(config_path or default_config_path())).get(audit_name)
     url = database_url(db_url)
     record = new_record(audit, as_of or datetime.now(UTC))
     thresholds, timings = audit.thresholds, record.timings
-    stale_after = timedelta(hours=thresholds.stale_run_hours)
-    run_id = call(begin_run, url, record, stale_after)
+    run_id = call(stages.begin, url, record, timedelta(hours=thresholds.stale_run_hours))
     quarantine = None
     try:
-        if audit.scan.mode == "memory":
-            with _timed(timings, "extract"):
-                frame = call(extract, url, audit, record.window_start, record.window_end)
-            record.input_fingerprint = fingerprint(frame)
-            with _timed(timings, "validate"):
-                valid, quarantine = call(validate, frame, audit.attributes, record.started_at)
-            record.rows_read, record.rows_valid = len(frame), len(valid)
-            record.rows_unlabelled = int(valid["y_true"].isna().sum())
-            with _timed(timings, "counts"):
-                counts = call(count, valid, audit)
-        else:
-            with _timed(timings, f"scan ({audit.scan.mode})"):
-                reduced = call(
-                    scan, url, audit, record.window_start, record.window_end, record.started_at
-                )
-            counts, quarantine = reduced.counts, reduced.quarantine
-            record.rows_read, record.rows_valid = reduced.rows_read, reduced.rows_valid
-            record.rows_unlabelled = reduced.rows_unlabelled
-            record.input_fingerprint = reduced.fingerprint
-        record.rows_quarantined = record.rows_read - record.rows_valid
+        with _timed(timings, f"scan ({audit.scan.mode})"):
+            scanned = call(
+                stages.scan, url, audit, record.window_start, record.window_end, record.started_at
+            )
+        quarantine = scanned.quarantine
+        record.rows_read, record.rows_valid = scanned.rows_read, scanned.rows_valid
+        record.rows_unlabelled = scanned.rows_unlabelled
+        record.rows_quarantined = scanned.rows_read - scanned.rows_valid
+        record.input_fingerprint = scanned.fingerprint
         check_invalid_fraction(
             record.rows_read, record.rows_quarantined, thresholds.max_invalid_fraction
         )
-        pairs = comparison_pairs(counts, audit.reference_groups)
-        with _timed(timings, "metrics"):
-            metrics, two_group = call(metrics_stage, counts, pairs, audit.metrics)
-        with _timed(timings, "compare"):
-            previous = call(previous_metrics, url, audit.name, audit.model)
-            comparison = call(compare_stage, previous, metrics, thresholds.alpha)
-        with _timed(timings, "match"):
-            match = call(match_stage, *pairs, audit.metrics)
-        with _timed(timings, "planning"):
-            planning = call(
-                planning_stage,
-                *pairs,
-                audit.metrics,
-                thresholds.planning_tau,
-                thresholds.alpha,
-                thresholds.power,
+        with _timed(timings, "counts"):
+            counts = call(
+                stages.stage_task("counts", group_counts),
+                scanned.cells,
+                audit.attributes,
+                audit.intersections,
             )
-        with _timed(timings, "detection"):
-            detection = call(
-                detection_stage, *pairs, audit.metrics, thresholds.tolerance, thresholds.alpha
-            )
-        with _timed(timings, "smoothing"):
-            groups = counts[counts["subset"] == "group"]
-            smoothed = call(
-                smoothing_stage,
-                groups,
-                audit.metrics,
-                audit.smoothing.cps_lambda,
-                audit.smoothing.additive_alpha,
-            )
-        with _timed(timings, "meta-metrics"):
-            seed = int(record.input_fingerprint[:8], 16)  # same input, same bootstrap
-            metametrics = call(
-                metametrics_stage,
-                metrics,
-                audit.metrics,
-                thresholds.bootstrap_replicates,
-                1 - thresholds.alpha,
-                seed,
-            )
-        record.summary = run_summary(counts, metrics, match, detection, planning, thresholds.alpha)
-        record.summary["significant_changes"] = (
-            int(comparison["significant"].sum()) if not comparison.empty else None
-        )
-        results = {
-            GroupCount: counts,
-            MetricResult: pd.concat([metrics.assign(estimator="raw"), smoothed]),
-            MatchResult: match,
-            DetectionResult: detection,
-            PlanningResult: planning,
-            MetaMetricResult: metametrics,
-            ComparisonResult: comparison,
-            TwoGroupResult: two_group[
-                ["attribute", "group_name", "reference", "metric", "value", "undefined_reason"]
-            ],
-        }
+        previous = call(stages.previous_run, url, audit.name, audit.model_id)
+        result = audit_counts(counts, audit, previous=previous, run=_stages_as(call, timings))
+        record.summary = dict(result.summary)
         with _timed(timings, "persist"):
-            run_id, new = call(persist, url, run_id, record, results, quarantine, force)
+            run_id, new = call(stages.persist, url, run_id, record, result, quarantine, force)
     except Exception as exc:
-        call(record_failure, url, run_id, record, f"{type(exc).__name__}: {exc}", quarantine)
+        call(stages.record_failure, url, run_id, record, f"{type(exc).__name__}: {exc}", quarantine)
         raise
     _report(audit, run_id, new, record)
-    report = call(report_stage, url, run_id, audit.name, record.summary)
+    report = call(stages.report, url, run_id, audit.name, record.summary)
     return {
         "audit": audit.name,
-        "model": audit.model,
+        "model": audit.model_id,
         "run_id": run_id,
         "new": new,
         "report": report,

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from prefect import flow
-
 from biasaudit.flows.audit import audit_flow
+from prefect import flow
 
 
 def periods(start: datetime, end: datetime, every: timedelta) -> list[datetime]:

@@ -117,9 +117,8 @@ def load(
 ) -> None:
     """Load predictions into the predictions table, validated: invalid rows are quarantined."""
     import pandas as pd
-    from rich.progress import Progress
-
     from biasaudit.db.load import load_predictions
+    from rich.progress import Progress
 
     if not path.exists():
         _fail(f"{path} does not exist")
@@ -490,7 +489,6 @@ def plan(
 ) -> None:
     """How many predictions per group an audit needs, before any data exists."""
     import numpy as np
-
     from biasaudit.schemas.metric_ids import canonical_metric
     from biasaudit.tasks.planning import plan_from_rates
 

@@ -15,12 +15,11 @@ from __future__ import annotations
 import os
 from datetime import datetime
 
+from biasaudit.flows.audit import default_config_path, run_audit
+from biasaudit.schemas.config import load_config
 from prefect import flow, task, unmapped
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
-
-from biasaudit.flows.audit import default_config_path, run_audit
-from biasaudit.schemas.config import load_config
 
 DEFAULT_CRON = "0 2 * * *"
 MAX_WORKERS = int(os.environ.get("BIASAUDIT_MAX_WORKERS", "2"))

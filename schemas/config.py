@@ -4,7 +4,7 @@ Example::
 
     [[audits]]
     name = "credit-race"
-    model = "credit-scorer"
+    model_id = "credit-scorer"
     source = "predictions"            # any table or view; map its columns below
     window = "last_30_days"           # "all", "last_day" or "last_N_days"
     attributes = ["race", "sex"]
@@ -25,11 +25,10 @@ import re
 import tomllib
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from typing import Annotated, Any, Literal
 
 from biasaudit.schemas.metric_ids import METRIC_IDS, canonical_metric
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 CANONICAL_COLUMNS = (
     "prediction_id",
@@ -92,7 +91,11 @@ class Audit(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-]+$")]
-    model: Annotated[str, Field(min_length=1, max_length=128)]
+    # The model's id (``model_id`` in the source and the result tables); ``model`` is accepted too.
+    model_id: Annotated[
+        str,
+        Field(min_length=1, max_length=128, validation_alias=AliasChoices("model_id", "model")),
+    ]
     model_version: str | None = None
     source: Annotated[str, Field(min_length=1)] = "predictions"
     columns: dict[str, str] = {}
@@ -193,6 +196,43 @@ class AuditFile(BaseModel):
             if audit.name == name:
                 return audit
         raise ConfigError(f"no audit named {name!r}; configured: {[a.name for a in self.audits]}")
+
+
+def audit_from_options(
+    *,
+    attributes: list[str],
+    intersections: list[list[str]] | tuple = (),
+    reference_groups: dict[str, str] | None = None,
+    metrics: list[str] | None = None,
+    name: str = "frame",
+    model_id: str = "frame",
+    **options: Any,
+) -> Audit:
+    """An Audit from flat options: the TOML keys of ``[audits.thresholds]``, ``[audits.smoothing]``
+    and ``[audits.scan]`` given by their own names (``tolerance``, ``alpha``, ``cps_lambda``, ...),
+    with the same defaults. An unknown option is a ConfigError naming it."""
+    sections: dict[str, dict[str, object]] = {"thresholds": {}, "smoothing": {}, "scan": {}}
+    owners = {
+        key: section
+        for section, model_class in (("thresholds", Thresholds), ("smoothing", Smoothing), ("scan", Scan))
+        for key in model_class.model_fields
+    }
+    unknown = sorted(set(options) - set(owners))
+    if unknown:
+        raise ConfigError(f"unknown audit option(s) {unknown}; known: {sorted(owners)}")
+    for key, value in options.items():
+        sections[owners[key]][key] = value
+    data: dict[str, object] = {
+        "name": name,
+        "model_id": model_id,
+        "attributes": list(attributes),
+        "intersections": [list(i) for i in intersections],
+        "reference_groups": dict(reference_groups or {}),
+        **sections,
+    }
+    if metrics is not None:
+        data["metrics"] = list(metrics)
+    return parse_config({"audits": [data]}, "<options>").audits[0]
 
 
 def _location(loc: tuple) -> str:

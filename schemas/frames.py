@@ -11,7 +11,6 @@ from datetime import UTC, datetime, timedelta
 
 import pandas as pd
 import pandera.pandas as pa
-
 from biasaudit.schemas.metric_ids import METRIC_IDS
 
 BINARY = [0, 1]
@@ -112,3 +111,121 @@ METRICS = pa.DataFrameSchema(
     strict=False,
     name="metrics",
 )
+
+
+# Result frames of the audit core (tasks.core.AuditResult), one schema each. Columns hold the names
+# of their result tables; ``strict=False`` lets a stage carry a column more than its table keeps.
+_COMPARISON_KEYS = {
+    "attribute": pa.Column(str),
+    "group_name": pa.Column(str),
+    "reference": pa.Column(str),
+    "metric": pa.Column(str, pa.Check.isin(list(METRIC_IDS))),
+}
+_PROBABILITY = pa.Check.in_range(0.0, 1.0)
+
+
+def _result(name: str, columns: dict[str, pa.Column], unique: list[str]) -> pa.DataFrameSchema:
+    return pa.DataFrameSchema(columns, unique=unique, strict=False, name=name)
+
+
+TWO_GROUP = _result(
+    "two_group",
+    {
+        **_COMPARISON_KEYS,
+        "value": pa.Column(float, nullable=True),
+        "undefined_reason": pa.Column(nullable=True),
+    },
+    list(_COMPARISON_KEYS),
+)
+MATCH = _result(
+    "match",
+    {
+        **_COMPARISON_KEYS,
+        "n": pa.Column("int64", pa.Check.ge(0)),
+        "percentile": pa.Column(float, _PROBABILITY, nullable=True),
+        "p_value": pa.Column(float, _PROBABILITY, nullable=True),
+        "method": pa.Column(nullable=True),
+        "undefined_reason": pa.Column(nullable=True),
+    },
+    list(_COMPARISON_KEYS),
+)
+DETECTION = _result(
+    "detection",
+    {
+        **_COMPARISON_KEYS,
+        "difference": pa.Column(float, pa.Check.in_range(-1.0, 1.0), nullable=True),
+        "prob_deviation": pa.Column(float, _PROBABILITY, nullable=True),
+        "hdi_low": pa.Column(float, nullable=True),
+        "hdi_high": pa.Column(float, nullable=True),
+        "p_value": pa.Column(float, _PROBABILITY, nullable=True),
+        "p_adjusted": pa.Column(float, _PROBABILITY, nullable=True),
+        "flagged": pa.Column(bool),
+        "undefined_reason": pa.Column(nullable=True),
+    },
+    list(_COMPARISON_KEYS),
+)
+PLANNING = _result(
+    "planning",
+    {
+        **_COMPARISON_KEYS,
+        "needed": pa.Column(float, pa.Check.ge(0), nullable=True),
+        "achieved_power": pa.Column(float, _PROBABILITY, nullable=True),
+        "verdict": pa.Column(str),
+    },
+    list(_COMPARISON_KEYS),
+)
+SMOOTHED = METRICS.add_columns(
+    {
+        "attribute": pa.Column(str),
+        "group_name": pa.Column(str),
+        "estimator": pa.Column(str, pa.Check.isin(["cps", "additive"])),
+    }
+)
+METAMETRICS = _result(
+    "metametrics",
+    {
+        "attribute": pa.Column(str),
+        "metric": pa.Column(str, pa.Check.isin(list(METRIC_IDS))),
+        "k": pa.Column("int64", pa.Check.ge(0)),
+    },
+    ["attribute", "metric"],
+)
+COMPARISON = _result(
+    "comparison",
+    {
+        "attribute": pa.Column(str),
+        "group_name": pa.Column(str),
+        "metric": pa.Column(str, pa.Check.isin(list(METRIC_IDS))),
+        "status": pa.Column(str, pa.Check.isin(["both", "appeared", "vanished"])),
+        "p_value": pa.Column(float, _PROBABILITY, nullable=True),
+        "p_adjusted": pa.Column(float, _PROBABILITY, nullable=True),
+        "significant": pa.Column(bool),
+    },
+    ["attribute", "group_name", "metric"],
+)
+CELLS = pa.DataFrameSchema(
+    {
+        "y_true": pa.Column(float, pa.Check.isin([0.0, 1.0]), nullable=True),
+        "y_pred": pa.Column("int64", pa.Check.isin([0, 1])),
+        "n": pa.Column("int64", pa.Check.gt(0)),
+    },
+    strict=False,
+    name="cells",
+)
+FRAME_SCHEMAS = {
+    "cells": CELLS,
+    "counts": COUNTS,
+    "metrics": METRICS,
+    "two_group": TWO_GROUP,
+    "match": MATCH,
+    "detection": DETECTION,
+    "planning": PLANNING,
+    "smoothed": SMOOTHED,
+    "metametrics": METAMETRICS,
+    "comparison": COMPARISON,
+}
+
+
+def validate_frame(name: str, frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` checked against the schema of the stage boundary ``name`` (FRAME_SCHEMAS)."""
+    return FRAME_SCHEMAS[name].validate(frame)

@@ -7,6 +7,36 @@ JOINT_RATIO = ("tpr", "fnr", "fpr", "tnr", "ppv", "fdr", "npv", "for")
 OTHER = ("f1", "f1s", "mcc", "pt", "mb")
 TWO_GROUP = ("ofi", "te")
 METRIC_IDS = BINOMIAL + JOINT_RATIO + OTHER + TWO_GROUP
+# Rates (a count over a count): the metrics that detection, planning and meta-metrics test.
+RATE_METRICS = BINOMIAL + JOINT_RATIO
+
+# The four margins, named as the reasons print them.
+MARGINS = {
+    "tp+fn": ("tp", "fn", "no actual positives"),
+    "fp+tn": ("fp", "tn", "no actual negatives"),
+    "tp+fp": ("tp", "fp", "no predicted positives"),
+    "fn+tn": ("fn", "tn", "no predicted negatives"),
+}
+# Binomial metrics (cell_a + cell_b) / n (appendix B, table 3).
+BINOMIAL_CELLS = {
+    "acc": ("tp", "tn"),
+    "prev": ("tp", "fn"),
+    "ppr": ("tp", "fp"),
+    "err": ("fp", "fn"),
+    "nprev": ("fp", "tn"),
+    "pnr": ("fn", "tn"),
+}
+# Joint-ratio metrics a / (a + b) (appendix B, table 4): numerator cell and margin.
+JOINT_RATIO_CELLS = {
+    "tpr": ("tp", "tp+fn"),
+    "fnr": ("fn", "tp+fn"),
+    "fpr": ("fp", "fp+tn"),
+    "tnr": ("tn", "fp+tn"),
+    "ppv": ("tp", "tp+fp"),
+    "fdr": ("fp", "tp+fp"),
+    "npv": ("tn", "fn+tn"),
+    "for": ("fn", "fn+tn"),
+}
 
 SYNONYMS = {
     "accuracy": "acc",

@@ -1,4 +1,4 @@
-"""Compare stage: what changed since the previous version of the same audit, and is it real?
+"""Compare: what changed since the previous version of the same audit, and is it real?
 
 For every attribute, group and metric of two runs: both estimates, the change, and, for rate
 metrics, the two-sample test of the two runs' counts (tasks.detection.unfairness_test with
@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from prefect import task
-from prefect.cache_policies import NO_CACHE
-
-from biasaudit.db.engine import make_engine
-from biasaudit.tasks.detection import RATE_METRICS, bh_adjust, unfairness_test
-from biasaudit.tasks.persist import database_task
+from biasaudit.schemas.metric_ids import RATE_METRICS
+from biasaudit.tasks.detection import unfairness_test
+from biasaudit.tasks.multiplicity import bh_adjust
 
 KEYS = ["attribute", "group_name", "metric"]
+NUMBERS = ["value_before", "value_after", "change", "p_value", "p_adjusted"]
 
 
 def compare_metrics(before: pd.DataFrame, after: pd.DataFrame, alpha: float) -> pd.DataFrame:
@@ -59,30 +57,19 @@ def compare_metrics(before: pd.DataFrame, after: pd.DataFrame, alpha: float) -> 
     )
 
 
-@database_task
-def previous_metrics(
-    db_url: str, audit_name: str, model_id: str
-) -> tuple[int | None, pd.DataFrame]:
-    """Prefect task: the latest succeeded run of the audit and its per-group raw metrics."""
-    from biasaudit.db.history import latest_run_id, run_metrics
-
-    engine = make_engine(db_url)
-    try:
-        run_id = latest_run_id(engine, audit_name, model_id)
-        if run_id is None:
-            return None, pd.DataFrame()
-        return run_id, run_metrics(engine, run_id)
-    finally:
-        engine.dispose()
-
-
-@task(name="compare", cache_policy=NO_CACHE)
-def compare_stage(
+def compare_with_previous(
     previous: tuple[int | None, pd.DataFrame], metrics: pd.DataFrame, alpha: float
 ) -> pd.DataFrame:
-    """Prefect task: compare this run's group metrics with the previous version's."""
+    """This run's group metrics against the previous run's (empty when there is none)."""
     previous_run_id, before = previous
     if previous_run_id is None:
-        return pd.DataFrame()
+        return pd.DataFrame(
+            {
+                **{k: pd.Series(dtype=str) for k in [*KEYS, "status"]},
+                **{c: pd.Series(dtype=float) for c in NUMBERS},
+                "significant": pd.Series(dtype=bool),
+                "previous_run_id": pd.Series(dtype="int64"),
+            }
+        )
     after = metrics[metrics["subset"] == "group"]
     return compare_metrics(before, after, alpha).assign(previous_run_id=previous_run_id)

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from prefect import task
-from prefect.cache_policies import NO_CACHE
-
-from biasaudit.schemas.config import INTERSECTION_SEP, Audit
+from biasaudit.schemas.config import INTERSECTION_SEP
 from biasaudit.schemas.frames import COUNT_COLUMNS, COUNTS
 
 # Cell code 2*y_true + y_pred: tn=0, fp=1, fn=2, tp=3; 4 = outcome unknown.
@@ -87,12 +84,6 @@ def _empty_counts() -> pd.DataFrame:
     for c in CELL_COLUMNS:
         frame[c] = pd.Series(dtype="int64")
     return frame
-
-
-@task(name="counts", cache_policy=NO_CACHE)
-def count(valid: pd.DataFrame, audit: Audit) -> pd.DataFrame:
-    """Prefect task: confusion counts per group, intersection and complement."""
-    return group_counts(valid, audit.attributes, audit.intersections)
 
 
 def comparison_pairs(

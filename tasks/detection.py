@@ -27,8 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from prefect import task
-from prefect.cache_policies import NO_CACHE
+from biasaudit.tasks.multiplicity import bh_adjust
 from scipy import special, stats
 
 _NODES, _WEIGHTS = np.polynomial.legendre.leggauss(40)
@@ -253,53 +252,21 @@ def unfairness_test(x1, n1, x2, n2, u_tol=0.0) -> tuple[np.ndarray, np.ndarray]:
     return np.maximum(z_up, z_down), p
 
 
-def bh_adjust(p_values: np.ndarray) -> np.ndarray:
-    """Benjamini-Hochberg adjusted p-values of the tests that were made (NaN = no test, kept)."""
-    p_values = np.asarray(p_values, dtype=float)
-    adjusted = np.full_like(p_values, np.nan)
-    made = ~np.isnan(p_values)
-    if made.any():
-        adjusted[made] = stats.false_discovery_control(p_values[made], method="bh")
-    return adjusted
-
-
-RATE_METRICS = (
-    "acc",
-    "prev",
-    "ppr",
-    "err",
-    "nprev",
-    "pnr",
-    "tpr",
-    "fnr",
-    "fpr",
-    "tnr",
-    "ppv",
-    "fdr",
-    "npv",
-    "for",
-)
-
-
 def detect(
-    group: pd.DataFrame,
-    reference: pd.DataFrame,
-    metrics: list[str],
-    tolerance: float,
-    alpha: float,
+    pair: tuple[pd.DataFrame, pd.DataFrame], tolerance: float, alpha: float
 ) -> pd.DataFrame:
-    """Every rate metric of every group against its aligned reference (group 2 vs group 1).
+    """Every rate metric of every comparison (group 2) against its reference (group 1).
+
+    ``pair`` is (group metrics, reference metrics) of the comparisons, row for row
+    (tasks.metrics.pair_metrics over the rate metrics).
 
     One row per comparison and metric: the counts, the observed difference, the posterior mean and
     sd of T = e_group − e_reference, direction, P(|T| > tolerance), the (1 − alpha) HDI and its ROPE
     decision, the simple rule at z_{1−α/2}, the frequentist z and p of |U| > tolerance, and the
     Benjamini-Hochberg adjusted p across all rows (``flagged`` when it is below alpha).
     """
-    from biasaudit.tasks.metrics import pair_metrics
-
-    rates = [m for m in metrics if m in RATE_METRICS]
     keys = ["attribute", "group_name", "reference"]
-    mine, theirs = pair_metrics(group, reference, rates)
+    mine, theirs = pair
     x2, n2 = mine["numerator"].to_numpy(), mine["denominator"].to_numpy()
     x1, n1 = theirs["numerator"].to_numpy(), theirs["denominator"].to_numpy()
     reason = np.where(n2 == 0, "no denominator in group", None)
@@ -341,11 +308,3 @@ def detect(
         flagged=np.where(ok, adjusted < alpha, False),
         undefined_reason=reason,
     )
-
-
-@task(name="detection", cache_policy=NO_CACHE)
-def detection_stage(
-    group: pd.DataFrame, reference: pd.DataFrame, metrics: list[str], tolerance: float, alpha: float
-) -> pd.DataFrame:
-    """Prefect task: Bayesian and frequentist detection of every rate metric of every comparison."""
-    return detect(group, reference, metrics, tolerance, alpha)

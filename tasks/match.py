@@ -22,12 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from prefect import task
-from prefect.cache_policies import NO_CACHE
-from scipy import stats
-
 from biasaudit.schemas.frames import COUNT_COLUMNS
-from biasaudit.tasks.metrics import BINOMIAL_CELLS, JOINT_RATIO_CELLS, MARGINS
+from biasaudit.schemas.metric_ids import BINOMIAL_CELLS, JOINT_RATIO_CELLS, MARGINS
+from scipy import stats
 
 MATCH_METRICS = (*BINOMIAL_CELLS, "mb", *JOINT_RATIO_CELLS)
 _WINDOW_SD = 8  # binomial mass beyond 8 standard deviations (+5) is below 1e-15
@@ -166,23 +163,18 @@ def match_test(
         reason = np.where(n == 0, "n = 0 in group", reason)
         reason = np.where(n_ref == 0, "empty reference", reason)
         defined = reason == None
-        lower = np.where(exact, lower, approx[0])
-        upper = np.where(exact, upper, approx[1])
+        # Sums of many binomial terms can exceed 1 by rounding: probabilities stay in [0, 1].
+        lower = np.clip(np.where(exact, lower, approx[0]), 0.0, 1.0)
+        upper = np.clip(np.where(exact, upper, approx[1]), 0.0, 1.0)
         blocks.append(
             keys.assign(
                 metric=metric,
                 n=n,
                 percentile=np.where(defined, lower, np.nan),
-                percentile_approx=np.where(defined, approx[0], np.nan),
+                percentile_approx=np.where(defined, np.clip(approx[0], 0.0, 1.0), np.nan),
                 p_value=np.where(defined, _two_sided(lower, upper), np.nan),
                 method=np.where(exact, "exact", approximate),
                 undefined_reason=reason,
             )
         )
     return pd.concat(blocks, ignore_index=True)
-
-
-@task(name="match", cache_policy=NO_CACHE)
-def match_stage(group: pd.DataFrame, reference: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
-    """Prefect task: MATCH percentiles of every group against its reference."""
-    return match_test(group, reference, [m for m in metrics if m in MATCH_METRICS])

@@ -19,10 +19,6 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
-from prefect import task
-from prefect.cache_policies import NO_CACHE
-
-from biasaudit.tasks.detection import RATE_METRICS
 
 Method = Literal["uncorrected", "corrected", "double"]
 META_METRICS = ("mm_diff", "mm_ratio", "max_abs_diff", "mad", "var", "gei")
@@ -128,14 +124,5 @@ def attribute_meta_metrics(
             )
             row.update(n_min=sizes.min(), n_median=float(np.median(sizes)), n_max=sizes.max())
         rows.append(row)
-    return pd.DataFrame(rows).assign(level=level)
-
-
-@task(name="meta-metrics", cache_policy=NO_CACHE)
-def metametrics_stage(
-    metrics: pd.DataFrame, configured: list[str], n_boot: int, level: float, seed: int
-) -> pd.DataFrame:
-    """Prefect task: meta-metrics of every attribute and intersection for each rate metric."""
-    return attribute_meta_metrics(
-        metrics, [m for m in configured if m in RATE_METRICS], n_boot, level, seed
-    )
+    frame = pd.DataFrame(rows) if rows else pd.DataFrame(columns=["attribute", "metric", "k"])
+    return frame.astype({"attribute": str, "metric": str, "k": "int64"}).assign(level=level)

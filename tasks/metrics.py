@@ -1,4 +1,4 @@
-"""Metrics stage: the confusion-matrix metric catalogue of ../shared/SPEC.md section 1.
+"""Metrics: the confusion-matrix metric catalogue of ../shared/SPEC.md section 1.
 
 Definitions follow Briscoe et al., "Algorithmic Accountability in Small Data"
 (small-data-metrics-match-cps.txt), appendix B. Every value carries its numerator and denominator;
@@ -13,44 +13,22 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 import pandas as pd
-from prefect import task
-from prefect.cache_policies import NO_CACHE
-
 from biasaudit.schemas.frames import COUNT_COLUMNS, METRICS
-from biasaudit.schemas.metric_ids import BINOMIAL, JOINT_RATIO, OTHER, canonical_metric
+from biasaudit.schemas.metric_ids import (
+    BINOMIAL,
+    BINOMIAL_CELLS,
+    JOINT_RATIO,
+    JOINT_RATIO_CELLS,
+    MARGINS,
+    OTHER,
+    canonical_metric,
+)
 
 Cells = dict[str, np.ndarray]
 Result = tuple[
     np.ndarray, np.ndarray, np.ndarray, np.ndarray
 ]  # value, numerator, denominator, reason
 
-# The four margins, named as the reasons print them.
-MARGINS = {
-    "tp+fn": ("tp", "fn", "no actual positives"),
-    "fp+tn": ("fp", "tn", "no actual negatives"),
-    "tp+fp": ("tp", "fp", "no predicted positives"),
-    "fn+tn": ("fn", "tn", "no predicted negatives"),
-}
-# Binomial metrics (cell_a + cell_b) / n (appendix B, table 3).
-BINOMIAL_CELLS = {
-    "acc": ("tp", "tn"),
-    "prev": ("tp", "fn"),
-    "ppr": ("tp", "fp"),
-    "err": ("fp", "fn"),
-    "nprev": ("fp", "tn"),
-    "pnr": ("fn", "tn"),
-}
-# Joint-ratio metrics a / (a + b) (appendix B, table 4): numerator cell and margin.
-JOINT_RATIO_CELLS = {
-    "tpr": ("tp", "tp+fn"),
-    "fnr": ("fn", "tp+fn"),
-    "fpr": ("fp", "fp+tn"),
-    "tnr": ("tn", "fp+tn"),
-    "ppv": ("tp", "tp+fp"),
-    "fdr": ("fp", "tp+fp"),
-    "npv": ("tn", "fn+tn"),
-    "for": ("fn", "fn+tn"),
-}
 EMPTY = "n = 0 (empty group)"
 
 
@@ -186,17 +164,6 @@ def pair_metrics(
     mine = compute_metrics(group[keys + COUNT_COLUMNS], metrics)
     theirs = compute_metrics(reference[COUNT_COLUMNS].assign(**group[keys]), metrics)
     return mine, theirs
-
-
-@task(name="metrics", cache_policy=NO_CACHE)
-def metrics_stage(
-    counts: pd.DataFrame, pairs: tuple[pd.DataFrame, pd.DataFrame], metrics: list[str]
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Prefect task: per-group metrics of every group and complement, and the configured
-    two-group metrics (OFI, TE) of every comparison pair."""
-    per_group = compute_metrics(counts, [m for m in metrics if m in CATALOGUE])
-    two_group = two_group_metrics(*pairs)
-    return per_group, two_group[two_group["metric"].isin(metrics)]
 
 
 def two_group_metrics(group: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:

@@ -22,11 +22,7 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
-from prefect import task
-from prefect.cache_policies import NO_CACHE
 from scipy import optimize, stats
-
-from biasaudit.tasks.detection import RATE_METRICS
 
 
 def _z(q):
@@ -146,12 +142,15 @@ def achieved_power(tau, var1, n1, var2, n2, u_tol=0.0, alpha=0.05):
 def plan(
     group: pd.DataFrame,
     reference: pd.DataFrame,
-    metrics: list[str],
+    pair: tuple[pd.DataFrame, pd.DataFrame],
     tau: float | None,
     alpha: float,
     power: float,
 ) -> pd.DataFrame:
     """Needed against available predictions for every rate metric of every comparison.
+
+    ``group`` and ``reference`` are the comparisons' aligned counts, ``pair`` their rate metrics
+    (tasks.metrics.pair_metrics).
 
     Group 1 is the reference, group 2 the group; U = M_group − M_reference. τ is the configured
     disparity to detect, or the observed |U| when none is configured. ``needed`` is the total n of
@@ -159,11 +158,9 @@ def plan(
     compares ``needed`` with the predictions available. ``bias_n`` is the bias measure N of eq. 1
     (one-sided, at the audit's α and power) beside the difference and the ratio.
     """
-    from biasaudit.tasks.metrics import pair_metrics
-
-    rates = [m for m in metrics if m in RATE_METRICS]
     keys = ["attribute", "group_name", "reference"]
-    mine, theirs = pair_metrics(group, reference, rates)
+    mine, theirs = pair
+    rates = mine["metric"].unique()
     cells = ["tp", "fp", "fn", "tn"]
     n2 = np.tile(group[cells].sum(axis=1).to_numpy(float), len(rates))
     n1 = np.tile(reference[cells].sum(axis=1).to_numpy(float), len(rates))
@@ -271,16 +268,3 @@ def rank_bias(table: pd.DataFrame, alpha: float = 0.05, power: float = 0.90) -> 
     out["rank_n"] = out["n"].rank(method="min", ascending=False).astype(int)
     ranks = out[["rank_difference", "rank_ratio", "rank_n"]]
     return out.assign(disagree=ranks.nunique(axis=1) > 1)
-
-
-@task(name="planning", cache_policy=NO_CACHE)
-def planning_stage(
-    group: pd.DataFrame,
-    reference: pd.DataFrame,
-    metrics: list[str],
-    tau: float | None,
-    alpha: float,
-    power: float,
-) -> pd.DataFrame:
-    """Prefect task: needed vs available predictions and achieved power per comparison and metric."""
-    return plan(group, reference, metrics, tau, alpha, power)

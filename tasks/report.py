@@ -16,9 +16,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from biasaudit.db.engine import make_engine
-from biasaudit.tasks.persist import database_task
-
 REPORTS_ENV = "BIASAUDIT_REPORTS_DIR"
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1100px}
@@ -221,31 +218,3 @@ def headline_markdown(summary: dict, run_id: int, audit: str, path: Path) -> str
         f"Report: `{path}`",
     ]
     return "\n".join(lines)
-
-
-@database_task
-def report_stage(db_url: str, run_id: int, audit_name: str, summary: dict) -> str:
-    """Prefect task: write the run's HTML report and publish its headline as an artifact."""
-    from prefect.artifacts import create_markdown_artifact
-    from prefect.context import get_run_context
-    from prefect.exceptions import MissingContextError
-
-    engine = make_engine(db_url)
-    try:
-        page = render_report(engine, run_id)
-    finally:
-        engine.dispose()
-    folder = reports_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{audit_name}-run-{run_id}.html"
-    path.write_text(page)
-    try:
-        get_run_context()
-    except MissingContextError:  # plain function call, outside Prefect: no artifact to publish
-        return str(path)
-    create_markdown_artifact(
-        headline_markdown(summary, run_id, audit_name, path),
-        key=f"audit-{audit_name.lower().replace('_', '-').replace('.', '-')}",
-        description=f"Headline of bias audit {audit_name}, run {run_id}",
-    )
-    return str(path)

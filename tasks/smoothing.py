@@ -1,4 +1,4 @@
-"""Smoothing stage: Cross-Prior Smoothing and additive smoothing of small groups' counts.
+"""Smoothing: Cross-Prior Smoothing and additive smoothing of small groups' counts.
 
 Cross-Prior Smoothing (small-data-metrics-match-cps.txt §6, algorithm 1; SPEC §4): for group i of a
 partition, the reference is the rest of the population CM_ref = CM − CM_i, normalised to
@@ -15,11 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from prefect import task
-from prefect.cache_policies import NO_CACHE
-
 from biasaudit.schemas.frames import COUNT_COLUMNS
-from biasaudit.tasks.metrics import CATALOGUE, compute_metrics
 
 DEFAULT_LAMBDA = 5.0
 
@@ -58,25 +54,8 @@ def additive_smoothing(counts: pd.DataFrame, alpha: float = 1.0) -> pd.DataFrame
     return counts.assign(**{c: counts[c].astype("float64") + alpha for c in COUNT_COLUMNS})
 
 
-def smoothed_metrics(
-    groups: pd.DataFrame, metrics: list[str], lam: float, alpha: float
-) -> pd.DataFrame:
-    """Metrics of the CPS- and additively-smoothed groups, with an ``estimator`` column."""
-    metrics = [m for m in metrics if m in CATALOGUE]
-    return pd.concat(
-        [
-            compute_metrics(cross_prior_smoothing(groups, lam), metrics).assign(estimator="cps"),
-            compute_metrics(additive_smoothing(groups, alpha), metrics).assign(
-                estimator="additive"
-            ),
-        ],
-        ignore_index=True,
-    )
-
-
-@task(name="smoothing", cache_policy=NO_CACHE)
-def smoothing_stage(
-    groups: pd.DataFrame, metrics: list[str], lam: float, alpha: float
-) -> pd.DataFrame:
-    """Prefect task: CPS and additive smoothing of every group, metrics computed on the result."""
-    return smoothed_metrics(groups, metrics, lam, alpha)
+def smoothed_counts(
+    groups: pd.DataFrame, lam: float = DEFAULT_LAMBDA, alpha: float = 1.0
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(CPS-smoothed, additively smoothed) counts of every group (metrics are computed on them)."""
+    return cross_prior_smoothing(groups, lam), additive_smoothing(groups, alpha)

@@ -3,9 +3,8 @@
 import subprocess
 import sys
 
-from typer.testing import CliRunner
-
 from biasaudit.flows.cli import app
+from typer.testing import CliRunner
 
 runner = CliRunner()
 

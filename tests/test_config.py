@@ -1,12 +1,11 @@
 """The audit configuration is validated on load; errors name the key and the problem."""
 
 import pytest
-
 from biasaudit.schemas.config import ConfigError, load_config, parse_config
 
 from .conftest import DEMO_CONFIG
 
-BASE = {"name": "a", "model": "m", "attributes": ["race", "sex"]}
+BASE = {"name": "a", "model_id": "m", "attributes": ["race", "sex"]}
 
 
 def parse(**changes):
@@ -55,7 +54,7 @@ def test_bad_configuration_names_key_and_problem(changes, key, problem):
 
 def test_missing_required_key_and_duplicate_names():
     """It names a missing key and repeated audit names."""
-    with pytest.raises(ConfigError, match=r"audits\[0\]\.model: Field required"):
+    with pytest.raises(ConfigError, match=r"audits\[0\]\.model_id: Field required"):
         parse_config({"audits": [{"name": "a", "attributes": ["x"]}]})
     with pytest.raises(ConfigError, match="repeated: \\['a'\\]"):
         parse_config({"audits": [BASE, BASE]})
@@ -78,3 +77,11 @@ def test_window_and_hash():
     assert parse().audits[0].window_days is None
     assert parse().audits[0].config_hash() == parse().audits[0].config_hash()
     assert parse().audits[0].config_hash() != parse(window="last_day").audits[0].config_hash()
+
+
+def test_model_is_accepted_for_model_id():
+    """It reads the model's id from ``model_id`` and, for older files, from ``model``."""
+    old = {**BASE, "model": "legacy"}
+    del old["model_id"]
+    assert parse_config({"audits": [old]}).audits[0].model_id == "legacy"
+    assert parse_config({"audits": [BASE]}).audits[0].model_id == "m"

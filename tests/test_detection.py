@@ -3,8 +3,6 @@
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import integrate, stats
-
 from biasaudit.tasks.detection import (
     beta_difference,
     hdi_difference,
@@ -13,6 +11,7 @@ from biasaudit.tasks.detection import (
     simple_rule,
     unfairness_test,
 )
+from scipy import integrate, stats
 
 BLOG = [(20, 100, 30, 100), (40, 80, 20, 40), (400, 1000, 600, 1000)]
 RNG = np.random.default_rng(42)
@@ -162,6 +161,7 @@ def simulated_audits(rates, sizes, audits, rng):
 def test_false_alarms_of_fair_models_stay_below_alpha():
     """It flags a fair model (every group the same rate) in at most α of audits after BH."""
     from biasaudit.tasks.detection import detect
+    from biasaudit.tasks.metrics import pair_metrics
 
     rng = np.random.default_rng(11)
     sizes = np.array([2000, 600, 150, 40, 12])
@@ -180,6 +180,6 @@ def test_false_alarms_of_fair_models_stay_below_alpha():
             }
         )
         rest = group[["tp", "fp", "fn", "tn"]].sum() - group[["tp", "fp", "fn", "tn"]]
-        result = detect(group, rest, ["ppv"], tolerance=0.0, alpha=alpha)
+        result = detect(pair_metrics(group, rest, ["ppv"]), tolerance=0.0, alpha=alpha)
         alarms += bool(result["flagged"].any())
     assert alarms / audits <= alpha + 3 * np.sqrt(alpha * (1 - alpha) / audits)

@@ -4,8 +4,6 @@ from datetime import timedelta
 
 import pandas as pd
 import pytest
-from sqlalchemy import func, select, text
-
 from biasaudit.db.engine import make_engine
 from biasaudit.db.history import list_runs, run_metrics
 from biasaudit.db.load import load_predictions
@@ -17,11 +15,12 @@ from biasaudit.db.models import (
     PlanningResult,
     QuarantinedRow,
 )
+from biasaudit.db.source import SourceError
 from biasaudit.flows.audit import audit_flow
 from biasaudit.flows.demo import END, GROUPS, INJECTED, synthetic_predictions
 from biasaudit.flows.nightly import nightly_flow
-from biasaudit.tasks.extract import SourceError
-from biasaudit.tasks.validate import TooManyInvalidRows
+from biasaudit.schemas.quarantine import TooManyInvalidRows
+from sqlalchemy import func, select, text
 
 from .conftest import DEMO_CONFIG
 

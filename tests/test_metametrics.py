@@ -4,9 +4,12 @@ import statistics
 
 import numpy as np
 import pytest
+from biasaudit.tasks.metametrics import (
+    bootstrap_variance_interval,
+    corrected_variance,
+    meta_metrics,
+)
 from scipy import stats
-
-from biasaudit.tasks.metametrics import bootstrap_variance_interval, corrected_variance, meta_metrics
 
 
 def naive_by_hand(values, alpha):

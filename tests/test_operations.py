@@ -9,9 +9,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from sqlalchemy import text
-from typer.testing import CliRunner
-
 from biasaudit.db.engine import make_engine
 from biasaudit.db.history import list_runs, metric_series, run_results
 from biasaudit.db.load import load_predictions
@@ -19,6 +16,8 @@ from biasaudit.db.migrate import upgrade
 from biasaudit.db.models import ComparisonResult
 from biasaudit.flows.audit import run_audit
 from biasaudit.flows.cli import app
+from sqlalchemy import text
+from typer.testing import CliRunner
 
 from .conftest import COMPAS
 

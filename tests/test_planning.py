@@ -2,8 +2,6 @@
 
 import numpy as np
 import pytest
-from scipy import stats
-
 from biasaudit.tasks.planning import (
     achieved_power,
     allocation_sample_size,
@@ -13,6 +11,7 @@ from biasaudit.tasks.planning import (
     neyman_sample_size,
     variance_from_counts,
 )
+from scipy import stats
 
 # Tables 2 and 3 of the bias-measure paper: (e1, e2, N), reproduced by rounding up.
 TABLES_2_AND_3 = [
@@ -199,7 +198,7 @@ def test_achieved_power_matches_simulated_rejections():
 def test_plan_rows_follow_the_formulas():
     """It sizes each comparison with the tutorial's formulas at the groups' actual shares."""
     import pandas as pd
-
+    from biasaudit.tasks.metrics import pair_metrics
     from biasaudit.tasks.planning import plan
 
     group = pd.DataFrame(
@@ -214,7 +213,7 @@ def test_plan_rows_follow_the_formulas():
         }
     )
     reference = pd.DataFrame({"tp": [300], "fp": [100], "fn": [100], "tn": [500]})
-    row = plan(group, reference, ["fpr", "ppr"], tau=None, alpha=0.05, power=0.8).set_index(
+    row = plan(group, reference, pair_metrics(group, reference, ["fpr", "ppr"]), tau=None, alpha=0.05, power=0.8).set_index(
         "metric"
     )
     fpr_g, fpr_r = 40 / 120, 100 / 600
@@ -232,7 +231,7 @@ def test_plan_rows_follow_the_formulas():
     )
     assert row.loc["fpr", "bias_n"] == pytest.approx(arcsine_sample_size(fpr_r, fpr_g, 0.05, 0.8))
     assert row.loc["fpr", "ratio"] == pytest.approx(fpr_g / fpr_r)
-    fixed = plan(group, reference, ["fpr"], tau=0.5, alpha=0.05, power=0.8)
+    fixed = plan(group, reference, pair_metrics(group, reference, ["fpr"]), tau=0.5, alpha=0.05, power=0.8)
     assert fixed["tau"].iloc[0] == 0.5 and fixed["verdict"].iloc[0] == "enough data"
 
 
@@ -249,7 +248,6 @@ PAPER_RANKS = {
 def test_rank_bias_reproduces_table_1_rankings(race):
     """It ranks the five face-recognition algorithms as the paper's table 1 does, by D, R and N."""
     import pandas as pd
-
     from biasaudit.tasks.planning import rank_bias
 
     offset = list(PAPER_RANKS).index(race) * 5

@@ -10,24 +10,22 @@ import time
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
+import biasaudit.flows.stages
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from sqlalchemy import func, select, text
-from sqlalchemy.exc import OperationalError
-
-import biasaudit.flows.audit
-import biasaudit.tasks.persist
 from biasaudit.db.engine import make_engine
 from biasaudit.db.history import list_runs
 from biasaudit.db.load import load_predictions
 from biasaudit.db.models import AuditRun, GroupCount, MetricResult, Prediction, QuarantinedRow
 from biasaudit.db.runs import ABANDONED, abandon_stale_runs
+from biasaudit.db.source import EmptyWindow, SourceError
 from biasaudit.flows.audit import audit_flow, run_audit
 from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
-from biasaudit.tasks.extract import EmptyWindow, SourceError
-from biasaudit.tasks.validate import TooManyInvalidRows, split_valid
+from biasaudit.schemas.quarantine import TooManyInvalidRows, split_valid
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import func, select, text
+from sqlalchemy.exc import OperationalError
 
 from .conftest import DEMO_CONFIG
 
@@ -148,15 +146,18 @@ def test_unknown_model_and_empty_window_are_clear(db_url, tmp_path):
 # ---- atomic runs -------------------------------------------------------------------------------
 
 STAGES = [
-    "extract",
-    "validate",
-    "count",
-    "metrics_stage",
-    "match_stage",
-    "planning_stage",
-    "detection_stage",
-    "smoothing_stage",
-    "metametrics_stage",
+    "scan",
+    "counts",
+    "pairs",
+    "pair metrics",
+    "metrics",
+    "two-group metrics",
+    "compare",
+    "match",
+    "planning",
+    "detection",
+    "smoothing",
+    "meta-metrics",
 ]
 
 
@@ -168,7 +169,15 @@ def test_failure_at_any_stage_leaves_no_results(db_url, tmp_path, monkeypatch, s
     def boom(*_):
         raise RuntimeError(f"injected failure in {stage}")
 
-    monkeypatch.setattr(biasaudit.flows.audit, stage, SimpleNamespace(fn=boom))
+    if stage == "scan":
+        monkeypatch.setattr(biasaudit.flows.stages, "scan", SimpleNamespace(fn=boom))
+    else:
+        stage_task = biasaudit.flows.stages.stage_task
+
+        def failing_stage(name, function):
+            return SimpleNamespace(fn=boom) if name == stage else stage_task(name, function)
+
+        monkeypatch.setattr(biasaudit.flows.stages, "stage_task", failing_stage)
     with pytest.raises(RuntimeError, match="injected"):
         run_audit("credit-race", str(DEMO_CONFIG), db_url, END)
     run = list_runs(make_engine(db_url)).iloc[0]
@@ -218,8 +227,7 @@ KILL_SCRIPT = textwrap.dedent(
                     pathlib.Path(marker).write_text("between two inserts")
                     time.sleep(120)
         return engine
-    import biasaudit.tasks.persist
-    biasaudit.tasks.persist.make_engine = make_engine
+    biasaudit.db.engine.make_engine = make_engine
     run_audit("credit-race", config, url, END)
     """
 )
@@ -307,7 +315,7 @@ def test_database_unreachable_then_a_later_run_succeeds(db_url):
 def test_connection_dropped_during_persist_is_retried(db_url, monkeypatch):
     """It retries the persist task with backoff when the connection drops, and the run lands once."""
     load_small(db_url)
-    original = biasaudit.tasks.persist.save_run
+    original = biasaudit.flows.stages.save_run
     attempts = {"n": 0}
 
     def flaky(*args, **kwargs):
@@ -318,7 +326,7 @@ def test_connection_dropped_during_persist_is_retried(db_url, monkeypatch):
             )
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(biasaudit.tasks.persist, "save_run", flaky)
+    monkeypatch.setattr(biasaudit.flows.stages, "save_run", flaky)
     result = audit_flow("credit-race", str(DEMO_CONFIG), db_url, END)
     assert attempts["n"] == 2 and result["new"]
     assert list_runs(make_engine(db_url))["status"].tolist() == ["succeeded"]
@@ -385,9 +393,8 @@ def test_runs_of_the_same_audit_do_not_overlap(postgres_server_url):
 
 def test_operator_can_release_an_abandoned_run(db_url):
     """It lets an operator mark a run left 'running' as failed, and only such a run."""
-    from typer.testing import CliRunner
-
     from biasaudit.flows.cli import app
+    from typer.testing import CliRunner
 
     load_small(db_url)
     engine = make_engine(db_url)

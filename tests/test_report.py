@@ -6,7 +6,6 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-
 from biasaudit.db.engine import make_engine
 from biasaudit.db.load import load_predictions
 from biasaudit.flows.audit import audit_flow, run_audit

@@ -5,14 +5,13 @@ from datetime import UTC, datetime
 import numpy as np
 import pandas as pd
 import pytest
-from sqlalchemy import Column, DateTime, Float, Integer, MetaData, String, Table
-
 from biasaudit.db.engine import make_engine
+from biasaudit.db.scan import memory_cells, pushdown_cells, stream_cells
+from biasaudit.db.source import read_predictions
 from biasaudit.schemas.config import parse_config
+from biasaudit.schemas.quarantine import split_valid
 from biasaudit.tasks.counts import group_counts
-from biasaudit.tasks.extract import read_predictions
-from biasaudit.tasks.scan import pushdown_counts, stream_counts
-from biasaudit.tasks.validate import split_valid
+from sqlalchemy import Column, DateTime, Float, Integer, MetaData, String, Table
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
@@ -92,10 +91,12 @@ def test_stream_and_pushdown_match_memory(db_url):
         return counts.sort_values(["attribute", "group_name", "subset"]).reset_index(drop=True)
 
     for reduced in (
-        stream_counts(engine, AUDIT, None, NOW, NOW, chunk_rows=1000),
-        pushdown_counts(engine, AUDIT, None, NOW, NOW),
+        memory_cells(engine, AUDIT, None, NOW, NOW),
+        stream_cells(engine, AUDIT, None, NOW, NOW, chunk_rows=1000),
+        pushdown_cells(engine, AUDIT, None, NOW, NOW),
     ):
-        pd.testing.assert_frame_equal(key(reduced.counts), key(memory))
+        counts = group_counts(reduced.cells, AUDIT.attributes, AUDIT.intersections)
+        pd.testing.assert_frame_equal(key(counts), key(memory))
         assert reduced.rows_read == len(frame) and reduced.rows_valid == len(valid)
         assert reduced.rows_unlabelled == int(valid["y_true"].isna().sum())
         assert sorted(reduced.quarantine["row_ref"]) == sorted(quarantine["row_ref"])
@@ -106,9 +107,9 @@ def test_stream_and_pushdown_match_memory(db_url):
 def test_stream_fingerprint_does_not_depend_on_chunking(db_url, chunk_rows):
     """It fingerprints the same window the same way whatever the chunk size."""
     engine = write_source(db_url)
-    whole = stream_counts(engine, AUDIT, None, NOW, NOW, chunk_rows=10_000)
+    whole = stream_cells(engine, AUDIT, None, NOW, NOW, chunk_rows=10_000)
     assert (
-        stream_counts(engine, AUDIT, None, NOW, NOW, chunk_rows=chunk_rows).fingerprint
+        stream_cells(engine, AUDIT, None, NOW, NOW, chunk_rows=chunk_rows).fingerprint
         == whole.fingerprint
     )
 
@@ -143,8 +144,8 @@ def test_audit_in_each_scan_mode_stores_the_memory_results(db_url, tmp_path, mod
 
 def test_unique_key_on_ids_is_recognised(db_url):
     """It trusts a unique key on (model, prediction id) and skips the duplicate scan, not otherwise."""
-    from biasaudit.tasks.extract import reflect_source
-    from biasaudit.tasks.scan import ids_are_unique
+    from biasaudit.db.scan import ids_are_unique
+    from biasaudit.db.source import reflect_source
 
     engine = write_source(db_url)
     with engine.connect() as connection:

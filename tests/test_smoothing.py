@@ -3,7 +3,6 @@
 import numpy as np
 import pandas as pd
 import pytest
-
 from biasaudit.tasks.smoothing import additive_smoothing, cross_prior_smoothing
 
 CELLS = ["tp", "fp", "fn", "tn"]

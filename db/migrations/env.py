@@ -1,9 +1,8 @@
 """Alembic environment: runs migrations online against the configured URL."""
 
 from alembic import context
-from sqlalchemy import engine_from_config, pool
-
 from biasaudit.db.models import Base
+from sqlalchemy import engine_from_config, pool
 
 config = context.config
 

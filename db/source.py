@@ -1,4 +1,4 @@
-"""Extract stage: read one audit's window of predictions from its source table or view.
+"""The audit's source: read one audit's window of predictions from its table or view.
 
 Table and column names from configuration are looked up in the database's own catalogue (reflection)
 and used as SQLAlchemy objects, never pasted into SQL; values are bound parameters.
@@ -11,12 +11,9 @@ from datetime import UTC, datetime
 
 import numpy as np
 import pandas as pd
+from biasaudit.schemas.config import Audit
 from sqlalchemy import Engine, MetaData, Table, literal, null, select
 from sqlalchemy.exc import NoSuchTableError
-
-from biasaudit.db.engine import make_engine
-from biasaudit.schemas.config import Audit
-from biasaudit.tasks.persist import database_task
 
 REQUIRED = ("prediction_id", "predicted_at", "y_true", "y_pred")
 ATTRIBUTES_JSON = "attributes"
@@ -64,7 +61,7 @@ def source_query(
 
     selected = [column(c, True) for c in REQUIRED]
     model = column("model_id", False)
-    selected.append(model if model is not None else literal(audit.model).label("model_id"))
+    selected.append(model if model is not None else literal(audit.model_id).label("model_id"))
     version = column("model_version", False)
     selected.append(version if version is not None else null().label("model_version"))
     score = column("score", False)
@@ -82,7 +79,7 @@ def source_query(
 
     query = select(*selected)
     if model is not None:
-        query = query.where(table.c[audit.source_column("model_id")] == audit.model)
+        query = query.where(table.c[audit.source_column("model_id")] == audit.model_id)
     if audit.model_version is not None:
         if version is None:
             raise SourceError(f"source {table.name!r}: model_version is configured but not mapped")
@@ -117,9 +114,9 @@ def empty_window_message(connection, table: Table, audit: Audit, start, end) -> 
     if column not in table.c:
         return f"no predictions in {audit.source!r} for {window}"
     models = connection.execute(select(table.c[column]).distinct().limit(20)).scalars().all()
-    if audit.model not in models:
-        return f"unknown model {audit.model!r}: {audit.source!r} holds predictions of {sorted(map(str, models))}"
-    return f"no predictions of model {audit.model!r} in {audit.source!r} for {window}"
+    if audit.model_id not in models:
+        return f"unknown model {audit.model_id!r}: {audit.source!r} holds predictions of {sorted(map(str, models))}"
+    return f"no predictions of model {audit.model_id!r} in {audit.source!r} for {window}"
 
 
 def row_hash_sum(frame: pd.DataFrame) -> int:
@@ -134,13 +131,3 @@ def fingerprint(frame: pd.DataFrame | None, hash_sum: int = 0, rows: int = 0) ->
     if frame is not None:
         hash_sum, rows = row_hash_sum(frame), len(frame)
     return hashlib.sha256(f"{rows}:{hash_sum}".encode()).hexdigest()
-
-
-@database_task
-def extract(db_url: str, audit: Audit, start: datetime | None, end: datetime) -> pd.DataFrame:
-    """Prefect task: read the window (retried with backoff when the database is unreachable)."""
-    engine = make_engine(db_url)
-    try:
-        return read_predictions(engine, audit, start, end)
-    finally:
-        engine.dispose()

@@ -1,6 +1,11 @@
-"""Scan stage for large windows: reduce N prediction rows to counts in bounded memory.
+"""Scan: reduce an audit window of N prediction rows to validated cells in bounded memory.
 
-Two alternatives to reading the window whole (tasks.extract + tasks.validate + tasks.counts):
+A scan returns the window's *cells*: one row per distinct (attributes, y_true, y_pred) with its
+number of valid predictions ``n`` (y_true NaN where the outcome is unknown), every invalid row
+quarantined with its reason, and the row accounting. Counts per group and intersection are a sum
+over cells (tasks.counts.group_counts). Three modes:
+
+- ``memory``: read the window whole, validate it with the Pandera schema, aggregate.
 
 - ``stream``: read the window in chunks (a server-side cursor), validate each chunk with the same
   Pandera schema, quarantine its invalid rows, and fold its group counts into running sums. Memory
@@ -14,7 +19,7 @@ Two alternatives to reading the window whole (tasks.extract + tasks.validate + t
   prediction id, are few and are fetched and put through the same Pandera validation, so nothing
   invalid is counted and nothing is lost.
 
-Both give the counts the in-memory path gives on the same data (tests/test_scan.py).
+All three give the same cells, quarantine and accounting on the same data (tests/test_scan.py).
 """
 
 from __future__ import annotations
@@ -25,34 +30,59 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import pandas as pd
-from sqlalchemy import and_, case, func, inspect, literal, not_, or_, select
-
-from biasaudit.db.engine import make_engine
-from biasaudit.schemas.config import Audit
-from biasaudit.schemas.frames import CLOCK_SKEW
-from biasaudit.tasks.counts import cell_counts, fold_counts, with_complements
-from biasaudit.tasks.extract import (
+from biasaudit.db.source import (
     EmptyWindow,
     empty_window_message,
+    read_predictions,
     reflect_source,
     row_hash_sum,
     source_query,
 )
-from biasaudit.tasks.extract import fingerprint as frame_fingerprint
-from biasaudit.tasks.persist import database_task
-from biasaudit.tasks.validate import QUARANTINE_COLUMNS, split_valid
+from biasaudit.db.source import fingerprint as frame_fingerprint
+from biasaudit.schemas.config import Audit
+from biasaudit.schemas.frames import CLOCK_SKEW
+from biasaudit.schemas.quarantine import QUARANTINE_COLUMNS, split_valid
+from sqlalchemy import and_, case, func, inspect, literal, not_, or_, select
+
+OUTCOMES = ["y_true", "y_pred"]
 
 
-@dataclass
-class Reduced:
-    """What a scan leaves of the window: counts, quarantine, and the row accounting."""
+@dataclass(frozen=True)
+class Scanned:
+    """What a scan leaves of the window: cells, quarantine, and the row accounting."""
 
-    counts: pd.DataFrame
+    cells: pd.DataFrame
     quarantine: pd.DataFrame
     rows_read: int
     rows_valid: int
     rows_unlabelled: int
     fingerprint: str
+
+
+def cells_of(valid: pd.DataFrame, attributes: list[str]) -> pd.DataFrame:
+    """Valid rows (or weighted cells with a column ``n``) summed per (attributes, y_true, y_pred)."""
+    keys = [*attributes, *OUTCOMES]
+    weight = valid["n"] if "n" in valid else pd.Series(1, index=valid.index, dtype="int64")
+    frame = valid[keys].astype({a: str for a in attributes}).assign(
+        y_true=pd.to_numeric(valid["y_true"].astype(object)).astype("float64"),
+        y_pred=pd.to_numeric(valid["y_pred"].astype(object)).astype("int64"),
+        n=weight.astype("int64"),
+    )
+    return frame.groupby(keys, dropna=False, sort=True, as_index=False)["n"].sum()
+
+
+def memory_cells(engine, audit: Audit, start, end, now: datetime) -> Scanned:
+    """Cells of the window read whole and validated in memory."""
+    frame = read_predictions(engine, audit, start, end)
+    valid, quarantine = split_valid(frame, audit.attributes, now)
+    return Scanned(
+        cells=cells_of(valid, audit.attributes),
+        quarantine=quarantine,
+        rows_read=len(frame),
+        rows_valid=len(valid),
+        rows_unlabelled=int(valid["y_true"].isna().sum()),
+        fingerprint=frame_fingerprint(frame),
+    )
 
 
 def _window(engine, audit: Audit, start, end):
@@ -81,8 +111,8 @@ def _duplicated_ids(connection, window) -> set:
     return set(connection.execute(query).scalars())
 
 
-def stream_counts(engine, audit: Audit, start, end, now: datetime, chunk_rows: int) -> Reduced:
-    """Counts of the window read in chunks of ``chunk_rows``, validated chunk by chunk."""
+def stream_cells(engine, audit: Audit, start, end, now: datetime, chunk_rows: int) -> Scanned:
+    """Cells of the window read in chunks of ``chunk_rows``, validated chunk by chunk."""
     table, window = _window(engine, audit, start, end)
     parts, quarantines = [], []
     rows = valid_rows = unlabelled = 0
@@ -104,14 +134,14 @@ def stream_counts(engine, audit: Audit, start, end, now: datetime, chunk_rows: i
             seen.update(set(valid["prediction_id"]) & duplicated)
             quarantine["row_number"] = quarantine["row_number"] + rows
             quarantines.append(quarantine)
-            parts.append(cell_counts(valid, audit.attributes, audit.intersections))
+            parts.append(cells_of(valid, audit.attributes))
             valid_rows += len(valid)
             unlabelled += int(valid["y_true"].isna().sum())
             rows += len(chunk)
         if rows == 0:
             raise EmptyWindow(empty_window_message(connection, table, audit, start, end))
-    return Reduced(
-        counts=with_complements(fold_counts(parts)),
+    return Scanned(
+        cells=cells_of(pd.concat(parts, ignore_index=True), audit.attributes),
         quarantine=pd.concat(quarantines, ignore_index=True),
         rows_read=rows,
         rows_valid=valid_rows,
@@ -155,8 +185,8 @@ def _valid_predicate(window, audit: Audit, now: datetime, naive: bool):
     return and_(*rules)
 
 
-def pushdown_counts(engine, audit: Audit, start, end, now: datetime) -> Reduced:
-    """Counts of the window from one GROUP BY in the database, invalid rows quarantined."""
+def pushdown_cells(engine, audit: Audit, start, end, now: datetime) -> Scanned:
+    """Cells of the window from one GROUP BY in the database, invalid rows quarantined."""
     table, window = _window(engine, audit, start, end)
     naive = engine.dialect.name == "sqlite"
     valid = _valid_predicate(window, audit, now, naive)
@@ -179,17 +209,13 @@ def pushdown_counts(engine, audit: Audit, start, end, now: datetime) -> Reduced:
     grouped = grouped[grouped["ok"] == 1].drop(columns="ok")
     accepted, quarantine = split_valid(rest, audit.attributes, now)
     grouped = grouped.astype({a: str for a in audit.attributes})
-    counts = fold_counts(
-        [
-            cell_counts(grouped, audit.attributes, audit.intersections),
-            cell_counts(accepted, audit.attributes, audit.intersections),
-        ]
-    )
-    digest = hashlib.sha256(counts.to_csv(index=False).encode())
+    parts = [cells_of(grouped, audit.attributes), cells_of(accepted, audit.attributes)]
+    cells = cells_of(pd.concat(parts, ignore_index=True), audit.attributes)
+    digest = hashlib.sha256(cells.to_csv(index=False).encode())
     digest.update(quarantine.drop(columns="row").to_csv(index=False).encode())
     unknown = grouped["y_true"].isna()
-    return Reduced(
-        counts=with_complements(counts),
+    return Scanned(
+        cells=cells,
         quarantine=quarantine,
         rows_read=int(rows),
         rows_valid=int(grouped["n"].sum()) + len(accepted),
@@ -198,13 +224,10 @@ def pushdown_counts(engine, audit: Audit, start, end, now: datetime) -> Reduced:
     )
 
 
-@database_task
-def scan(db_url: str, audit: Audit, start, end, now: datetime) -> Reduced:
-    """Prefect task: the configured scan (stream or pushdown) of the audit window."""
-    engine = make_engine(db_url)
-    try:
-        if audit.scan.mode == "pushdown":
-            return pushdown_counts(engine, audit, start, end, now)
-        return stream_counts(engine, audit, start, end, now, audit.scan.chunk_rows)
-    finally:
-        engine.dispose()
+def scan_window(engine, audit: Audit, start, end, now: datetime) -> Scanned:
+    """The configured scan (``audit.scan.mode``: memory, stream or pushdown) of the window."""
+    if audit.scan.mode == "pushdown":
+        return pushdown_cells(engine, audit, start, end, now)
+    if audit.scan.mode == "stream":
+        return stream_cells(engine, audit, start, end, now, audit.scan.chunk_rows)
+    return memory_cells(engine, audit, start, end, now)

@@ -1,4 +1,4 @@
-"""Validate stage: split extracted predictions into valid rows and quarantined failures.
+"""Validation: split predictions into valid rows and quarantined failures with their reasons.
 
 Every failure of the Pandera schema (``schemas.frames.predictions_schema``) becomes one quarantine
 record (row, column, value, rule) with the whole row kept; rows with any failure leave the audit.
@@ -12,9 +12,6 @@ from datetime import datetime
 
 import pandas as pd
 import pandera.pandas as pa
-from prefect import task
-from prefect.cache_policies import NO_CACHE
-
 from biasaudit.schemas.frames import predictions_schema
 
 QUARANTINE_COLUMNS = ["row_number", "row_ref", "column_name", "value", "rule", "row"]
@@ -89,11 +86,3 @@ def check_invalid_fraction(read: int, quarantined: int, max_fraction: float) -> 
             f"{quarantined} of {read} rows ({quarantined / read:.1%}) failed validation, "
             f"above max_invalid_fraction = {max_fraction:.1%}; see quarantined_rows"
         )
-
-
-@task(name="validate", cache_policy=NO_CACHE)
-def validate(
-    frame: pd.DataFrame, attributes: list[str], now: datetime
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Prefect task: Pandera validation with quarantine of every failing row."""
-    return split_valid(frame, attributes, now)

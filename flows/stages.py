@@ -1,0 +1,120 @@
+"""The audit's stages as Prefect tasks: database steps with the retry policy, pure stages as is.
+
+Database steps (begin, scan, previous run, persist, failure, report) retry on transient database
+errors with exponential backoff (db.retry); the pure stages of tasks.core run once. The same
+functions run without Prefect through ``.fn`` (``run_audit``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from biasaudit.db.engine import engine_scope
+from biasaudit.db.history import previous_run_metrics
+from biasaudit.db.results import result_tables
+from biasaudit.db.retry import RETRIES, is_transient, retry_base_seconds
+from biasaudit.db.runs import RunRecord, abandon_stale_runs, record_failed_run, save_run, start_run
+from biasaudit.db.scan import Scanned, scan_window
+from biasaudit.schemas.config import Audit
+from biasaudit.tasks.core import AuditResult
+from biasaudit.tasks.report import headline_markdown, render_report, reports_dir
+from prefect import Task, task
+from prefect.cache_policies import NO_CACHE
+from prefect.tasks import exponential_backoff
+
+
+def _transient(task: Task, task_run: Any, state: Any) -> bool:
+    """Prefect retry condition: retry only what db.retry calls transient."""
+    return is_transient(state.result(raise_on_failure=False))
+
+
+def database_task(function: Callable[..., Any]) -> Task:
+    """A Prefect task that retries ``function`` on transient database errors."""
+    return task(
+        retries=RETRIES,
+        retry_delay_seconds=exponential_backoff(backoff_factor=retry_base_seconds()),
+        retry_condition_fn=_transient,
+        cache_policy=NO_CACHE,
+    )(function)
+
+
+@cache
+def stage_task(name: str, function: Callable[..., Any]) -> Task:
+    """The pure stage ``function`` as a Prefect task named ``name`` (no retries: it is pure)."""
+    return task(name=name, cache_policy=NO_CACHE)(function)
+
+
+@database_task
+def begin(db_url: str, record: RunRecord, stale_after: timedelta) -> int:
+    """Mark this audit's abandoned runs failed, wait for any run of it still going (up to
+    ``stale_after``), then commit a ``running`` row."""
+    with engine_scope(db_url) as engine:
+        abandon_stale_runs(engine, record.audit_name, stale_after)
+        return start_run(engine, record, wait=stale_after)
+
+
+@database_task
+def scan(db_url: str, audit: Audit, start: datetime | None, end: datetime, now: datetime) -> Scanned:
+    """The audit window as validated cells, quarantine and row accounting (db.scan)."""
+    with engine_scope(db_url) as engine:
+        return scan_window(engine, audit, start, end, now)
+
+
+@database_task
+def previous_run(db_url: str, audit_name: str, model_id: str) -> tuple[int | None, pd.DataFrame]:
+    """The previous run of the audit and its per-group metrics, for the compare stage."""
+    with engine_scope(db_url) as engine:
+        return previous_run_metrics(engine, audit_name, model_id)
+
+
+@database_task
+def persist(
+    db_url: str,
+    run_id: int,
+    record: RunRecord,
+    result: AuditResult,
+    quarantine: pd.DataFrame,
+    force: bool = False,
+) -> tuple[int, bool]:
+    """Commit the results as the next version; returns (run id, whether it is new)."""
+    with engine_scope(db_url) as engine:
+        return save_run(engine, run_id, record, result_tables(result), quarantine, force=force)
+
+
+@database_task
+def record_failure(
+    db_url: str, run_id: int | None, record: RunRecord, error: str, quarantine: pd.DataFrame | None
+) -> int:
+    """Mark the run failed with its error; no results become visible."""
+    with engine_scope(db_url) as engine:
+        return record_failed_run(engine, run_id, record, error, quarantine)
+
+
+@database_task
+def report(db_url: str, run_id: int, audit_name: str, summary: dict) -> str:
+    """Write the run's HTML report and publish its headline as a Prefect artifact."""
+    from prefect.artifacts import create_markdown_artifact
+    from prefect.context import get_run_context
+    from prefect.exceptions import MissingContextError
+
+    with engine_scope(db_url) as engine:
+        page = render_report(engine, run_id)
+    folder = reports_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = Path(folder) / f"{audit_name}-run-{run_id}.html"
+    path.write_text(page)
+    try:
+        get_run_context()
+    except MissingContextError:  # plain function call, outside Prefect: no artifact to publish
+        return str(path)
+    create_markdown_artifact(
+        headline_markdown(summary, run_id, audit_name, path),
+        key=f"audit-{audit_name.lower().replace('_', '-').replace('.', '-')}",
+        description=f"Headline of bias audit {audit_name}, run {run_id}",
+    )
+    return str(path)

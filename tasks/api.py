@@ -1,0 +1,74 @@
+"""The Python API: audit a pandas DataFrame in a notebook, with the flow's own schema and core.
+
+Example::
+
+    import biasaudit
+    result = biasaudit.audit_frame(
+        frame, attributes=["race"], reference_groups={"race": "Caucasian"}, tolerance=0.05
+    )
+    result.detection[result.detection["flagged"]]
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from biasaudit.schemas.config import audit_from_options
+from biasaudit.schemas.quarantine import split_valid
+from biasaudit.tasks.core import AuditResult, audit_counts
+from biasaudit.tasks.counts import group_counts
+
+
+def audit_frame(
+    frame: pd.DataFrame,
+    *,
+    attributes: Sequence[str],
+    intersections: Sequence[Sequence[str]] = (),
+    reference_groups: dict[str, str] | None = None,
+    metrics: Sequence[str] | None = None,
+    **options: Any,
+) -> AuditResult:
+    """Audit the predictions in ``frame`` and return every stage's result frames.
+
+    ``frame`` holds ``y_true`` (0/1, missing where the outcome is unknown), ``y_pred`` (0/1),
+    optionally ``score`` in [0, 1], and the ``attributes`` columns; ``prediction_id``,
+    ``model_id``, ``model_version`` and ``predicted_at`` are optional (the row position, "frame",
+    none and now stand in).
+    ``options`` are the audit configuration's own keys with the TOML file's defaults
+    (``tolerance``, ``alpha``, ``power``, ``bootstrap_replicates``, ``cps_lambda``, ...).
+    Rows that fail the predictions schema are not audited: they are returned, with the column and
+    the rule they broke, in ``result.quarantine`` (and a warning says how many).
+    """
+    audit = audit_from_options(
+        attributes=list(attributes),
+        intersections=[list(i) for i in intersections],
+        reference_groups=reference_groups,
+        metrics=None if metrics is None else list(metrics),
+        **options,
+    )
+    now = datetime.now(UTC)
+    stand_ins = {
+        "prediction_id": lambda f: pd.Series(range(len(f)), index=f.index).astype(str),
+        "model_id": lambda f: "frame",
+        "model_version": lambda f: None,
+        "predicted_at": lambda f: now,
+        "score": lambda f: np.nan,
+    }
+    missing = {c: stand_ins[c] for c in stand_ins if c not in frame.columns}
+    rows = frame.assign(**missing)
+    valid, quarantine = split_valid(rows, audit.attributes, now)
+    if len(quarantine):
+        bad = quarantine["row_number"].nunique()
+        warnings.warn(
+            f"{bad} of {len(rows)} rows failed validation and were not audited: "
+            "see result.quarantine",
+            stacklevel=2,
+        )
+    counts = group_counts(valid, audit.attributes, audit.intersections)
+    result = audit_counts(counts, audit)
+    return AuditResult(**{**result.__dict__, "quarantine": quarantine})

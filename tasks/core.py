@@ -1,0 +1,194 @@
+"""The audit core: validated confusion counts in, every stage's result frames out.
+
+Pure: no database, no Prefect. One call of :func:`audit_counts` runs the statistical stages of
+../shared/DESIGN.md on the counts frame (schemas.frames.COUNTS) in order:
+
+    comparison pairs and their metrics (once) -> metrics and two-group metrics -> compare
+    -> MATCH -> planning -> detection -> smoothing -> meta-metrics -> summary
+
+The audit flow runs the very same function, each stage as a Prefect task, by passing a ``run``
+hook; ``biasaudit.audit_frame`` runs it on a DataFrame. Each result frame has the columns of its
+result table (db.results maps them), so a notebook and the database see the same numbers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import pandas as pd
+from biasaudit.schemas.config import Audit
+from biasaudit.schemas.frames import validate_frame
+from biasaudit.schemas.metric_ids import RATE_METRICS
+from biasaudit.schemas.quarantine import QUARANTINE_COLUMNS
+from biasaudit.tasks.compare import compare_with_previous
+from biasaudit.tasks.counts import comparison_pairs
+from biasaudit.tasks.detection import detect
+from biasaudit.tasks.match import MATCH_METRICS, match_test
+from biasaudit.tasks.metametrics import attribute_meta_metrics
+from biasaudit.tasks.metrics import CATALOGUE, compute_metrics, pair_metrics, two_group_metrics
+from biasaudit.tasks.planning import plan
+from biasaudit.tasks.smoothing import smoothed_counts
+
+Runner = Callable[..., Any]
+
+
+def call(stage: str, function: Callable[..., Any], *args: Any) -> Any:
+    """The default ``run`` hook: call the stage's function."""
+    return function(*args)
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    """Every stage's result of one audit (frames with the columns of their result tables)."""
+
+    counts: pd.DataFrame
+    metrics: pd.DataFrame
+    two_group: pd.DataFrame
+    match: pd.DataFrame
+    planning: pd.DataFrame
+    detection: pd.DataFrame
+    smoothed: pd.DataFrame
+    metametrics: pd.DataFrame
+    comparison: pd.DataFrame
+    summary: Mapping[str, Any]
+    quarantine: pd.DataFrame = field(
+        default_factory=lambda: pd.DataFrame(columns=QUARANTINE_COLUMNS)
+    )
+
+    def flagged(self) -> pd.DataFrame:
+        """The detection rows flagged after multiplicity adjustment."""
+        return self.detection[self.detection["flagged"].astype(bool)]
+
+
+def bootstrap_seed(counts: pd.DataFrame) -> int:
+    """A seed fixed by the counts: the same input gives the same bootstrap interval."""
+    digest = hashlib.sha256(counts.to_csv(index=False).encode()).hexdigest()
+    return int(digest[:8], 16)
+
+
+def group_metrics(counts: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
+    """Raw per-group metrics of every group and complement (``estimator='raw'``)."""
+    return compute_metrics(counts, [m for m in metrics if m in CATALOGUE]).assign(estimator="raw")
+
+
+def smoothed_metrics(
+    groups: pd.DataFrame, metrics: list[str], cps_lambda: float, additive_pseudocount: float
+) -> pd.DataFrame:
+    """Metrics of the CPS- and additively smoothed groups, with their ``estimator``."""
+    names = [m for m in metrics if m in CATALOGUE]
+    cps, additive = smoothed_counts(groups, cps_lambda, additive_pseudocount)
+    return pd.concat(
+        [
+            compute_metrics(cps, names).assign(estimator="cps"),
+            compute_metrics(additive, names).assign(estimator="additive"),
+        ],
+        ignore_index=True,
+    )
+
+
+def run_summary(
+    counts: pd.DataFrame,
+    metrics: pd.DataFrame,
+    match: pd.DataFrame,
+    detection: pd.DataFrame,
+    planning: pd.DataFrame,
+    comparison: pd.DataFrame,
+    alpha: float,
+) -> dict[str, Any]:
+    """Headline numbers of a run (stored as ``audit_runs.summary``)."""
+    groups = counts[counts["subset"] == "group"]
+    sizes = groups[["tp", "fp", "fn", "tn"]].sum(axis=1)
+    undefined = metrics[metrics["undefined_reason"].notna() & (metrics["subset"] == "group")]
+    return {
+        "groups": len(groups),
+        "groups_per_attribute": groups.groupby("attribute").size().astype(int).to_dict(),
+        "smallest_group": int(sizes.min()) if len(sizes) else 0,
+        "undefined_metrics": len(undefined),
+        "undefined_by_metric": undefined.groupby("metric").size().astype(int).to_dict(),
+        "match_tests": int(match["p_value"].notna().sum()),
+        "match_below_alpha": int((match["p_value"] < alpha).sum()),
+        "detection_tests": int(detection["p_value"].notna().sum()),
+        "underpowered": int(planning["verdict"].str.startswith("underpowered").sum()),
+        "significant_changes": (
+            int(comparison["significant"].sum()) if not comparison.empty else None
+        ),
+        "flagged": [
+            f"{r.attribute}={r.group_name} {r.metric} {r.direction} than {r.reference} "
+            f"({r.difference:+.3f}, adjusted p {r.p_adjusted:.2g})"
+            for r in detection[detection["flagged"].astype(bool)].itertuples()
+        ],
+    }
+
+
+def audit_counts(
+    counts: pd.DataFrame,
+    audit: Audit,
+    *,
+    previous: tuple[int | None, pd.DataFrame] = (None, pd.DataFrame()),
+    run: Runner = call,
+) -> AuditResult:
+    """Run every statistical stage of ``audit`` on validated ``counts`` (schemas.frames.COUNTS).
+
+    ``previous`` is the previous run's id and per-group metrics for the compare stage (none by
+    default). ``run(stage, function, *args)`` runs each stage: the default calls it; the audit flow
+    runs it as a Prefect task.
+    """
+    counts = validate_frame("counts", counts)
+    thresholds, smoothing = audit.thresholds, audit.smoothing
+    rates = [m for m in audit.metrics if m in RATE_METRICS]
+    group, reference = run("pairs", comparison_pairs, counts, audit.reference_groups)
+    pair = run("pair metrics", pair_metrics, group, reference, rates)
+    metrics = run("metrics", group_metrics, counts, audit.metrics)
+    two_group = run("two-group metrics", two_group_metrics, group, reference)
+    two_group = two_group[two_group["metric"].isin(audit.metrics)].reset_index(drop=True)
+    comparison = run("compare", compare_with_previous, previous, metrics, thresholds.alpha)
+    match = run(
+        "match", match_test, group, reference, [m for m in audit.metrics if m in MATCH_METRICS]
+    )
+    planning = run(
+        "planning",
+        plan,
+        group,
+        reference,
+        pair,
+        thresholds.planning_tau,
+        thresholds.alpha,
+        thresholds.power,
+    )
+    detection = run("detection", detect, pair, thresholds.tolerance, thresholds.alpha)
+    smoothed = run(
+        "smoothing",
+        smoothed_metrics,
+        counts[counts["subset"] == "group"],
+        audit.metrics,
+        smoothing.cps_lambda,
+        smoothing.additive_alpha,
+    )
+    metametrics = run(
+        "meta-metrics",
+        attribute_meta_metrics,
+        metrics,
+        rates,
+        thresholds.bootstrap_replicates,
+        1 - thresholds.alpha,
+        bootstrap_seed(counts),
+    )
+    summary = run_summary(
+        counts, metrics, match, detection, planning, comparison, thresholds.alpha
+    )
+    return AuditResult(
+        counts=counts,
+        metrics=validate_frame("metrics", metrics),
+        two_group=validate_frame("two_group", two_group),
+        match=validate_frame("match", match),
+        planning=validate_frame("planning", planning),
+        detection=validate_frame("detection", detection),
+        smoothed=validate_frame("smoothed", smoothed),
+        metametrics=validate_frame("metametrics", metametrics),
+        comparison=validate_frame("comparison", comparison),
+        summary=MappingProxyType(summary),
+    )

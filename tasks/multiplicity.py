@@ -1,0 +1,16 @@
+"""Multiplicity control across the many tests of one audit (../shared/SPEC.md section 3)."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+
+def bh_adjust(p_values: np.ndarray) -> np.ndarray:
+    """Benjamini-Hochberg adjusted p-values of the tests that were made (NaN = no test, kept)."""
+    p_values = np.asarray(p_values, dtype=float)
+    adjusted = np.full_like(p_values, np.nan)
+    made = ~np.isnan(p_values)
+    if made.any():
+        adjusted[made] = stats.false_discovery_control(p_values[made], method="bh")
+    return adjusted

@@ -1,0 +1,224 @@
+"""The Python API: audit_frame runs the flow's schema and core on a DataFrame."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import biasaudit
+import numpy as np
+import pandas as pd
+import pandera.pandas as pa
+import pytest
+from biasaudit.schemas.config import ConfigError
+from biasaudit.schemas.frames import FRAME_SCHEMAS
+
+from .conftest import COMPAS
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = Path(__file__).parent / "golden" / "compas_race.csv"
+needs_compas = pytest.mark.skipif(not COMPAS.exists(), reason=f"{COMPAS} is absent")
+
+
+def compas_frame() -> pd.DataFrame:
+    """ProPublica's binary prediction: score_text != "Low" (Medium or High)."""
+    raw = pd.read_csv(COMPAS)
+    return pd.DataFrame(
+        {
+            "prediction_id": raw["id"].astype(str),
+            "y_true": raw["two_year_recid"].astype(float),
+            "y_pred": (raw["score_text"] != "Low").astype(int),
+            "race": raw["race"],
+            "sex": raw["sex"],
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def compas_result():
+    return biasaudit.audit_frame(
+        compas_frame(),
+        attributes=["race", "sex"],
+        intersections=[["race", "sex"]],
+        reference_groups={"race": "Caucasian"},
+        bootstrap_replicates=200,
+    )
+
+
+@needs_compas
+def test_compas_reproduces_propublica(compas_result):
+    """It gives ProPublica's FPR and FNR for Black and White defendants (44.85%/23.45%,
+    27.99%/47.72%) and the same values as counts taken straight from the CSV."""
+    raw = pd.read_csv(COMPAS)
+    predicted, truth = raw["score_text"] != "Low", raw["two_year_recid"] == 1
+    metrics = compas_result.metrics
+    race = metrics[(metrics["attribute"] == "race") & (metrics["subset"] == "group")]
+    value = race.pivot(index="group_name", columns="metric", values="value")
+    for group, fpr, fnr in [("African-American", 0.4485, 0.2799), ("Caucasian", 0.2345, 0.4772)]:
+        mine = raw["race"] == group
+        assert value.loc[group, "fpr"] == pytest.approx(
+            (predicted & ~truth & mine).sum() / (~truth & mine).sum(), abs=1e-12
+        )
+        assert value.loc[group, "fnr"] == pytest.approx(
+            (~predicted & truth & mine).sum() / (truth & mine).sum(), abs=1e-12
+        )
+        assert round(value.loc[group, "fpr"], 4) == fpr and round(value.loc[group, "fnr"], 4) == fnr
+    assert len(compas_result.quarantine) == 0
+
+
+@needs_compas
+def test_undefined_cells_carry_their_reason(compas_result):
+    """It reports a metric whose denominator is zero as undefined with the reason, never as 0."""
+    metrics = compas_result.metrics
+    ppv = metrics[(metrics["metric"] == "ppv") & (metrics["subset"] == "group")]
+    undefined = ppv[ppv["value"].isna()]
+    assert len(undefined) >= 1
+    assert undefined["undefined_reason"].str.contains("no predicted positives").all()
+    counts = compas_result.counts.set_index(["attribute", "group_name", "subset"])
+    for row in undefined.itertuples():
+        cell = counts.loc[(row.attribute, row.group_name, "group")]
+        assert cell["tp"] + cell["fp"] == 0
+
+
+@needs_compas
+def test_result_frames_fit_their_schemas(compas_result):
+    """It returns every frame that crosses a stage boundary in the shape of its schema."""
+    for name, schema in FRAME_SCHEMAS.items():
+        if name != "cells":
+            schema.validate(getattr(compas_result, name))
+    with pytest.raises(pa.errors.SchemaError):
+        FRAME_SCHEMAS["detection"].validate(compas_result.detection.assign(p_value=1.5))
+
+
+@needs_compas
+def test_compas_golden_file(compas_result):
+    """It pins the COMPAS audit's key results (counts, rates, disparities against the Caucasian
+    reference) to the stored golden file, within tolerances."""
+    detection = compas_result.detection
+    key = detection[(detection["attribute"] == "race") & detection["metric"].isin(["fpr", "fnr"])]
+    current = key[["group_name", "reference", "metric", "x_group", "n_group", "difference"]]
+    current = current.sort_values(["group_name", "reference", "metric"]).reset_index(drop=True)
+    golden = pd.read_csv(GOLDEN, keep_default_na=False)
+    pd.testing.assert_frame_equal(
+        current, golden, check_dtype=False, atol=1e-9, rtol=0, check_exact=False
+    )
+
+
+@needs_compas
+def test_api_and_database_run_agree(compas_result, tmp_path):
+    """It gives the same metrics as the flow's database run on the same predictions."""
+    from biasaudit.db.engine import make_engine
+    from biasaudit.db.history import run_metrics
+    from biasaudit.db.load import load_predictions
+    from biasaudit.db.migrate import upgrade
+    from biasaudit.flows.audit import run_audit
+
+    url = f"sqlite:///{tmp_path / 'compas.db'}"
+    upgrade(url)
+    frame = compas_frame().assign(
+        model_id="compas",
+        model_version="propublica-2016",
+        predicted_at=pd.Timestamp("2014-01-01", tz="UTC"),
+        score=np.nan,
+    )
+    load_predictions(make_engine(url), frame, ["race", "sex"], "compas")
+    config = tmp_path / "compas.toml"
+    config.write_text(
+        '[[audits]]\nname = "compas"\nmodel = "compas"\nattributes = ["race", "sex"]\n'
+        'intersections = [["race", "sex"]]\nreference_groups = { race = "Caucasian" }\n'
+        "[audits.thresholds]\nbootstrap_replicates = 200\n"
+    )
+    run = run_audit("compas", str(config), url, pd.Timestamp("2015-01-01", tz="UTC"))
+    stored = run_metrics(make_engine(url), run["run_id"]).drop(columns="n")
+    mine = compas_result.metrics
+    mine = mine[mine["subset"] == "group"][stored.columns]
+    order = ["attribute", "group_name", "metric"]
+
+    def normal(frame):
+        frame = frame.sort_values(order).reset_index(drop=True)
+        return frame.astype({"undefined_reason": object}).fillna({"undefined_reason": ""})
+
+    pd.testing.assert_frame_equal(normal(stored), normal(mine), check_dtype=False)
+
+
+def test_invalid_rows_are_reported_not_dropped():
+    """It quarantines rows that break the schema, says so, and audits the rest."""
+    rng = np.random.default_rng(1)
+    frame = pd.DataFrame(
+        {
+            "y_true": rng.integers(0, 2, 200).astype(float),
+            "y_pred": rng.integers(0, 2, 200),
+            "sex": rng.choice(["F", "M"], 200),
+        }
+    )
+    frame.loc[3, "y_pred"] = 2
+    frame.loc[7, "sex"] = " "
+    with pytest.warns(UserWarning, match="2 of 200 rows failed validation"):
+        result = biasaudit.audit_frame(frame, attributes=["sex"], bootstrap_replicates=100)
+    assert sorted(result.quarantine["row_number"]) == [3, 7]
+    groups = result.counts[result.counts["subset"] == "group"]
+    assert groups[["tp", "fp", "fn", "tn", "n_unlabelled"]].to_numpy().sum() == 198
+
+
+def test_options_are_the_configuration_keys():
+    """It takes the TOML file's own keys and rejects an unknown one by name."""
+    frame = pd.DataFrame({"y_true": [0.0, 1.0] * 20, "y_pred": [0, 1] * 20, "g": ["a", "b"] * 20})
+    result = biasaudit.audit_frame(frame, attributes=["g"], tolerance=0.1, bootstrap_replicates=100)
+    assert set(result.detection["metric"]) <= {"acc", "prev", "ppr", "err", "nprev", "pnr", "tpr",
+                                               "fnr", "fpr", "tnr", "ppv", "fdr", "npv", "for"}
+    with pytest.raises(ConfigError, match="tolerence"):
+        biasaudit.audit_frame(frame, attributes=["g"], tolerence=0.1)
+
+
+def test_package_installs_under_one_name(tmp_path):
+    """It installs only the package biasaudit (no top-level flows, tasks, schemas or db), and
+    works from a directory that holds a user's own tasks/, db/, flows/ and schemas.py."""
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+         "--target", str(target), str(ROOT)],
+        check=True,
+        capture_output=True,
+    )
+    top = {p.name for p in target.iterdir() if not p.name.endswith((".dist-info", "__pycache__"))}
+    assert top == {"biasaudit", "bin"} or top == {"biasaudit"}
+    assert (target / "biasaudit" / "db" / "migrations" / "versions").is_dir()
+    user = tmp_path / "user"
+    for package in ("tasks", "db", "flows"):
+        (user / package).mkdir(parents=True)
+        (user / package / "__init__.py").write_text("raise ImportError('user code imported')\n")
+    (user / "schemas.py").write_text("raise ImportError('user code imported')\n")
+    probe = (
+        "import biasaudit, biasaudit.flows.cli, biasaudit.db.migrate, biasaudit.schemas.config\n"
+        "import importlib.util as u\n"
+        f"assert u.find_spec('tasks').origin.startswith({str(user)!r})\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        check=False,
+        cwd=user,
+        env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    bare = subprocess.run(
+        [sys.executable, "-c", "import tasks"],
+        check=False,
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(target)},
+        capture_output=True,
+        text=True,
+    )
+    assert "No module named 'tasks'" in bare.stderr
+
+
+def test_api_does_not_import_prefect():
+    """It audits a frame without importing Prefect (the stages are plain functions)."""
+    probe = (
+        "import sys, biasaudit, biasaudit.db.history, biasaudit.tasks.report\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'prefect'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], check=True, capture_output=True, text=True
+    )
+    assert done.stdout.strip() == "[]"
