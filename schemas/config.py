@@ -28,7 +28,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from biasaudit.schemas.metric_ids import METRIC_IDS, canonical_metric
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 CANONICAL_COLUMNS = (
     "prediction_id",
