@@ -64,9 +64,10 @@ def _binomial(k, n, p):
     lower, upper = stats.binom.cdf(k, n, p), stats.binom.sf(k - 1, n, p)
     sd = np.sqrt(n * p * (1 - p))
     valid = (n * p >= 5) & (n * (1 - p) >= 5)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        approx = np.where(valid, stats.norm.cdf((k + 0.5 - n * p) / sd), np.nan)
-    return lower, upper, (approx, np.where(valid, stats.norm.sf((k - 0.5 - n * p) / sd), np.nan))
+    with np.errstate(divide="ignore", invalid="ignore"):  # sd = 0 only where not valid
+        below = np.where(valid, stats.norm.cdf((k + 0.5 - n * p) / sd), np.nan)
+        above = np.where(valid, stats.norm.sf((k - 0.5 - n * p) / sd), np.nan)
+    return lower, upper, (below, above)
 
 
 def _exact_on(rows: np.ndarray, function, *arrays):
