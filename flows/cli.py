@@ -459,13 +459,13 @@ def report(
     db: DbOption = None,
 ) -> None:
     """Render any stored run as a self-contained HTML report."""
-    from biasaudit.tasks.report import render_report, reports_dir
+    from biasaudit.flows.report import build_report, report_path
 
     engine = _engine(db)
     run = _run_or_fail(engine, run_id)
-    path = out or reports_dir() / f"{run.audit_name}-run-{run_id}.html"
+    path = out or report_path(run.audit_name, run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_report(engine, run_id))
+    path.write_text(build_report(engine, run_id, str(path))[0])
     console.print(f"wrote {path}")
 
 

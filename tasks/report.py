@@ -1,220 +1,929 @@
-"""Report stage: a self-contained HTML page per run, and a Prefect artifact with the headline.
+"""Report stage (pure): the HTML report, the markdown first screen and the table records of a run.
 
-Built from the stored run only (so ``biasaudit report RUN`` renders any past run the same way):
-run facts, flagged groups, a forest plot per rate metric (each group's difference from its rest of
-population with its HDI, against the tolerance band), planning verdicts, meta-metrics, and the
-trend of the between-group spread over the audit's last runs. Inline CSS and SVG, no scripts, no
-external resources.
+Rendered from the frames of one stored run (``schemas.report.ReportFrames``, gathered by
+``db.report_data``); nothing here reads a database or imports Prefect. Order of the page:
+
+1. first screen: per attribute a verdict (flagged / fair within tolerance / undecided / too little
+   data), the flagged comparisons ranked by size with their interval and adjusted p, and each
+   group's size and label completeness;
+2. per attribute and rate metric: every group's rate with its Clopper-Pearson interval and counts,
+   the difference and ratio to the configured reference group and to the rest of the population,
+   the four-fifths rule (ratio within 0.8-1.25, as Aequitas applies it) beside the statistical
+   verdict, and forest plots against the reference and against the rest;
+3. trends of each metric and group over the runs up to this one (by as-of), with dates and values;
+4. details, collapsed: planning, MATCH, meta-metrics, smoothing, changes, other metrics, run facts.
+
+Inline CSS and SVG only: no scripts, no external resources. Every value from the data is escaped.
 """
 
 from __future__ import annotations
 
 import html
 import math
-import os
-from pathlib import Path
+import re
+from collections.abc import Iterable
+from datetime import datetime
 
+import numpy as np
 import pandas as pd
+from scipy import stats
 
-REPORTS_ENV = "BIASAUDIT_REPORTS_DIR"
+from biasaudit.schemas.report import ReportFrames
+
+FOUR_FIFTHS = (0.8, 1.25)
+FIRST_SCREEN_ROWS = 10
+CELLS = ["tp", "fp", "fn", "tn"]
+VERDICTS = {
+    "flagged": ("flagged", "#b00020"),
+    "fair": ("fair within tolerance", "#1b5e20"),
+    "undecided": ("undecided", "#8a6d00"),
+    "little": ("too little data", "#555"),
+}
 STYLE = """
-body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1100px}
-h1{font-size:1.5em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #ccc}
-table{border-collapse:collapse;font-size:.85em;margin:.5em 0}
-td,th{border:1px solid #ddd;padding:.25em .5em;text-align:right}th{background:#f4f4f4}
-td:first-child,th:first-child{text-align:left}.flag{color:#b00020;font-weight:600}
-.muted{color:#777}figure{margin:1em 0}figcaption{font-size:.85em;color:#555}
+body{font:14px/1.35 system-ui,sans-serif;margin:12px 20px;color:#222;max-width:1360px}
+h1{font-size:20px;margin:0 0 2px}h2{font-size:16px;margin:18px 0 6px;border-bottom:1px solid #ccc}
+h3{font-size:14px;margin:12px 0 4px}p{margin:4px 0}.meta{color:#555;font-size:13px}
+table{border-collapse:collapse;font-size:13px;margin:4px 0}
+td,th{border:1px solid #ddd;padding:2px 6px;text-align:right;vertical-align:top;
+white-space:nowrap}td.l{white-space:normal}
+th{background:#f4f4f4;font-weight:600}td.l,th.l{text-align:left}
+.flag{color:#b00020;font-weight:600}.fair{color:#1b5e20}.muted{color:#777}
+.badge{display:inline-block;padding:1px 7px;border-radius:9px;color:#fff;font-size:12px;
+font-weight:600;white-space:nowrap}
+.chip{display:inline-block;margin:1px 3px 1px 0;padding:0 5px;border:1px solid #ddd;
+border-radius:4px;font-size:12px;white-space:nowrap}.chip.small{background:#fff3e0;
+border-color:#f0a040}.why{color:#8a4b00;font-style:italic}
+details{margin:6px 0}summary{cursor:pointer;font-weight:600}
+.fold{border:0;border-top:3px solid #1f4e79;margin:10px 0}
+figure{margin:6px 0}figcaption{font-size:12px;color:#555}.plots{display:flex;gap:12px;
+flex-wrap:wrap}
 """
 
 
-def reports_dir() -> Path:
-    return Path(os.environ.get(REPORTS_ENV, "reports"))
+# ---------------------------------------------------------------------------------------------
+# Numbers for people
+# ---------------------------------------------------------------------------------------------
 
 
-def _esc(value) -> str:
-    if isinstance(value, float):
-        return "" if math.isnan(value) else f"{value:.4g}"
-    return html.escape(str(value))
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float | np.floating) and math.isnan(value))
 
 
-def _table(frame: pd.DataFrame, flag_column: str | None = None) -> str:
-    if frame.empty:
-        return '<p class="muted">none</p>'
-    head = "".join(f"<th>{_esc(c)}</th>" for c in frame.columns if c != flag_column)
+def esc(value) -> str:
+    """HTML-escape any value (None and NaN become an empty string)."""
+    return "" if _missing(value) else html.escape(str(value), quote=True)
+
+
+def sig3(value: float) -> str:
+    """A number to 3 significant digits without exponent for everyday magnitudes."""
+    if _missing(value):
+        return "–"
+    if value == 0:
+        return "0"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    digits = max(0, 2 - math.floor(math.log10(abs(value))))
+    return f"{value:.{digits}f}" if abs(value) >= 1e-4 else f"{value:.2g}"
+
+
+def percent(value: float) -> str:
+    """A proportion as a percentage with 3 significant digits: 0.448468 -> '44.8%'."""
+    if _missing(value):
+        return "–"
+    if 0 < abs(value) < 1e-4:
+        return "<0.01%"
+    return f"{sig3(100 * value)}%"
+
+
+def points(value: float) -> str:
+    """A difference of proportions in signed percentage points: 0.2139 -> '+21.4 pp'."""
+    if _missing(value):
+        return "–"
+    text = sig3(abs(100 * value))
+    sign = "−" if value < 0 and text != "0" else "+"
+    return f"{sign}{text} pp"
+
+
+def p_text(value: float) -> str:
+    if _missing(value):
+        return "–"
+    return "<0.001" if value < 0.001 else f"{value:.2g}"
+
+
+def count(value) -> str:
+    """A count with thousands separators; millions and billions in words."""
+    if _missing(value):
+        return "–"
+    value = float(value)
+    for size, word in ((1e9, "billion"), (1e6, "million")):
+        if abs(value) >= size:
+            return f"{sig3(value / size)} {word}"
+    return f"{value:,.0f}"
+
+
+def needs_more(needed: float, available: float) -> str:
+    """'enough data' or 'needs 2,400 more predictions' (rounded up to 2 significant digits)."""
+    if _missing(needed) or not math.isfinite(needed):
+        return "no disparity to size for" if _missing(needed) else "cannot be detected"
+    more = needed - available
+    if more <= 0:
+        return "enough data"
+    scale = 10 ** max(0, math.floor(math.log10(more)) - 1)
+    return f"needs {count(math.ceil(more / scale) * scale)} more predictions"
+
+
+def rate_interval(x, n, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Clopper-Pearson (exact) interval of a binomial proportion x/n at ``level``.
+
+    Beta quantiles: lower B(α/2; x, n − x + 1), upper B(1 − α/2; x + 1, n − x), with 0 at x = 0
+    and 1 at x = n; its coverage is at least ``level`` at every n and p (unlike Wald's or,
+    pointwise, Wilson's). NaN where n = 0.
+    """
+    x, n = np.asarray(x, dtype=float), np.asarray(n, dtype=float)
+    tail = (1 - level) / 2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        low = np.where(x > 0, stats.beta.ppf(tail, x, n - x + 1), 0.0)
+        high = np.where(x < n, stats.beta.ppf(1 - tail, x + 1, n - x), 1.0)
+    undefined = ~(n > 0)
+    return np.where(undefined, np.nan, low), np.where(undefined, np.nan, high)
+
+
+def four_fifths(ratio) -> np.ndarray:
+    """Aequitas' disparity rule: a ratio to the reference within [0.8, 1.25] passes."""
+    ratio = np.asarray(ratio, dtype=float)
+    return np.where(
+        np.isnan(ratio),
+        "–",
+        np.where((ratio >= FOUR_FIFTHS[0]) & (ratio <= FOUR_FIFTHS[1]), "within", "outside"),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables derived from the stored frames
+# ---------------------------------------------------------------------------------------------
+
+
+def _col(frame: pd.DataFrame, *names: str, default=np.nan) -> pd.Series:
+    """The first of ``names`` that the frame has (columns are renamed by other stages' issues)."""
+    for name in names:
+        if name in frame.columns:
+            return frame[name]
+    return pd.Series(default, index=frame.index)
+
+
+def thresholds(frames: ReportFrames) -> dict:
+    config = frames.run.get("config") or {}
+    given = config.get("thresholds") or {}
+    return {
+        "tolerance": float(given.get("tolerance", 0.05)),
+        "alpha": float(given.get("alpha", 0.05)),
+        "min_group_size": int(given.get("min_group_size", 30)),
+    }
+
+
+def references(frames: ReportFrames) -> dict[str, str]:
+    return dict((frames.run.get("config") or {}).get("reference_groups") or {})
+
+
+def groups(frames: ReportFrames) -> pd.DataFrame:
+    """One row per (attribute, group): predictions, labelled, label completeness, small flag."""
+    counts = frames.counts
+    if counts.empty:
+        return pd.DataFrame(columns=["attribute", "group_name", "n", "labelled", "completeness"])
+    own = counts[counts["subset"] == "group"].copy()
+    own["labelled"] = own[CELLS].sum(axis=1)
+    unlabelled = _col(own, "n_unlabelled", default=0).fillna(0)
+    own["n"] = own["labelled"] + unlabelled
+    with np.errstate(invalid="ignore", divide="ignore"):
+        own["completeness"] = np.where(own["n"] > 0, own["labelled"] / own["n"], np.nan)
+    own["small"] = own["labelled"] < thresholds(frames)["min_group_size"]
+    return own.sort_values(["attribute", "n"], ascending=[True, False]).reset_index(drop=True)
+
+
+def comparisons(frames: ReportFrames, deduplicate: bool = True) -> pd.DataFrame:
+    """Detection rows with both rates, difference, ratio, four-fifths rule and size marks.
+
+    With ``deduplicate``, a two-valued attribute keeps one comparison per metric (A vs rest,
+    B vs rest and A vs B are the same comparison): the one against the named reference, or else
+    the smaller group against the rest.
+    """
+    det = frames.detection
+    if det.empty:
+        return pd.DataFrame()
+    out = det[["attribute", "group_name", "reference", "metric"]].copy()
+    out["x_group"] = _col(det, "x_group")
+    out["n_group"] = _col(det, "n_group", "denominator_group")
+    out["x_reference"] = _col(det, "x_reference")
+    out["n_reference"] = _col(det, "n_reference", "denominator_reference")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out["rate_group"] = out["x_group"] / out["n_group"]
+        out["rate_reference"] = out["x_reference"] / out["n_reference"]
+        out["ratio"] = np.where(
+            out["rate_reference"] > 0, out["rate_group"] / out["rate_reference"], np.nan
+        )
+    out["difference"] = _col(det, "difference", "disparity").astype(float)
+    out["low"] = _col(det, "hdi_low").astype(float)
+    out["high"] = _col(det, "hdi_high").astype(float)
+    out["p_adjusted"] = _col(det, "p_adjusted").astype(float)
+    out["decision"] = _col(det, "decision", default=None)
+    out["flagged"] = _col(det, "flagged", default=False).fillna(False).astype(bool)
+    out["undefined_reason"] = _col(det, "undefined_reason", default=None)
+    out["four_fifths"] = four_fifths(out["ratio"])
+    size = groups(frames).set_index(["attribute", "group_name"])
+    minimum = thresholds(frames)["min_group_size"]
+    key = pd.MultiIndex.from_frame(out[["attribute", "group_name"]])
+    out["size_group"] = size["labelled"].reindex(key).to_numpy()
+    ref_key = pd.MultiIndex.from_arrays([out["attribute"], out["reference"]])
+    ref_size = size["labelled"].reindex(ref_key).to_numpy()
+    rest = size.groupby(level="attribute")["labelled"].sum().reindex(out["attribute"]).to_numpy()
+    out["size_reference"] = np.where(
+        out["reference"] == "rest", rest - out["size_group"], ref_size
+    )
+    out["small"] = (out["size_group"] < minimum) | (out["size_reference"] < minimum)
+    if deduplicate:
+        out = _deduplicate(out, size, references(frames))
+    return out.reset_index(drop=True)
+
+
+def _deduplicate(out: pd.DataFrame, size: pd.DataFrame, named: dict[str, str]) -> pd.DataFrame:
+    k = size.groupby(level="attribute").size()
+    two = k[k == 2].index
+    keep = ~out["attribute"].isin(two)
+    for attribute in two:
+        rows = out["attribute"] == attribute
+        if attribute in named:
+            keep |= rows & (out["reference"] == named[attribute])
+        else:
+            sizes = size.loc[attribute]["labelled"]
+            smaller = sorted(sizes.index, key=lambda g: (sizes[g], g))[0]
+            keep |= rows & (out["reference"] == "rest") & (out["group_name"] == smaller)
+    return out[keep]
+
+
+def verdicts(frames: ReportFrames) -> pd.DataFrame:
+    """Per attribute: verdict key, groups, smallest group, flagged and tested comparisons.
+
+    flagged: some comparison flagged (BH-adjusted p below α); fair: every tested comparison's HDI
+    inside the tolerance; too little data: nothing could be tested (one group, undefined rates),
+    or every open question involves a group below ``min_group_size``; else undecided.
+    """
+    sizes = groups(frames)
+    comp = comparisons(frames)
     rows = []
-    for row in frame.to_dict(orient="records"):
-        css = ' class="flag"' if flag_column and row.get(flag_column) else ""
-        cells = "".join(f"<td>{_esc(v)}</td>" for k, v in row.items() if k != flag_column)
-        rows.append(f"<tr{css}>{cells}</tr>")
-    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+    for attribute, part in sizes.groupby("attribute", sort=False):
+        mine = comp[comp["attribute"] == attribute] if not comp.empty else comp
+        tested = mine[mine["difference"].notna()] if not mine.empty else mine
+        flagged = int(tested["flagged"].sum()) if not tested.empty else 0
+        if len(part) < 2:
+            key, why = "little", "one group only: nothing to compare"
+        elif tested.empty:
+            key, why = "little", "no rate is defined in two groups"
+        elif flagged:
+            key, why = "flagged", f"{flagged} of {len(tested)} comparisons flagged"
+        elif (tested["decision"] == "fair").all():
+            key, why = "fair", f"all {len(tested)} intervals inside ±{points_plain(frames)}"
+        else:
+            open_ = tested[tested["decision"] != "fair"]
+            if open_["small"].all():
+                key, why = "little", "open comparisons all involve small groups"
+            else:
+                key, why = "undecided", f"{len(open_)} of {len(tested)} intervals cross the band"
+        rows.append(
+            {
+                "attribute": attribute,
+                "verdict": key,
+                "why": why,
+                "k": len(part),
+                "smallest": int(part["labelled"].min()),
+                "flagged": flagged,
+                "tested": len(tested),
+            }
+        )
+    return pd.DataFrame(rows)
 
 
-def forest_plot(rows: pd.DataFrame, tolerance: float, title: str) -> str:
-    """SVG forest plot: one line per group, point = observed difference, bar = HDI."""
-    rows = rows.dropna(subset=["difference"]).sort_values("difference")
+def points_plain(frames: ReportFrames) -> str:
+    return points(thresholds(frames)["tolerance"]).lstrip("+")
+
+
+def rate_table(frames: ReportFrames) -> pd.DataFrame:
+    """Every group's raw rate with interval and counts, and its comparisons with the named
+    reference (``ref_*``) and with the rest (``rest_*``), one row per attribute, metric, group."""
+    metrics = frames.metrics
+    if metrics.empty:
+        return pd.DataFrame()
+    raw = metrics[(metrics["subset"] == "group") & (_col(metrics, "estimator") == "raw")]
+    rated = set(frames.detection["metric"]) if not frames.detection.empty else set()
+    raw = raw[raw["metric"].isin(rated)]
+    level = 1 - thresholds(frames)["alpha"]
+    low, high = rate_interval(raw["numerator"], raw["denominator"], level)
+    table = raw[
+        ["attribute", "group_name", "metric", "value", "numerator", "denominator"]
+    ].assign(low=low, high=high, reason=_col(raw, "undefined_reason", default=None))
+    size = groups(frames)
+    keep = ["attribute", "group_name", "n", "labelled", "completeness", "small", *CELLS]
+    table = table.merge(size[keep], on=["attribute", "group_name"], how="left")
+    comp = comparisons(frames, deduplicate=False)
+    named = references(frames)
+    fields = ["difference", "low", "high", "ratio", "four_fifths", "decision", "p_adjusted"]
+    fields += ["flagged", "undefined_reason"]
+    keys = ["attribute", "group_name", "metric"]
+    for prefix, chosen in (("ref", comp["reference"] != "rest"), ("rest", comp["reference"] == "rest")):
+        if comp.empty:
+            break
+        part = comp[chosen][keys + fields].rename(columns={f: f"{prefix}_{f}" for f in fields})
+        table = table.merge(part, on=keys, how="left")
+    table["is_reference"] = [named.get(a) == g for a, g in zip(table["attribute"], table["group_name"])]
+    return table.sort_values(["attribute", "metric", "n"], ascending=[True, True, False])
+
+
+# ---------------------------------------------------------------------------------------------
+# SVG
+# ---------------------------------------------------------------------------------------------
+
+
+def nice_ticks(low: float, high: float, most: int = 7) -> np.ndarray:
+    """Round tick values covering [low, high] with at most ``most`` ticks (1-2-2.5-5 steps)."""
+    span = max(high - low, 1e-9)
+    magnitude = 10 ** math.floor(math.log10(span / most))
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10, 20) if span / (m * magnitude) <= most - 1)
+    return np.arange(math.floor(low / step) * step, high + step * 0.5, step).round(12)
+
+
+def tick_label(tick: float, ticks: np.ndarray) -> str:
+    """A tick in signed percentage points with the fewest decimals that show every tick exactly."""
+    values = 100 * np.asarray(ticks, dtype=float)
+    decimals = next(d for d in range(4) if np.allclose(values, values.round(d), atol=1e-9))
+    value = 100 * tick
+    text = f"{abs(value):.{decimals}f}"
+    return "0" if float(text) == 0 else ("+" if value > 0 else "−") + text
+
+
+def _shorten(text: str, size: int) -> str:
+    return text if len(text) <= size else text[: size - 1] + "…"
+
+
+def forest_plot(rows: pd.DataFrame, tolerance: float, title: str, minimum: int) -> str:
+    """SVG forest plot: one line per group: difference (dot) and HDI (bar) against a reference,
+    the tolerance band shaded; flagged red; groups below ``minimum`` hollow and marked; undefined
+    differences listed with their reason instead of vanishing."""
     if rows.empty:
         return ""
-    left, width, line = 260, 480, 18
-    height = 40 + line * len(rows)
-    low = min(rows["hdi_low"].min(), -tolerance) - 0.02
-    high = max(rows["hdi_high"].max(), tolerance) + 0.02
+    rows = rows.assign(_order=rows["difference"].fillna(np.inf)).sort_values("_order")
+    label_w, plot_w, value_w, line, top = 250, 260, 180, 20, 24
+    height = top + line * len(rows) + 34
+    defined = rows[rows["difference"].notna()]
+    low = min([-tolerance, *defined["low"].dropna(), *defined["difference"]])
+    high = max([tolerance, *defined["high"].dropna(), *defined["difference"]])
+    pad = 0.05 * (high - low)
+    ticks = nice_ticks(low - pad, high + pad, 6)
+    low, high = ticks[0], ticks[-1]
 
     def x(value: float) -> float:
-        return left + (value - low) / (high - low) * width
+        return label_w + (min(max(value, low), high) - low) / (high - low) * plot_w
 
     parts = [
-        (
-            f'<rect x="{x(-tolerance):.1f}" y="20" width="{x(tolerance) - x(-tolerance):.1f}" '
-            f'height="{height - 40}" fill="#e8f5e9"/>'
-        ),
-        f'<line x1="{x(0):.1f}" y1="20" x2="{x(0):.1f}" y2="{height - 20}" stroke="#888"/>',
+        f'<rect x="{x(-tolerance):.1f}" y="{top - 6}" width="{x(tolerance) - x(-tolerance):.1f}" '
+        f'height="{line * len(rows) + 4}" fill="#e8f5e9"/>'
     ]
-    for i, row in enumerate(rows.itertuples()):
-        y = 30 + i * line
-        colour = "#b00020" if row.flagged else "#1f4e79"
+    axis_y = top + line * len(rows)
+    for tick in ticks:
         parts.append(
-            f'<text x="{left - 8}" y="{y + 4}" text-anchor="end" font-size="11">'
-            f"{_esc(row.group_name)} (n={int(row.n_group)})</text>"
-            f'<line x1="{x(row.hdi_low):.1f}" y1="{y}" x2="{x(row.hdi_high):.1f}" y2="{y}" '
-            f'stroke="{colour}" stroke-width="2"/>'
-            f'<circle cx="{x(row.difference):.1f}" cy="{y}" r="4" fill="{colour}"/>'
+            f'<line x1="{x(tick):.1f}" y1="{top - 6}" x2="{x(tick):.1f}" y2="{axis_y + 3}" '
+            f'stroke="{"#666" if tick == 0 else "#e0e0e0"}"/>'
+            f'<text x="{x(tick):.1f}" y="{axis_y + 15}" text-anchor="middle" font-size="11">'
+            f"{esc(tick_label(tick, ticks))}</text>"
         )
-    for tick in (low, -tolerance, 0.0, tolerance, high):
-        parts.append(
-            f'<text x="{x(tick):.1f}" y="{height - 5}" text-anchor="middle" font-size="10">'
-            f"{tick:+.2f}</text>"
-        )
-    svg = (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 20}" height="{height}" '
-        f'role="img" aria-label="{_esc(title)}">{"".join(parts)}</svg>'
+    parts.append(
+        f'<text x="{label_w + plot_w / 2}" y="{axis_y + 29}" text-anchor="middle" '
+        f'font-size="11" fill="#555">difference, percentage points</text>'
     )
-    return f"<figure>{svg}<figcaption>{_esc(title)}</figcaption></figure>"
+    for i, row in enumerate(rows.itertuples()):
+        y = top + i * line + 4
+        small = bool(row.small)
+        name = _shorten(str(row.group_name), 22)
+        label = f"{name} · n={count(row.size_group)}" + (" ⚠" if small else "")
+        fill = "#8a4b00" if small else "#222"
+        parts.append(
+            f'<text x="{label_w - 8}" y="{y + 4}" text-anchor="end" font-size="12" '
+            f'fill="{fill}"><title>{esc(row.group_name)}</title>{esc(label)}</text>'
+        )
+        if _missing(row.difference):
+            parts.append(
+                f'<text x="{label_w + 6}" y="{y + 4}" font-size="12" fill="#8a4b00" '
+                f'font-style="italic">undefined: {esc(row.undefined_reason)}</text>'
+            )
+            continue
+        colour = "#b00020" if row.flagged else "#1f4e79"
+        dot = f'fill="{colour}"' if not small else f'fill="#fff" stroke="{colour}" stroke-width="2"'
+        parts.append(
+            f'<line x1="{x(row.low):.1f}" y1="{y}" x2="{x(row.high):.1f}" y2="{y}" '
+            f'stroke="{colour}" stroke-width="2"/>'
+            f'<circle cx="{x(row.difference):.1f}" cy="{y}" r="4" {dot}/>'
+            f'<text x="{label_w + plot_w + 8}" y="{y + 4}" font-size="12" fill="{colour}">'
+            f"{esc(points(row.difference))} [{esc(sig3(100 * row.low))}, "
+            f"{esc(sig3(100 * row.high))}]</text>"
+        )
+    width = label_w + plot_w + value_w
+    svg = (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{esc(title)}">'
+        f'<text x="0" y="12" font-size="12" font-weight="600">{esc(title)}</text>'
+        f"{''.join(parts)}</svg>"
+    )
+    return f"<figure>{svg}</figure>"
 
 
 def sparkline(values: list[float], label: str) -> str:
-    """A small SVG line of a series (oldest first)."""
-    values = [v for v in values if not math.isnan(v)]
-    if len(values) < 2:
+    """A small SVG line of a series (oldest first) with its first and last points marked."""
+    series = [v for v in values if not _missing(v)]
+    if len(series) < 2:
         return ""
-    top, bottom = max(values), min(values)
+    top, bottom = max(series), min(series)
     span = (top - bottom) or 1.0
-    points = " ".join(
-        f"{10 + i * 200 / (len(values) - 1):.1f},{50 - (v - bottom) / span * 40:.1f}"
-        for i, v in enumerate(values)
-    )
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="220" height="60" role="img" '
-        f'aria-label="{_esc(label)}"><polyline fill="none" stroke="#1f4e79" stroke-width="2" '
-        f'points="{points}"/></svg>'
-    )
-
-
-def render_report(engine, run_id: int, trend_runs: int = 10) -> str:
-    """The HTML report of one stored run."""
-    from biasaudit.db.history import (
-        FLAGGED_COLUMNS,
-        META_COLUMNS,
-        PLANNING_COLUMNS,
-        get_run,
-        list_runs,
-        run_results,
-    )
-    from biasaudit.db.models import DetectionResult, MetaMetricResult, PlanningResult
-
-    run = get_run(engine, run_id)
-    if run is None:
-        raise LookupError(f"no run with id {run_id}")
-    tolerance = run.config["thresholds"]["tolerance"]
-    detection = run_results(engine, DetectionResult, run_id)
-    planning = run_results(engine, PlanningResult, run_id)
-    meta = run_results(engine, MetaMetricResult, run_id)
-    facts = pd.DataFrame(
-        [
-            ("audit", run.audit_name),
-            ("model", run.model_id),
-            ("version", run.version),
-            ("status", run.status),
-            ("as of", f"{run.as_of:%Y-%m-%d %H:%M}"),
-            ("window", f"({run.window_start or '-inf'}, {run.window_end}]"),
-            (
-                "rows read / valid / quarantined / unlabelled",
-                f"{run.rows_read} / {run.rows_valid} / {run.rows_quarantined} / {run.rows_unlabelled}",
-            ),
-            ("error", run.error or ""),
-        ],
-        columns=["", "value"],
-    )
-    sections = [f"<h1>Bias audit: {_esc(run.audit_name)} (run {run.id})</h1>", _table(facts)]
-    flagged = detection[detection["flagged"].astype(bool)] if not detection.empty else detection
-    sections.append(
-        "<h2>Flagged groups</h2><p>Benjamini-Hochberg adjusted p below α of the test that "
-        f"the disparity exceeds the tolerance ({tolerance}).</p>"
-    )
-    sections.append(_table(flagged[FLAGGED_COLUMNS] if not flagged.empty else flagged))
-    sections.append(
-        "<h2>Disparities with 95% intervals</h2><p>Each group against the rest of the "
-        "population: observed difference (dot) and HDI of the difference (bar); the "
-        "green band is the tolerance; red rows are flagged.</p>"
-    )
-    if not detection.empty:
-        vs_rest = detection[detection["reference"] == "rest"]
-        for (attribute, metric), rows in vs_rest.groupby(["attribute", "metric"]):
-            sections.append(forest_plot(rows, tolerance, f"{metric} by {attribute}: group − rest"))
-    sections.append(
-        "<h2>Planning</h2><p>Predictions needed to detect the observed disparity at the "
-        "audit's α and power, against those available.</p>"
-    )
-    if not planning.empty:
-        sections.append(_table(planning[planning["reference"] == "rest"][PLANNING_COLUMNS]))
-    sections.append(
-        "<h2>Meta-metrics</h2><p>Naive spread across groups, and the corrected between-"
-        "group variance with its double-corrected bootstrap interval.</p>"
-    )
-    sections.append(_table(meta[META_COLUMNS] if not meta.empty else meta))
-    history = list_runs(engine, audit=run.audit_name, model=run.model_id, status="succeeded")
-    history = history[history["as_of"] <= pd.Timestamp(run.as_of)].head(trend_runs).iloc[::-1]
-    sections.append(f"<h2>Trend over the last {len(history)} runs</h2>")
-    trend = [
-        run_results(engine, MetaMetricResult, int(i)).assign(version=v)
-        for i, v in zip(history["id"], history["version"])
+    xs = np.linspace(4, 116, len(values))
+    pts = [
+        (xs[i], 24 - (v - bottom) / span * 20) for i, v in enumerate(values) if not _missing(v)
     ]
-    if trend:
-        trend = pd.concat(trend)
-        rows = []
-        for (attribute, metric), part in trend.groupby(["attribute", "metric"]):
-            series = part.sort_values("version")["corrected_var"].tolist()
-            rows.append(
-                f"<tr><td>{_esc(attribute)}</td><td>{_esc(metric)}</td>"
-                f"<td>{_esc(series[-1])}</td><td>{sparkline(series, f'{metric} {attribute}')}</td></tr>"
-            )
-        sections.append(
-            "<table><tr><th>attribute</th><th>metric</th><th>corrected variance (latest)</th>"
-            f"<th>trend</th></tr>{''.join(rows)}</table>"
+    line = " ".join(f"{a:.1f},{b:.1f}" for a, b in pts)
+    dots = "".join(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="2" fill="#1f4e79"/>' for a, b in pts)
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="120" height="28" role="img" '
+        f'aria-label="{esc(label)}"><polyline fill="none" stroke="#1f4e79" stroke-width="1.5" '
+        f'points="{line}"/>{dots}</svg>'
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# HTML
+# ---------------------------------------------------------------------------------------------
+
+
+def _table(header: Iterable[str], rows: Iterable[Iterable[str]], left: int = 1) -> str:
+    """A table from already-escaped cells; the first ``left`` columns are left-aligned."""
+    head = "".join(f'<th{" class=l" if i < left else ""}>{h}</th>' for i, h in enumerate(header))
+    body = "".join(
+        "<tr>" + "".join(f'<td{" class=l" if i < left else ""}>{c}</td>' for i, c in enumerate(r))
+        + "</tr>"
+        for r in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _frame_table(frame: pd.DataFrame, columns: list[str] | None = None) -> str:
+    """A frame as a table of escaped, humanly formatted values (floats to 3 significant digits)."""
+    if frame is None or frame.empty:
+        return '<p class="muted">none</p>'
+    columns = [c for c in (columns or list(frame.columns)) if c in frame.columns]
+
+    def cell(value) -> str:
+        if isinstance(value, float | np.floating):
+            return esc(sig3(float(value)))
+        return esc(value)
+
+    rows = [[cell(v) for v in record] for record in frame[columns].itertuples(index=False)]
+    return _table([esc(c) for c in columns], rows, left=2)
+
+
+def _badge(key: str) -> str:
+    text, colour = VERDICTS[key]
+    return f'<span class="badge" style="background:{colour}">{esc(text)}</span>'
+
+
+def _run_line(frames: ReportFrames) -> str:
+    run = frames.run
+    as_of = run.get("as_of")
+    as_of = as_of.strftime("%Y-%m-%d %H:%M") if isinstance(as_of, datetime) else esc(as_of)
+    start = run.get("window_start")
+    window = "all predictions" if start is None else f"from {start:%Y-%m-%d}"
+    return (
+        f'<p class="meta">model <b>{esc(run.get("model_id"))}</b> · version '
+        f"{esc(run.get('version'))} · status {esc(run.get('status'))} · as of {esc(as_of)} "
+        f"({esc(window)}) · {count(run.get('rows_valid'))} valid predictions, "
+        f"{count(run.get('rows_quarantined'))} quarantined, {count(run.get('rows_unlabelled'))} "
+        f"without label yet</p>"
+    )
+
+
+def _group_chips(part: pd.DataFrame, minimum: int) -> str:
+    uniform = part["completeness"].nunique(dropna=False) <= 1
+    chips = []
+    for row in part.itertuples():
+        done = "" if uniform else f" · {percent(row.completeness)} labelled"
+        mark = f" ⚠ below {minimum}" if row.small else ""
+        css = "chip small" if row.small else "chip"
+        chips.append(
+            f'<span class="{css}">{esc(_shorten(str(row.group_name), 40))} '
+            f"<b>{count(row.n)}</b>{esc(done)}{esc(mark)}</span>"
         )
-    body = "\n".join(sections)
+    note = ""
+    if uniform and len(part):
+        note = f' <span class="muted">({percent(part["completeness"].iloc[0])} labelled)</span>'
+    return "".join(chips) + note
+
+
+def _finding_rows(comp: pd.DataFrame) -> list[list[str]]:
+    rows = []
+    for row in comp.itertuples():
+        vs = "rest" if row.reference == "rest" else f"{row.reference}"
+        rows.append(
+            [
+                esc(row.attribute),
+                esc(row.group_name) + (' <span class="why">⚠ small</span>' if row.small else ""),
+                esc(vs),
+                esc(row.metric.upper()),
+                f"{percent(row.rate_group)} <span class=muted>({count(row.x_group)}/"
+                f"{count(row.n_group)})</span>",
+                f"{percent(row.rate_reference)} <span class=muted>({count(row.x_reference)}/"
+                f"{count(row.n_reference)})</span>",
+                f"<b>{esc(points(row.difference))}</b> [{esc(sig3(100 * row.low))}, "
+                f"{esc(sig3(100 * row.high))}]",
+                esc(sig3(row.ratio)),
+                esc(p_text(row.p_adjusted)),
+            ]
+        )
+    return rows
+
+
+FINDING_HEADER = [
+    "attribute",
+    "group",
+    "compared with",
+    "metric",
+    "group rate",
+    "reference rate",
+    "difference [95% HDI, pp]",
+    "ratio",
+    "adjusted p",
+]
+
+
+def ranked_findings(frames: ReportFrames) -> pd.DataFrame:
+    """Flagged comparisons (one per hypothesis), ranked by the smallest size their interval
+    allows (the HDI's end nearest 0; 0 when it spans 0), then by the observed difference: a
+    large gap measured on 12 people ranks below a slightly smaller one measured on thousands."""
+    comp = comparisons(frames)
+    if comp.empty:
+        return comp
+    flagged = comp[comp["flagged"]]
+    assured = np.where(
+        np.sign(flagged["low"]) == np.sign(flagged["high"]),
+        np.minimum(flagged["low"].abs(), flagged["high"].abs()),
+        0.0,
+    )
+    order = np.lexsort((-flagged["difference"].abs().to_numpy(), -np.nan_to_num(assured)))
+    return flagged.iloc[order]
+
+
+def first_screen(frames: ReportFrames) -> str:
+    """Verdict per attribute, ranked flagged comparisons, group sizes and label completeness."""
+    limits = thresholds(frames)
+    verdict = verdicts(frames)
+    sizes = groups(frames)
+    named = references(frames)
+    rows = []
+    for row in verdict.itertuples():
+        part = sizes[sizes["attribute"] == row.attribute]
+        ref = f"<br><span class=muted>reference: {esc(named[row.attribute])}</span>" if (
+            row.attribute in named
+        ) else ""
+        rows.append(
+            [
+                f"<b>{esc(row.attribute)}</b>{ref}",
+                f"{_badge(row.verdict)} <span class=muted>{esc(row.why)}</span>",
+                _group_chips(part, limits["min_group_size"]),
+            ]
+        )
+    findings = ranked_findings(frames)
+    shown = findings.head(FIRST_SCREEN_ROWS)
+    more = len(findings) - len(shown)
+    level = round(100 * (1 - limits["alpha"]))
+    header = [esc(h).replace("95%", f"{level}%") for h in FINDING_HEADER]
+    flagged = (
+        _table(header, _finding_rows(shown), left=4)
+        if len(shown)
+        else '<p class="fair">No comparison is flagged.</p>'
+    )
+    if more > 0:
+        flagged += f'<p class="muted">and {more} more flagged comparisons in the sections below.</p>'
     return (
-        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>Bias audit '
-        f"{_esc(run.audit_name)} run {run.id}</title><style>{STYLE}</style></head>"
-        f"<body>{body}</body></html>\n"
+        "<section id=first-screen>"
+        + _table(["attribute", "verdict", "groups: predictions (labelled share)"], rows, left=3)
+        + "<h2>Flagged comparisons, largest first</h2><p class=meta>"
+        + f"Flagged: Benjamini-Hochberg adjusted p below α = {limits['alpha']:g} for a difference "
+        f"beyond the tolerance ±{esc(points_plain(frames))}. Ranked by the smallest difference "
+        "the interval allows (HDI: highest density interval of the difference). Rates are of "
+        "the labelled predictions, counts in brackets.</p>"
+        + flagged
+        + '<hr class="fold"></section>'
     )
 
 
-def headline_markdown(summary: dict, run_id: int, audit: str, path: Path) -> str:
-    """The headline numbers of a run, for a Prefect markdown artifact."""
-    flagged = summary.get("flagged", [])
-    lines = [
-        f"# Bias audit {audit}: run {run_id}",
-        "",
-        "| | |",
-        "|---|---|",
-        f"| groups | {summary.get('groups')} |",
-        f"| undefined metric values | {summary.get('undefined_metrics')} |",
-        f"| detection tests flagged | {len(flagged)} of {summary.get('detection_tests')} |",
-        f"| comparisons underpowered | {summary.get('underpowered')} |",
-        f"| significant changes since last version | {summary.get('significant_changes')} |",
-        "",
-        *(f"- {line}" for line in flagged),
-        "",
-        f"Report: `{path}`",
+def _rate_rows(part: pd.DataFrame, has_ref: bool) -> list[list[str]]:
+    rows = []
+    for row in part.itertuples():
+        name = esc(row.group_name)
+        if row.is_reference:
+            name += " <span class=muted>(reference)</span>"
+        if row.small:
+            name += ' <span class="why">⚠ small</span>'
+        if _missing(row.value):
+            rate = f'<span class="why">undefined: {esc(row.reason)}</span>'
+        else:
+            rate = (
+                f"<b>{percent(row.value)}</b><br><span class=muted>[{percent(row.low)}, "
+                f"{percent(row.high)}]</span>"
+            )
+        cells = [name, count(row.labelled), *(count(getattr(row, c)) for c in CELLS), rate]
+        prefixes = ["ref", "rest"] if has_ref else ["rest"]
+        for prefix in prefixes:
+            cells += _comparison_cells(row, prefix)
+        rows.append(cells)
+    return rows
+
+
+def _comparison_cells(row, prefix: str) -> list[str]:
+    """Difference [HDI], ratio with the four-fifths rule, and the statistical verdict."""
+
+    def get(name):
+        return getattr(row, f"{prefix}_{name}", None)
+
+    if prefix == "ref" and row.is_reference:
+        return ["—", "1", '<span class="muted">(reference)</span>']
+    difference = get("difference")
+    if _missing(difference):
+        why = get("undefined_reason")
+        return ["–", "–", f'<span class="why">{esc(why or "not compared")}</span>']
+    p = p_text(get("p_adjusted"))
+    if bool(get("flagged")):
+        verdict = f'<span class="flag">flagged</span><br><span class=muted>p {p}</span>'
+    else:
+        verdict = f"{esc(get('decision'))}<br><span class=muted>p {p}</span>"
+    rule = get("four_fifths")
+    rule_css = "flag" if rule == "outside" else "muted"
+    return [
+        (
+            f"{esc(points(difference))}<br><span class=muted>[{esc(sig3(100 * get('low')))}, "
+            f"{esc(sig3(100 * get('high')))}]</span>"
+        ),
+        f'{esc(sig3(get("ratio")))}<br><span class="{rule_css}">{esc(rule)}</span>',
+        verdict,
     ]
-    return "\n".join(lines)
+
+
+def attribute_sections(frames: ReportFrames) -> str:
+    """Per attribute (open when flagged): per rate metric the group table and forest plots."""
+    table = rate_table(frames)
+    comp_all = comparisons(frames, deduplicate=False)
+    comp = comparisons(frames)
+    verdict = verdicts(frames).set_index("attribute") if not frames.counts.empty else None
+    named = references(frames)
+    limits = thresholds(frames)
+    level = round(100 * (1 - limits["alpha"]))
+    out = [
+        "<h2>Group rates and disparities</h2><p class=meta>Each group's rate with its "
+        f"{level}% Clopper-Pearson interval and counts; difference (percentage points, with the "
+        "HDI) and ratio to the reference group and to the rest of the population; the four-fifths "
+        "rule (ratio within 0.8-1.25) beside the statistical verdict. ⚠ marks groups below "
+        f"min_group_size = {limits['min_group_size']}.</p>"
+    ]
+    if verdict is None:
+        return out[0] + '<p class="muted">no groups</p>'
+    for attribute, row in verdict.iterrows():
+        ref = named.get(attribute)
+        body = []
+        part = table[table["attribute"] == attribute] if not table.empty else table
+        for metric, rows in (part.groupby("metric", sort=True) if not part.empty else []):
+            header = ["group", "labelled", "tp", "fp", "fn", "tn", f"rate<br>[{level}% interval]"]
+            for name in ([ref] if ref else []) + ["rest"]:
+                label = esc(name) if name == "rest" else f"ref. {esc(name)}"
+                header += [f"vs {label}:<br>difference [HDI]", "ratio,<br>4/5 rule", "verdict"]
+            body.append(f"<h3>{esc(metric.upper())}</h3>")
+            body.append(_table(header, _rate_rows(rows, bool(ref))))
+            body.append(_plots(frames, attribute, metric, comp_all, comp, ref))
+        if row["k"] < 2:
+            body.append('<p class="muted">One group only: nothing to compare.</p>')
+        opened = " open" if row["verdict"] == "flagged" else ""
+        out.append(
+            f"<details{opened}><summary>{esc(attribute)} {_badge(row['verdict'])} "
+            f"<span class=muted>{esc(row['why'])}</span></summary>{''.join(body)}</details>"
+        )
+    return "".join(out)
+
+
+def _plots(frames, attribute, metric, comp_all, comp, ref) -> str:
+    if comp_all.empty:
+        return ""
+    limits = thresholds(frames)
+    mine = comp_all[(comp_all["attribute"] == attribute) & (comp_all["metric"] == metric)]
+    k = groups(frames).query("attribute == @attribute").shape[0]
+    panels = []
+    if ref:
+        panels.append((mine[mine["reference"] == ref], f"{metric.upper()}: group − {ref}"))
+    if not (ref and k == 2):
+        rest = mine[mine["reference"] == "rest"]
+        if k == 2:  # one comparison, not two mirror images
+            kept = comp[(comp["attribute"] == attribute) & (comp["metric"] == metric)]
+            rest = rest[rest["group_name"].isin(kept["group_name"])]
+        panels.append((rest, f"{metric.upper()}: group − rest of population"))
+    figures = [
+        forest_plot(rows, limits["tolerance"], title, limits["min_group_size"])
+        for rows, title in panels
+    ]
+    return f"<div class=plots>{''.join(figures)}</div>"
+
+
+def trend_section(frames: ReportFrames) -> str:
+    """Per attribute and metric: each group's value at every run up to this one, by as-of."""
+    trend = frames.trend
+    if trend.empty or trend["run_id"].nunique() < 2:
+        return (
+            "<h2>Trends</h2><p class=muted>Only this run so far (runs are ordered by as-of, up to "
+            "the run shown): no trend yet.</p>"
+        )
+    runs = trend[["run_id", "as_of", "version"]].drop_duplicates().sort_values(["as_of", "run_id"])
+    dates = [f"{pd.Timestamp(t):%Y-%m-%d}<br>v{esc(v)}" for t, v in zip(runs["as_of"], runs["version"])]
+    rated = set(frames.detection["metric"]) if not frames.detection.empty else set(trend["metric"])
+    blocks = []
+    for (attribute, metric), part in trend[trend["metric"].isin(rated)].groupby(
+        ["attribute", "metric"], sort=True
+    ):
+        wide = part.pivot_table(
+            index="group_name", columns="run_id", values="value", aggfunc="first", dropna=False
+        ).reindex(columns=runs["run_id"])
+        rows = []
+        for group, values in wide.iterrows():
+            series = values.tolist()
+            rows.append(
+                [esc(group), *(percent(v) for v in series), sparkline(series, f"{metric} {group}")]
+            )
+        blocks.append(
+            f"<h3>{esc(attribute)} · {esc(metric.upper())}</h3>"
+            + _table(["group", *dates, "trend"], rows)
+        )
+    return (
+        f"<details open><summary>Trends over the last {len(runs)} runs (as of "
+        f"{pd.Timestamp(runs['as_of'].iloc[0]):%Y-%m-%d} to "
+        f"{pd.Timestamp(runs['as_of'].iloc[-1]):%Y-%m-%d})</summary>{''.join(blocks)}</details>"
+    )
+
+
+def monitor_section(frames: ReportFrames) -> str:
+    """Anytime-valid intervals and e-processes of the monitoring stage, when it has run."""
+    if frames.monitor.empty:
+        return ""
+    return (
+        "<details open><summary>Anytime-valid monitoring (confidence sequences, e-processes)"
+        f"</summary>{_frame_table(frames.monitor)}</details>"
+    )
+
+
+def details_sections(frames: ReportFrames) -> str:
+    """Planning, MATCH, meta-metrics, smoothing, changes, other metrics, run facts: collapsed."""
+    parts = ["<h2>Details</h2>"]
+    planning = frames.planning
+    if not planning.empty:
+        plan = planning.copy()
+        have = _col(plan, "n_group").fillna(0) + _col(plan, "n_reference").fillna(0)
+        plan["data"] = [needs_more(n, a) for n, a in zip(_col(plan, "needed"), have)]
+        cols = ["attribute", "group_name", "reference", "metric", "value_group"]
+        cols += ["value_reference", "tau", "n_group", "n_reference", "achieved_power", "data"]
+        parts.append(_details("Planning: predictions needed for the disparity to detect", plan, cols))
+    if not frames.match.empty:
+        match = frames.match.sort_values("p_value")
+        parts.append(_details("MATCH test", match))
+    parts.append(_details("Meta-metrics across groups", frames.meta))
+    metrics = frames.metrics
+    if not metrics.empty:
+        grouped = metrics[metrics["subset"] == "group"]
+        smooth = grouped.pivot_table(
+            index=["attribute", "group_name", "metric"],
+            columns="estimator",
+            values="value",
+            aggfunc="first",
+        ).reset_index()
+        parts.append(_details("Smoothing: raw and smoothed estimates", smooth))
+        rated = set(frames.detection["metric"]) if not frames.detection.empty else set()
+        other = grouped[(grouped["estimator"] == "raw") & ~grouped["metric"].isin(rated)]
+        cols = ["attribute", "group_name", "metric", "value", "undefined_reason"]
+        parts.append(_details("Other metrics (no interval)", other, cols))
+    parts.append(_details("Changes since the previous run", frames.comparison))
+    parts.append(_details("Two-group metrics", frames.two_group))
+    run = {k: v for k, v in frames.run.items() if k not in ("config", "summary")}
+    facts = pd.DataFrame({"field": list(run), "value": [str(v) for v in run.values()]})
+    parts.append(_details("Run facts", facts))
+    return "".join(parts)
+
+
+def _details(title: str, frame: pd.DataFrame, columns: list[str] | None = None) -> str:
+    size = 0 if frame is None else len(frame)
+    return (
+        f"<details><summary>{esc(title)} <span class=muted>({size} rows)</span></summary>"
+        f"{_frame_table(frame, columns)}</details>"
+    )
+
+
+def render_html(frames: ReportFrames) -> str:
+    """The self-contained HTML report of one stored run."""
+    run = frames.run
+    title = f"Bias audit {run.get('audit_name')} · run {run.get('id')}"
+    body = (
+        f"<h1>{esc(title)}</h1>{_run_line(frames)}"
+        + (f'<p class="flag">error: {esc(run["error"])}</p>' if run.get("error") else "")
+        + first_screen(frames)
+        + attribute_sections(frames)
+        + trend_section(frames)
+        + monitor_section(frames)
+        + details_sections(frames)
+    )
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
+        f"<style>{STYLE}</style></head><body>{body}</body></html>\n"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Markdown and table artifact
+# ---------------------------------------------------------------------------------------------
+
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
+
+
+def md(value) -> str:
+    """A data value safe in a markdown table cell: HTML escaped (no tags, no entities), markdown
+    punctuation backslash-escaped (no links, emphasis or column breaks), newlines as spaces."""
+    text = "" if _missing(value) else str(value)
+    text = re.sub(r"[\r\n\t\v\f\u2028\u2029]+", " ", text)
+    text = html.escape(text, quote=True)
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
+
+
+def render_markdown(frames: ReportFrames, report_path: str | None = None) -> str:
+    """The first screen as markdown (Prefect artifact): verdicts and ranked flagged comparisons."""
+    run = frames.run
+    verdict = verdicts(frames)
+    lines = [
+        f"# Bias audit {md(run.get('audit_name'))}: run {md(run.get('id'))}",
+        "",
+        f"model {md(run.get('model_id'))}, version {md(run.get('version'))}, as of "
+        f"{md(run.get('as_of'))}; {md(count(run.get('rows_valid')))} valid predictions",
+        "",
+        "| attribute | verdict | why | groups | smallest group |",
+        "|---|---|---|---|---|",
+    ]
+    for row in verdict.itertuples():
+        lines.append(
+            f"| {md(row.attribute)} | **{md(VERDICTS[row.verdict][0])}** | {md(row.why)} | "
+            f"{row.k} | {md(count(row.smallest))} |"
+        )
+    findings = ranked_findings(frames)
+    lines += ["", f"## Flagged comparisons ({len(findings)}), largest first", ""]
+    if findings.empty:
+        lines.append("No comparison is flagged.")
+    else:
+        lines += [
+            "| attribute | group | compared with | metric | group rate | reference rate | "
+            "difference [HDI] | ratio | adjusted p |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for row in findings.head(FIRST_SCREEN_ROWS).itertuples():
+            small = " (small)" if row.small else ""
+            lines.append(
+                f"| {md(row.attribute)} | {md(row.group_name)}{small} | {md(row.reference)} | "
+                f"{md(row.metric.upper())} | {md(percent(row.rate_group))} | "
+                f"{md(percent(row.rate_reference))} | {md(points(row.difference))} "
+                f"\\[{md(sig3(100 * row.low))}, {md(sig3(100 * row.high))}\\] | "
+                f"{md(sig3(row.ratio))} | {md(p_text(row.p_adjusted))} |"
+            )
+        if len(findings) > FIRST_SCREEN_ROWS:
+            lines.append(f"\nand {len(findings) - FIRST_SCREEN_ROWS} more in the HTML report.")
+    if report_path:
+        lines += ["", f"Report: {md(report_path)}"]
+    return "\n".join(lines) + "\n"
+
+
+def table_records(frames: ReportFrames) -> list[dict]:
+    """Every comparison (one per hypothesis) as plain records for a Prefect table artifact."""
+    comp = comparisons(frames)
+    if comp.empty:
+        return []
+    columns = {
+        "attribute": "attribute",
+        "group_name": "group",
+        "reference": "reference",
+        "metric": "metric",
+        "rate_group": "group_rate",
+        "rate_reference": "reference_rate",
+        "difference": "difference",
+        "low": "hdi_low",
+        "high": "hdi_high",
+        "ratio": "ratio",
+        "four_fifths": "four_fifths",
+        "p_adjusted": "p_adjusted",
+        "flagged": "flagged",
+        "small": "small_group",
+        "undefined_reason": "undefined_reason",
+    }
+    frame = comp[list(columns)].rename(columns=columns)
+    frame = frame.astype(object).where(frame.notna(), None)
+    return frame.to_dict(orient="records")

@@ -1,0 +1,80 @@
+"""The report of a stored run: gathered from the database (db.report_data), rendered by the pure
+tasks.report, written as an HTML file, and published as Prefect artifacts when inside a run."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from sqlalchemy import Engine
+
+from biasaudit.db.engine import make_engine
+from biasaudit.db.report_data import report_frames
+from biasaudit.tasks.persist import database_task
+from biasaudit.tasks.report import render_html, render_markdown, table_records
+
+REPORTS_ENV = "BIASAUDIT_REPORTS_DIR"
+
+
+def reports_dir() -> Path:
+    return Path(os.environ.get(REPORTS_ENV, "reports"))
+
+
+def report_path(audit_name: str, run_id: int) -> Path:
+    return reports_dir() / f"{audit_name}-run-{run_id}.html"
+
+
+def build_report(
+    engine: Engine, run_id: int, report_file: str | None = None
+) -> tuple[str, str, list[dict]]:
+    """(HTML page, markdown first screen, table records) of one stored run."""
+    frames = report_frames(engine, run_id)
+    return render_html(frames), render_markdown(frames, report_file), table_records(frames)
+
+
+def artifact_key(audit_name: str) -> str:
+    """Prefect artifact keys allow lower-case letters, digits and dashes only."""
+    return "audit-" + re.sub(r"[^a-z0-9-]+", "-", audit_name.lower()).strip("-")
+
+
+def publish_artifacts(markdown: str, records: list[dict], audit_name: str, run_id: int) -> bool:
+    """Publish the first screen (markdown) and the comparisons (table) as Prefect artifacts;
+    False, and nothing published, outside a Prefect flow or task run."""
+    from prefect.artifacts import create_markdown_artifact, create_table_artifact
+    from prefect.context import FlowRunContext, TaskRunContext
+
+    if FlowRunContext.get() is None and TaskRunContext.get() is None:
+        return False
+    key = artifact_key(audit_name)
+    create_markdown_artifact(
+        markdown, key=key, description=f"Bias audit {audit_name}, run {run_id}: first screen"
+    )
+    create_table_artifact(
+        records,
+        key=f"{key}-comparisons",
+        description=f"Bias audit {audit_name}, run {run_id}: every comparison",
+    )
+    return True
+
+
+def write_report(db_url: str, run_id: int, audit_name: str, summary: dict | None = None) -> str:
+    """Write the run's HTML report and publish its artifacts; returns the report's path.
+
+    ``summary`` is accepted for the flow's existing call and not used: everything comes from the
+    stored run.
+    """
+    path = report_path(audit_name, run_id)
+    engine = make_engine(db_url)
+    try:
+        page, markdown, records = build_report(engine, run_id, str(path))
+    finally:
+        engine.dispose()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page)
+    publish_artifacts(markdown, records, audit_name, run_id)
+    return str(path)
+
+
+# The flow's report step (retried like the other database steps).
+report_stage = database_task(write_report, name="report")

@@ -1,0 +1,37 @@
+"""The frames a report is rendered from: gathered from a stored run by ``db.report_data``,
+rendered by the pure ``tasks.report`` (which never reads the database itself)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+
+def _empty() -> pd.DataFrame:
+    return pd.DataFrame()
+
+
+@dataclass(frozen=True)
+class ReportFrames:
+    """One stored run and its results, as plain frames (columns as stored; extra columns that
+    later stages add flow through and are rendered where the report knows them).
+
+    ``run``: the ``audit_runs`` row as a dict (config and summary included).
+    ``trend``: raw group metric values of this run and the earlier runs of the same audit and model
+    (by as-of, never a later one), with ``run_id``, ``version`` and ``as_of``.
+    ``monitor``: the anytime-valid monitoring rows of the run, when that stage exists.
+    """
+
+    run: dict[str, Any]
+    counts: pd.DataFrame = field(default_factory=_empty)
+    metrics: pd.DataFrame = field(default_factory=_empty)
+    detection: pd.DataFrame = field(default_factory=_empty)
+    planning: pd.DataFrame = field(default_factory=_empty)
+    match: pd.DataFrame = field(default_factory=_empty)
+    meta: pd.DataFrame = field(default_factory=_empty)
+    comparison: pd.DataFrame = field(default_factory=_empty)
+    two_group: pd.DataFrame = field(default_factory=_empty)
+    trend: pd.DataFrame = field(default_factory=_empty)
+    monitor: pd.DataFrame = field(default_factory=_empty)
