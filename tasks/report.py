@@ -81,9 +81,12 @@ def sig3(value: float) -> str:
     if value == 0:
         return "0"
     if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    digits = max(0, 2 - math.floor(math.log10(abs(value))))
-    return f"{value:.{digits}f}" if abs(value) >= 1e-4 else f"{value:.2g}"
+        text = f"{value:,.0f}"
+    elif abs(value) >= 1e-4:
+        text = f"{value:.{max(0, 2 - math.floor(math.log10(abs(value))))}f}"
+    else:
+        text = f"{value:.2g}"
+    return text.replace("-", "−")
 
 
 def percent(value: float) -> str:
@@ -100,7 +103,7 @@ def points(value: float) -> str:
     if _missing(value):
         return "–"
     text = sig3(abs(100 * value))
-    sign = "−" if value < 0 and text != "0" else "+"
+    sign = "−" if value < 0 and text.strip("0.") else "+"
     return f"{sign}{text} pp"
 
 
@@ -370,7 +373,7 @@ def forest_plot(rows: pd.DataFrame, tolerance: float, title: str, minimum: int) 
     if rows.empty:
         return ""
     rows = rows.assign(_order=rows["difference"].fillna(np.inf)).sort_values("_order")
-    label_w, plot_w, value_w, line, top = 250, 260, 180, 20, 24
+    label_w, plot_w, value_w, line, top = 230, 250, 175, 20, 24
     height = top + line * len(rows) + 34
     defined = rows[rows["difference"].notna()]
     low = min([-tolerance, *defined["low"].dropna(), *defined["difference"]])
@@ -439,8 +442,10 @@ def sparkline(values: list[float], label: str) -> str:
     series = [v for v in values if not _missing(v)]
     if len(series) < 2:
         return ""
-    top, bottom = max(series), min(series)
-    span = (top - bottom) or 1.0
+    # At least 5 percentage points tall: flat series stay flat instead of filling the box.
+    middle = (max(series) + min(series)) / 2
+    span = max(max(series) - min(series), 0.05)
+    bottom = middle - span / 2
     xs = np.linspace(4, 116, len(values))
     pts = [
         (xs[i], 24 - (v - bottom) / span * 20) for i, v in enumerate(values) if not _missing(v)
@@ -758,13 +763,15 @@ def trend_section(frames: ReportFrames) -> str:
                 [esc(group), *(percent(v) for v in series), sparkline(series, f"{metric} {group}")]
             )
         blocks.append(
-            f"<h3>{esc(attribute)} · {esc(metric.upper())}</h3>"
+            f"<div><h3>{esc(attribute)} · {esc(metric.upper())}</h3>"
             + _table(["group", *dates, "trend"], rows)
+            + "</div>"
         )
     return (
         f"<details open><summary>Trends over the last {len(runs)} runs (as of "
         f"{pd.Timestamp(runs['as_of'].iloc[0]):%Y-%m-%d} to "
-        f"{pd.Timestamp(runs['as_of'].iloc[-1]):%Y-%m-%d})</summary>{''.join(blocks)}</details>"
+        f"{pd.Timestamp(runs['as_of'].iloc[-1]):%Y-%m-%d})</summary><div class=plots>"
+        f"{''.join(blocks)}</div></details>"
     )
 
 
@@ -846,35 +853,48 @@ def render_html(frames: ReportFrames) -> str:
 # Markdown and table artifact
 # ---------------------------------------------------------------------------------------------
 
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>:@])")
 
 
 def md(value) -> str:
     """A data value safe in a markdown table cell: HTML escaped (no tags, no entities), markdown
-    punctuation backslash-escaped (no links, emphasis or column breaks), newlines as spaces."""
+    punctuation backslash-escaped (no links, emphasis or column breaks; ``:``, ``.`` and ``@``
+    too, so no bare URL, www. or e-mail autolink forms), line breaks as spaces."""
     text = "" if _missing(value) else str(value)
     text = re.sub(r"[\r\n\t\v\f\u2028\u2029]+", " ", text)
     text = html.escape(text, quote=True)
     return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
 
 
+def _md_groups(part: pd.DataFrame) -> str:
+    return "; ".join(
+        f"{md(g)} {count(n)}" + (" (small)" if small else "")
+        for g, n, small in zip(part["group_name"], part["n"], part["small"])
+    )
+
+
 def render_markdown(frames: ReportFrames, report_path: str | None = None) -> str:
-    """The first screen as markdown (Prefect artifact): verdicts and ranked flagged comparisons."""
+    """The first screen as markdown (Prefect artifact): verdicts, groups and ranked flagged
+    comparisons. Values from the data go through ``md``; numbers are formatted here."""
     run = frames.run
     verdict = verdicts(frames)
+    sizes = groups(frames)
+    as_of = run.get("as_of")
+    as_of = f"{as_of:%Y-%m-%d %H:%M}" if isinstance(as_of, datetime) else md(as_of)
     lines = [
         f"# Bias audit {md(run.get('audit_name'))}: run {md(run.get('id'))}",
         "",
-        f"model {md(run.get('model_id'))}, version {md(run.get('version'))}, as of "
-        f"{md(run.get('as_of'))}; {md(count(run.get('rows_valid')))} valid predictions",
+        f"model {md(run.get('model_id'))}, version {md(run.get('version'))}, as of {as_of}, "
+        f"{count(run.get('rows_valid'))} valid predictions",
         "",
-        "| attribute | verdict | why | groups | smallest group |",
-        "|---|---|---|---|---|",
+        "| attribute | verdict | why | groups (predictions) |",
+        "|---|---|---|---|",
     ]
     for row in verdict.itertuples():
+        part = sizes[sizes["attribute"] == row.attribute]
         lines.append(
-            f"| {md(row.attribute)} | **{md(VERDICTS[row.verdict][0])}** | {md(row.why)} | "
-            f"{row.k} | {md(count(row.smallest))} |"
+            f"| {md(row.attribute)} | **{VERDICTS[row.verdict][0]}** | {md(row.why)} | "
+            f"{_md_groups(part)} |"
         )
     findings = ranked_findings(frames)
     lines += ["", f"## Flagged comparisons ({len(findings)}), largest first", ""]
@@ -882,18 +902,18 @@ def render_markdown(frames: ReportFrames, report_path: str | None = None) -> str
         lines.append("No comparison is flagged.")
     else:
         lines += [
-            "| attribute | group | compared with | metric | group rate | reference rate | "
-            "difference [HDI] | ratio | adjusted p |",
+            "| attribute | group | compared with | metric | group rate | reference rate "
+            "| difference \\[HDI\\] | ratio | adjusted p |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
         for row in findings.head(FIRST_SCREEN_ROWS).itertuples():
             small = " (small)" if row.small else ""
             lines.append(
                 f"| {md(row.attribute)} | {md(row.group_name)}{small} | {md(row.reference)} | "
-                f"{md(row.metric.upper())} | {md(percent(row.rate_group))} | "
-                f"{md(percent(row.rate_reference))} | {md(points(row.difference))} "
-                f"\\[{md(sig3(100 * row.low))}, {md(sig3(100 * row.high))}\\] | "
-                f"{md(sig3(row.ratio))} | {md(p_text(row.p_adjusted))} |"
+                f"{md(row.metric.upper())} | {percent(row.rate_group)} | "
+                f"{percent(row.rate_reference)} | {points(row.difference)} "
+                f"\\[{sig3(100 * row.low)}, {sig3(100 * row.high)}\\] | "
+                f"{sig3(row.ratio)} | {md(p_text(row.p_adjusted))} |"
             )
         if len(findings) > FIRST_SCREEN_ROWS:
             lines.append(f"\nand {len(findings) - FIRST_SCREEN_ROWS} more in the HTML report.")
