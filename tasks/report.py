@@ -346,11 +346,15 @@ def rate_table(frames: ReportFrames) -> pd.DataFrame:
 
 
 def nice_ticks(low: float, high: float, most: int = 7) -> np.ndarray:
-    """Round tick values covering [low, high] with at most ``most`` ticks (1-2-2.5-5 steps)."""
+    """Round ticks (steps 1, 2, 2.5 or 5 times a power of 10) from at or below ``low`` to at or
+    above ``high``, at most ``most`` of them: labels that never crowd each other."""
     span = max(high - low, 1e-9)
     magnitude = 10 ** math.floor(math.log10(span / most))
-    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10, 20) if span / (m * magnitude) <= most - 1)
-    return np.arange(math.floor(low / step) * step, high + step * 0.5, step).round(12)
+    for step in (m * magnitude for m in (1, 2, 2.5, 5, 10, 20, 25, 50, 100)):
+        first, last = math.floor(low / step + 1e-9), math.ceil(high / step - 1e-9)
+        if last - first + 1 <= most:
+            return (np.arange(first, last + 1) * step).round(12)
+    return np.array([low, high])
 
 
 def tick_label(tick: float, ticks: np.ndarray) -> str:
@@ -717,11 +721,11 @@ def attribute_sections(frames: ReportFrames) -> str:
 
 
 def _plots(frames, attribute, metric, comp_all, comp, ref) -> str:
-    if comp_all.empty:
+    k = int((groups(frames)["attribute"] == attribute).sum())
+    if comp_all.empty or k < 2:
         return ""
     limits = thresholds(frames)
     mine = comp_all[(comp_all["attribute"] == attribute) & (comp_all["metric"] == metric)]
-    k = groups(frames).query("attribute == @attribute").shape[0]
     panels = []
     if ref:
         panels.append((mine[mine["reference"] == ref], f"{metric.upper()}: group − {ref}"))

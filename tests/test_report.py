@@ -1,114 +1,555 @@
-"""The HTML report: self-contained, complete, and rendered by a real headless Chromium."""
+"""The report a risk analyst reads: COMPAS rates, counts and reference comparisons checked against
+the CSV and independent computations; hostile group names; single-group attributes, failed and
+older runs; the first screen measured in a real headless Chromium; the Prefect artifacts."""
 
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
 import shutil
 import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
-from biasaudit.db.engine import make_engine
-from biasaudit.db.load import load_predictions
-from biasaudit.flows.audit import audit_flow, run_audit
-from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
-from biasaudit.tasks.report import render_report
+from scipy import stats
+from statsmodels.stats.proportion import proportion_confint
 
-from .conftest import DEMO_CONFIG
+from biasaudit.db.engine import make_engine
+from biasaudit.db.history import list_runs
+from biasaudit.db.load import load_predictions
+from biasaudit.db.migrate import upgrade
+from biasaudit.db.report_data import report_frames
+from biasaudit.flows.audit import audit_flow, run_audit
+from biasaudit.flows.report import build_report
+from biasaudit.tasks.report import (
+    comparisons,
+    forest_plot,
+    needs_more,
+    nice_ticks,
+    percent,
+    points,
+    rate_interval,
+    render_html,
+    tick_label,
+)
+
+from .conftest import COMPAS
 
 CHROMIUM = shutil.which("chromium")
+REQUIRE_CHROMIUM = os.environ.get("BIASAUDIT_REQUIRE_CHROMIUM") == "1"
+NEWER, OLDER = pd.Timestamp("2015-01-01", tz="UTC"), pd.Timestamp("2014-01-01", tz="UTC")
+HOSTILE = ["<script>alert(1)</script>", "[click](http://evil.example)", "a|b\nc", "plain"]
+needs_compas = pytest.mark.skipif(not COMPAS.exists(), reason=f"{COMPAS} is absent")
 
 
-class Collector(HTMLParser):
-    def __init__(self):
+class Page(HTMLParser):
+    """Table rows of a page as cell texts, each with the attribute (summary) and metric (h3)
+    it sits under; plus every tag, link and the open-tag stack (well-formedness)."""
+
+    VOID = frozenset({"meta", "circle", "line", "rect", "polyline", "br", "hr"})
+
+    def __init__(self, page: str):
         super().__init__()
-        self.tags, self.links, self.stack = [], [], []
+        self.tags, self.links, self.stack, self.rows = [], [], [], []
+        self.summary = self.h3 = None
+        self._capture = self._row = self._cell = None
+        self.feed(page)
 
     def handle_starttag(self, tag, attrs):
         self.tags.append(tag)
         self.links += [v for k, v in attrs if k in ("src", "href") and v]
-        if tag not in ("meta", "circle", "line", "rect", "polyline", "br"):
+        if tag not in self.VOID:
             self.stack.append(tag)
+        if tag in ("summary", "h3") and self._capture is None:
+            self._capture = [tag, ""]
+        elif tag == "tr":
+            self._row = []
+        elif tag in ("td", "th"):
+            self._cell = ""
+        elif tag == "br" and self._cell is not None:
+            self._cell += " "
 
     def handle_startendtag(self, tag, attrs):
         self.tags.append(tag)
+        self.links += [v for k, v in attrs if k in ("src", "href") and v]
 
     def handle_endtag(self, tag):
         assert self.stack and self.stack[-1] == tag, f"unbalanced </{tag}>"
         self.stack.pop()
+        if self._capture and tag == self._capture[0]:
+            text = self._capture[1].strip()
+            if tag == "summary":
+                self.summary = self._first
+            else:
+                self.h3 = text
+            self._capture = None
+        elif tag in ("td", "th") and self._row is not None:
+            self._row.append(self._cell.strip())
+            self._cell = None
+        elif tag == "tr":
+            self.rows.append((self.summary, self.h3, self._row))
+            self._row = None
+
+    def handle_data(self, data):
+        if self._capture:
+            if not self._capture[1]:
+                self._first = data.strip()  # a summary's first text: the attribute
+            self._capture[1] += data
+        if self._cell is not None:
+            self._cell += data
+
+    def row(self, attribute: str, metric: str, group: str) -> list[str]:
+        found = [
+            cells
+            for a, m, cells in self.rows
+            if a == attribute
+            and m == metric
+            and cells
+            and cells[0].split(" (")[0].removesuffix(" ⚠ small") == group
+        ]
+        assert len(found) == 1, (attribute, metric, group, found)
+        return found[0]
 
 
-@pytest.fixture
-def audited(tmp_path):
-    url = f"sqlite:///{tmp_path / 'report.db'}"
-    from biasaudit.db.migrate import upgrade
+def assert_self_contained(page: str) -> Page:
+    parsed = Page(page)
+    assert not parsed.stack, parsed.stack
+    assert "script" not in parsed.tags and "iframe" not in parsed.tags and parsed.links == []
+    assert "url(" not in page and "@import" not in page
+    return parsed
 
+
+# -- COMPAS ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compas(tmp_path_factory):
+    """COMPAS audited by race (reference Caucasian), sex and race x sex, as of two dates: the
+    later as-of first, so the older run has the higher id."""
+    if not COMPAS.exists():
+        pytest.skip(f"{COMPAS} is absent")
+    from .test_compas import compas_predictions
+
+    folder = tmp_path_factory.mktemp("compas-report")
+    url = f"sqlite:///{folder / 'compas.db'}"
     upgrade(url)
-    data = synthetic_predictions()
-    load_predictions(
-        make_engine(url), data[data["model_id"] == "credit-scorer"], list(GROUPS), "demo"
+    load_predictions(make_engine(url), compas_predictions(), ["race", "sex"], "compas")
+    config = folder / "compas.toml"
+    config.write_text(
+        '[[audits]]\nname = "compas-race"\nmodel = "compas"\nattributes = ["race", "sex"]\n'
+        'intersections = [["race", "sex"]]\nmetrics = ["fpr", "fnr", "ppv", "ppr"]\n'
+        'reference_groups = { race = "Caucasian" }\n'
     )
-    result = run_audit("credit-race", str(DEMO_CONFIG), url, END)
-    return url, result
+    newer = run_audit("compas-race", str(config), url, NEWER)["run_id"]
+    older = run_audit("compas-race", str(config), url, OLDER)["run_id"]
+    assert older > newer
+    engine = make_engine(url)
+    return {
+        "url": url,
+        "engine": engine,
+        "newer": newer,
+        "older": older,
+        "page": build_report(engine, newer)[0],
+        "folder": folder,
+    }
 
 
-def test_report_is_self_contained_and_complete(audited):
-    """It is well-formed HTML with no scripts or external resources, and has every section."""
-    url, result = audited
-    page = render_report(make_engine(url), result["run_id"])
-    parser = Collector()
-    parser.feed(page)
-    assert not parser.stack and "script" not in parser.tags and parser.links == []
-    for section in ("Flagged groups", "Disparities", "Planning", "Meta-metrics", "Trend"):
-        assert section in page
-    # one forest plot per attribute and rate metric (4 attributes x 6 rate metrics)
-    assert page.count('<svg xmlns="http://www.w3.org/2000/svg" width="760"') == 24
-    assert "#b00020" in page  # the injected Black FPR disparity is drawn as flagged
-    assert Path(result["report"]).read_text() == page
+def compas_cells(until: pd.Timestamp = NEWER) -> pd.DataFrame:
+    """Independent confusion counts per race straight from the CSV (predictions up to ``until``)."""
+    raw = pd.read_csv(COMPAS)
+    raw = raw[pd.to_datetime(raw["compas_screening_date"], utc=True) <= until]
+    predicted, truth = raw["score_text"] != "Low", raw["two_year_recid"] == 1
+    cells = pd.DataFrame(
+        {
+            "tp": predicted & truth,
+            "fp": predicted & ~truth,
+            "fn": ~predicted & truth,
+            "tn": ~predicted & ~truth,
+        }
+    )
+    return cells.groupby(raw["race"]).sum()
 
 
-@pytest.mark.skipif(
-    CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)"
-)
-def test_report_renders_in_headless_chromium(audited, tmp_path):
-    """It renders in headless Chromium: the DOM has the plots and a screenshot is written."""
-    _, result = audited
+def hdi_monte_carlo(x1, n1, x2, n2, mass=0.95, draws=400_000, seed=1):
+    """Narrowest interval holding ``mass`` of e2 − e1 under uniform priors, from samples."""
+    rng = np.random.default_rng(seed)
+    t = np.sort(rng.beta(x2 + 1, n2 - x2 + 1, draws) - rng.beta(x1 + 1, n1 - x1 + 1, draws))
+    k = int(np.ceil(mass * draws))
+    i = int(np.argmin(t[k - 1 :] - t[: draws - k + 1]))
+    return t[i], t[i + k - 1]
+
+
+@needs_compas
+def test_compas_fpr_rates_counts_and_reference_comparison(compas):
+    """FPR 44.8% (African-American) and 23.5% (Caucasian) with their counts, Clopper-Pearson
+    intervals, ratio 1.91 to the Caucasian reference, flagged, with the HDI of the difference."""
+    page = Page(compas["page"])
+    cells = compas_cells()
+    black, white = cells.loc["African-American"], cells.loc["Caucasian"]
+    fpr_b, fpr_w = black.fp / (black.fp + black.tn), white.fp / (white.fp + white.tn)
+    # ProPublica's published figures (and the issue's): 44.8%, 23.5%, ratio 1.91.
+    assert (f"{100 * fpr_b:.1f}%", f"{100 * fpr_w:.1f}%", f"{fpr_b / fpr_w:.2f}") == (
+        "44.8%",
+        "23.5%",
+        "1.91",
+    )
+    row = page.row("race", "FPR", "African-American")
+    header = next(c for a, m, c in page.rows if a == "race" and m == "FPR" and c[0] == "group")
+    assert header[7].startswith("vs ref. Caucasian") and header[10].startswith("vs rest")
+    assert row[1] == f"{black.sum():,}"
+    assert row[2:6] == [f"{black[c]:,}" for c in ("tp", "fp", "fn", "tn")]
+    low, high = proportion_confint(black.fp, black.fp + black.tn, alpha=0.05, method="beta")
+    assert row[6] == f"44.8% [{100 * low:.1f}%, {100 * high:.1f}%]"
+    difference, ratio, verdict = row[7], row[8], row[9]
+    hdi = hdi_monte_carlo(white.fp, white.fp + white.tn, black.fp, black.fp + black.tn)
+    numbers = [float(v) for v in re.findall(r"\d+\.\d+", difference)]
+    assert difference.startswith(f"+{100 * (fpr_b - fpr_w):.1f} pp")
+    assert np.allclose(numbers[1:], 100 * np.array(hdi), atol=0.15)
+    assert ratio == "1.91 outside" and verdict.startswith("flagged")
+    reference = page.row("race", "FPR", "Caucasian")
+    assert reference[6].startswith("23.5%") and reference[2:6] == [
+        f"{white[c]:,}" for c in ("tp", "fp", "fn", "tn")
+    ]
+
+
+@needs_compas
+def test_compas_undefined_cell_shows_its_reason(compas):
+    """Asian women: no positive prediction in the CSV, so their PPV is undefined: the table and
+    the forest plot both say so, with the reason, instead of dropping the group."""
+    raw = pd.read_csv(COMPAS)
+    women = raw[(raw["race"] == "Asian") & (raw["sex"] == "Female")]
+    assert (women["score_text"] != "Low").sum() == 0 and len(women) == 2
+    row = Page(compas["page"]).row("race x sex", "PPV", "Asian x Female")
+    assert row[6].startswith("undefined:") and len(row[6]) > len("undefined: ")
+    assert "⚠ small" in row[0]  # two people, below min_group_size
+    assert re.search(r"Asian x Female · n=2 ⚠</text>.{0,200}undefined: ", compas["page"])
+
+
+@needs_compas
+def test_compas_first_screen_verdicts_and_groups(compas):
+    """Every attribute has a verdict; group sizes are the CSV's; tiny groups are marked."""
+    frames = report_frames(compas["engine"], compas["newer"])
+    first = compas["page"].split('<hr class="fold">')[0]
+    raw = pd.read_csv(COMPAS)
+    for race, n in raw["race"].value_counts().items():
+        assert f"{race} <b>{n:,}</b>" in first
+    assert "Asian x Female <b>2</b> ⚠ below 30" in first
+    rows = Page(first).rows
+    verdicts = {c[0].split(" reference")[0]: c[1] for _, _, c in rows[1:4]}
+    assert set(verdicts) == {"race", "race x sex", "sex"}
+    kinds = ("flagged", "fair within tolerance", "undecided", "too little data")
+    assert all(v.startswith(kinds) for v in verdicts.values())
+    assert verdicts["race"].startswith("flagged")  # the FPR comparison above is flagged
+    # one test per hypothesis: sex has two groups, so one comparison per metric, not three
+    sex = comparisons(frames)
+    sex = sex[sex["attribute"] == "sex"]
+    assert len(sex) == sex["metric"].nunique() == 4
+    assert "Flagged comparisons" in first and first.count("<tr>") <= 3 + 1 + 10 + 1
+
+
+@needs_compas
+def test_compas_trend_is_ordered_by_as_of_and_never_shows_a_later_run(compas):
+    """The newer run's trend shows both as-of dates with each group's value at that date; the
+    older run (higher id) shows no later value."""
+    page = Page(compas["page"])
+    rows = [c for a, m, c in page.rows if m == "race · FPR" and c[0] == "African-American"]
+    assert len(rows) == 1
+    values = []
+    for until in (OLDER, NEWER):
+        b = compas_cells(until).loc["African-American"]
+        values.append(f"{100 * b.fp / (b.fp + b.tn):.1f}%")
+    assert rows[0][1:3] == values and values[0] != values[1]
+    older = build_report(compas["engine"], compas["older"])[0]
+    assert "2015-01-01" not in older and "no trend yet" in older
+
+
+@needs_compas
+def test_compas_plots_have_readable_axes(compas):
+    """Forest plots: tick labels at least 40 px apart, distinct, and none outside the svg."""
+    svgs = re.findall(r"<svg [^>]*width=\"(\d+)\".*?</svg>", compas["page"], flags=re.DOTALL)
+    plots = re.findall(r"(<svg .*?</svg>)", compas["page"], flags=re.DOTALL)
+    forests = [p for p in plots if "percentage points" in p]
+    assert len(forests) >= 6 and svgs
+    for svg in forests:
+        width = float(re.search(r'width="(\d+)"', svg).group(1))
+        ticks = re.findall(
+            r'<text x="([\d.]+)" y="[\d.]+" text-anchor="middle" font-size="11">([^<]+)</text>',
+            svg,
+        )
+        xs = np.array([float(x) for x, _ in ticks])
+        assert len(xs) >= 3 and np.all(np.diff(xs) >= 40) and xs.max() <= width
+        assert len({label for _, label in ticks}) == len(ticks)
+
+
+@needs_compas
+def test_compas_report_is_self_contained(compas):
+    assert_self_contained(compas["page"])
+    # findings first; the details after them, collapsed
+    page = compas["page"]
+    assert page.index("Flagged comparisons") < page.index("Group rates") < page.index("Planning")
+    for title in ("Planning", "MATCH", "Meta-metrics", "Smoothing", "Run facts"):
+        assert f"<details><summary>{title}" in page
+
+
+# -- hostile names, a single-group attribute, a failed run -------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    """Synthetic predictions whose group names are hostile, an attribute with a single group, a
+    two-valued attribute without reference; two runs, and one failed run."""
+    folder = tmp_path_factory.mktemp("hostile-report")
+    url = f"sqlite:///{folder / 'hostile.db'}"
+    upgrade(url)
+    rng = np.random.default_rng(7)
+    n = 2000
+    team = np.array(HOSTILE)[rng.choice(4, n, p=[0.45, 0.3, 0.2, 0.05])]
+    truth = rng.random(n) < 0.4
+    fpr = np.where(team == HOSTILE[0], 0.45, 0.15)
+    predicted = np.where(truth, rng.random(n) < 0.8, rng.random(n) < fpr)
+    frame = pd.DataFrame(
+        {
+            "prediction_id": [f"p{i}" for i in range(n)],
+            "model_id": "m",
+            "model_version": "1",
+            "predicted_at": pd.Timestamp("2026-01-01", tz="UTC")
+            + pd.to_timedelta(rng.uniform(0, 30, n), unit="D"),
+            "y_true": truth.astype(float),
+            "y_pred": predicted.astype(int),
+            "score": 0.5,
+            "team": team,
+            "region": "north",
+            "sex": np.where(rng.random(n) < 0.5, "F", "M"),
+        }
+    )
+    load_predictions(make_engine(url), frame, ["team", "region", "sex"], "hostile")
+    config = folder / "hostile.toml"
+    config.write_text(
+        '[[audits]]\nname = "hostile"\nmodel = "m"\nattributes = ["team", "region", "sex"]\n'
+        'metrics = ["fpr", "tpr", "mcc"]\nreference_groups = { team = "plain" }\n'
+        '[[audits]]\nname = "broken"\nmodel = "m"\nattributes = ["team"]\n'
+        'reference_groups = { team = "nobody" }\n'
+    )
+    first = run_audit("hostile", str(config), url, pd.Timestamp("2026-01-15", tz="UTC"))
+    second = run_audit("hostile", str(config), url, pd.Timestamp("2026-02-01", tz="UTC"))
+    with pytest.raises(LookupError):
+        run_audit("broken", str(config), url, pd.Timestamp("2026-02-01", tz="UTC"))
+    engine = make_engine(url)
+    failed = int(list_runs(engine, audit="broken", status="failed")["id"].iloc[0])
+    return {
+        "url": url,
+        "config": config,
+        "engine": engine,
+        "runs": (first["run_id"], second["run_id"]),
+        "failed": failed,
+    }
+
+
+def test_hostile_group_names_are_escaped_in_html(hostile):
+    """No tag, link or line break from the data reaches the page's markup."""
+    page, _, _ = build_report(hostile["engine"], hostile["runs"][1])
+    parsed = assert_self_contained(page)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    texts = [cell for _, _, cells in parsed.rows for cell in cells]
+    assert "<script>alert(1)</script>" in texts[texts.index("<script>alert(1)</script>")]
+    assert "[click](http://evil.example)" in page  # shown as text, never as a link
+
+
+def _unescaped_pipes(line: str) -> int:
+    return len(re.findall(r"(?<!\\)\|", line))
+
+
+def test_hostile_group_names_are_escaped_in_markdown(hostile):
+    """Markdown: no HTML, no link or autolink, no extra table column, no broken row."""
+    _, markdown, records = build_report(hostile["engine"], hostile["runs"][1])
+    assert "<" not in markdown.replace("&lt;", "")
+    assert not re.search(r"(?<!\\)\]\s*\(", markdown)
+    assert "http://" not in markdown and "www." not in markdown
+    for table in re.findall(r"((?:^\|.*\|$\n?)+)", markdown, flags=re.MULTILINE):
+        lines = table.strip().split("\n")
+        assert len({_unescaped_pipes(line) for line in lines}) == 1, lines
+    assert markdown.count("alert\\(1\\)") >= 2  # the flagged group is listed, escaped
+    # the table artifact carries the data as data (Prefect renders its cells as text)
+    assert {r["group"] for r in records} >= {HOSTILE[0], HOSTILE[1]}
+    json.dumps(records)
+
+
+def test_single_group_attribute_and_failed_run_render(hostile):
+    """An attribute with one group renders with the verdict 'too little data'; a failed run
+    (no results) renders with its error."""
+    page, markdown, _ = build_report(hostile["engine"], hostile["runs"][1])
+    row = next(c for _, _, c in Page(page).rows if c and c[0] == "region")
+    assert row[1].startswith("too little data") and "one group only" in row[1]
+    assert "| region | **too little data** |" in markdown
+    page, markdown, records = build_report(hostile["engine"], hostile["failed"])
+    assert_self_contained(page)
+    assert "nobody" in page and "status failed" in page and records == []
+
+
+def test_two_valued_attribute_is_tested_once(hostile):
+    """sex (F, M) without a reference: one comparison per metric, drawn once."""
+    frames = report_frames(hostile["engine"], hostile["runs"][1])
+    sex = comparisons(frames)
+    sex = sex[sex["attribute"] == "sex"]
+    assert len(sex) == 2 and set(sex["metric"]) == {"fpr", "tpr"}
+    page = render_html(frames)
+    titles = re.findall(r'font-weight="600">(FPR: group − [^<]+)</text>', page)
+    # team: against its reference and the rest; sex: once; region (one group): no plot
+    assert sorted(titles) == ["FPR: group − plain", *["FPR: group − rest of population"] * 2]
+
+
+# -- pure functions ----------------------------------------------------------------------------
+
+
+def test_clopper_pearson_matches_statsmodels_and_covers():
+    """The rate interval equals statsmodels' 'beta' (Clopper-Pearson) interval, and its exact
+    coverage, by enumeration of the binomial, is at least the level at every n and p."""
+    for n in range(1, 41):
+        x = np.arange(n + 1)
+        low, high = rate_interval(x, np.full_like(x, n), 0.95)
+        ref_low, ref_high = proportion_confint(x, n, alpha=0.05, method="beta")
+        assert np.allclose(low, np.nan_to_num(ref_low), atol=1e-10)
+        assert np.allclose(high, np.where(x == n, 1.0, ref_high), atol=1e-10)
+    for n in (1, 2, 5, 13, 30, 100, 400):
+        x = np.arange(n + 1)
+        low, high = rate_interval(x, np.full_like(x, n), 0.95)
+        p = np.linspace(0.0005, 0.9995, 999)[:, None]
+        covered = (low <= p) & (p <= high)
+        coverage = (stats.binom.pmf(x, n, p) * covered).sum(axis=1)
+        assert coverage.min() >= 0.95 - 1e-9, (n, coverage.min())
+    low, high = rate_interval([0, 3], [0, 0])
+    assert np.isnan(low).all() and np.isnan(high).all()
+
+
+def test_numbers_for_people():
+    assert [percent(v) for v in (0.448468, 0.0452, 1.0, 0.0, np.nan)] == [
+        "44.8%",
+        "4.52%",
+        "100%",
+        "0%",
+        "–",
+    ]
+    assert [points(v) for v in (0.21392, -0.0197, 0.0)] == ["+21.4 pp", "−1.97 pp", "+0 pp"]
+    assert needs_more(3100.0, 700.0) == "needs 2,400 more predictions"
+    assert needs_more(859105.2 * 10 + 50, 50) == "needs 8.60 million more predictions"
+    assert needs_more(500.0, 700.0) == "enough data"
+
+
+def test_ticks_are_round_and_cover_the_range():
+    rng = np.random.default_rng(3)
+    for _ in range(500):
+        low, high = np.sort(rng.uniform(-1, 1, 2))
+        ticks = nice_ticks(low, high, 6)
+        step = np.diff(ticks)
+        assert ticks[0] <= low + 1e-12 and ticks[-1] >= high - 1e-12 and len(ticks) <= 7
+        assert np.allclose(step, step[0])
+        mantissa = step[0] / 10 ** np.floor(np.log10(step[0]))
+        assert np.isclose(mantissa, [1, 2, 2.5, 5, 10]).any()
+        labels = [tick_label(t, ticks) for t in ticks]
+        assert len(set(labels)) == len(labels)
+
+
+def test_forest_plot_keeps_undefined_and_small_groups():
+    rows = pd.DataFrame(
+        {
+            "group_name": ["big", "tiny", "empty"],
+            "difference": [0.2, -0.3, np.nan],
+            "low": [0.15, -0.6, np.nan],
+            "high": [0.25, 0.1, np.nan],
+            "flagged": [True, False, False],
+            "small": [False, True, True],
+            "size_group": [5000, 3, 0],
+            "undefined_reason": [None, None, "fp+tn = 0"],
+        }
+    )
+    svg = forest_plot(rows, 0.05, "FPR", 30)
+    assert "empty · n=0 ⚠" in svg and "undefined: fp+tn = 0" in svg
+    assert "tiny · n=3 ⚠" in svg and 'fill="#fff"' in svg  # hollow dot for a small group
+    assert svg.count("<circle") == 2
+
+
+# -- headless Chromium and the Prefect artifacts -----------------------------------------------
+
+MEASURE = """<script>
+const box = document.getElementById("first-screen").getBoundingClientRect();
+const out = document.createElement("pre");
+out.id = "measure";
+out.textContent = JSON.stringify({bottom: box.bottom + window.scrollY,
+  width: document.documentElement.scrollWidth, text: document.body.innerText});
+document.body.appendChild(out);
+</script>"""
+
+
+def chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:
     flags = [
         "--headless",
         "--no-sandbox",
         "--disable-gpu",
-        "--disable-quic",
         "--no-first-run",
         "--disable-background-networking",
         "--disable-component-update",
         "--disable-sync",
-        f"--user-data-dir={tmp_path / 'profile'}",
+        "--hide-scrollbars",
+        "--window-size=1400,1000",
+        f"--user-data-dir={profile}",
     ]
-    page = Path(result["report"]).resolve().as_uri()
-    dom = subprocess.run(
-        [CHROMIUM, *flags, "--dump-dom", page],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    return subprocess.run(
+        [CHROMIUM, *flags, *args], capture_output=True, text=True, timeout=120, check=False
     )
-    assert dom.returncode == 0 and dom.stdout.count("<circle") > 50
-    assert "Uncaught" not in dom.stderr
-    shot = tmp_path / "report.png"
-    subprocess.run(
-        [CHROMIUM, *flags, "--window-size=1200,2400", f"--screenshot={shot}", page],
-        capture_output=True,
-        timeout=120,
-        check=True,
-    )
-    assert shot.stat().st_size > 50_000
+
+
+@needs_compas
+@pytest.mark.skipif(
+    CHROMIUM is None and not REQUIRE_CHROMIUM,
+    reason="Debian's chromium is not installed (apt-get install -y chromium)",
+)
+def test_compas_report_in_headless_chromium(compas, tmp_path):
+    """Chromium lays the page out at 1,400 px: the first screen ends within 1,000 px, nothing
+    overflows sideways, and the rendered text has the rates and the reference comparison."""
+    assert CHROMIUM is not None, "BIASAUDIT_REQUIRE_CHROMIUM=1 but chromium is not installed"
+    page = tmp_path / "report.html"
+    page.write_text(compas["page"])
+    probe = tmp_path / "probe.html"  # a copy with a measuring script; the report has none
+    probe.write_text(compas["page"].replace("</body>", MEASURE + "</body>"))
+    dom = chromium("--dump-dom", probe.as_uri(), profile=tmp_path / "profile")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    found = re.search(r'<pre id="measure">(.*?)</pre>', dom.stdout, flags=re.DOTALL)
+    assert found, dom.stdout[-2000:]
+    measure = json.loads(html.unescape(found.group(1)))
+    assert 300 < measure["bottom"] <= 1000 and measure["width"] <= 1400
+    text = measure["text"]
+    assert "44.8%" in text and "23.5%" in text and "vs ref. Caucasian" in text
+    # the FPR row: counts, rate, then the comparison with Caucasian: ratio 1.91, flagged
+    row = re.search(r"African-American\t3,696\t1,369\t805\t532\t990\t44\.8%.{0,80}", text, re.S)
+    assert row and re.search(r"\t1\.91\s+outside\s+flagged", row.group(0)), row
+    shot = tmp_path / "first-screen.png"
+    result = chromium(f"--screenshot={shot}", page.as_uri(), profile=tmp_path / "profile")
+    assert result.returncode == 0 and shot.stat().st_size > 50_000
+    assert shot.read_bytes()[16:24] == (1400).to_bytes(4, "big") + (1000).to_bytes(4, "big")
 
 
 @pytest.mark.usefixtures("prefect_harness")
-def test_flow_publishes_a_markdown_artifact(audited):
-    """It publishes the headline numbers as a Prefect markdown artifact keyed by audit."""
+def test_flow_publishes_escaped_markdown_and_table_artifacts(hostile):
+    """Inside a flow run: the first screen as a markdown artifact (escaped) and the comparisons
+    as a table artifact, both keyed by audit."""
     from prefect.artifacts import Artifact
 
-    url, _ = audited
-    result = audit_flow("credit-race", str(DEMO_CONFIG), url, END, True)
-    artifact = Artifact.get("audit-credit-race")
-    assert artifact is not None and artifact.type == "markdown"
-    assert f"run {result['run_id']}" in artifact.data and "race=Black fpr" in artifact.data
+    result = audit_flow(
+        "hostile", str(hostile["config"]), hostile["url"], pd.Timestamp("2026-02-15", tz="UTC")
+    )
+    markdown = Artifact.get("audit-hostile")
+    table = Artifact.get("audit-hostile-comparisons")
+    assert markdown is not None and markdown.type == "markdown"
+    assert f"run {result['run_id']}" in markdown.data and "<script" not in markdown.data
+    assert "&lt;script&gt;alert\\(1\\)&lt;/script&gt;" in markdown.data
+    assert table is not None and table.type == "table"
+    rows = json.loads(table.data) if isinstance(table.data, str) else table.data
+    assert any(r["group"] == HOSTILE[0] and r["flagged"] for r in rows)
+    assert Path(result["report"]).read_text() == build_report(
+        hostile["engine"], result["run_id"], result["report"]
+    )[0]
