@@ -239,9 +239,7 @@ def comparisons(frames: ReportFrames, deduplicate: bool = True) -> pd.DataFrame:
     ref_key = pd.MultiIndex.from_arrays([out["attribute"], out["reference"]])
     ref_size = size["labelled"].reindex(ref_key).to_numpy()
     rest = size.groupby(level="attribute")["labelled"].sum().reindex(out["attribute"]).to_numpy()
-    out["size_reference"] = np.where(
-        out["reference"] == "rest", rest - out["size_group"], ref_size
-    )
+    out["size_reference"] = np.where(out["reference"] == "rest", rest - out["size_group"], ref_size)
     out["small"] = (out["size_group"] < minimum) | (out["size_reference"] < minimum)
     if deduplicate:
         out = _deduplicate(out, size, references(frames))
@@ -258,7 +256,7 @@ def _deduplicate(out: pd.DataFrame, size: pd.DataFrame, named: dict[str, str]) -
             keep |= rows & (out["reference"] == named[attribute])
         else:
             sizes = size.loc[attribute]["labelled"]
-            smaller = sorted(sizes.index, key=lambda g: (sizes[g], g))[0]
+            smaller = min(sizes.index, key=lambda g: (sizes[g], g))
             keep |= rows & (out["reference"] == "rest") & (out["group_name"] == smaller)
     return out[keep]
 
@@ -320,9 +318,9 @@ def rate_table(frames: ReportFrames) -> pd.DataFrame:
     raw = raw[raw["metric"].isin(rated)]
     level = 1 - thresholds(frames)["alpha"]
     low, high = rate_interval(raw["numerator"], raw["denominator"], level)
-    table = raw[
-        ["attribute", "group_name", "metric", "value", "numerator", "denominator"]
-    ].assign(low=low, high=high, reason=_col(raw, "undefined_reason", default=None))
+    table = raw[["attribute", "group_name", "metric", "value", "numerator", "denominator"]].assign(
+        low=low, high=high, reason=_col(raw, "undefined_reason", default=None)
+    )
     size = groups(frames)
     keep = ["attribute", "group_name", "n", "labelled", "completeness", "small", *CELLS]
     table = table.merge(size[keep], on=["attribute", "group_name"], how="left")
@@ -331,12 +329,17 @@ def rate_table(frames: ReportFrames) -> pd.DataFrame:
     fields = ["difference", "low", "high", "ratio", "four_fifths", "decision", "p_adjusted"]
     fields += ["flagged", "undefined_reason"]
     keys = ["attribute", "group_name", "metric"]
-    for prefix, chosen in (("ref", comp["reference"] != "rest"), ("rest", comp["reference"] == "rest")):
+    for prefix, chosen in (
+        ("ref", comp["reference"] != "rest"),
+        ("rest", comp["reference"] == "rest"),
+    ):
         if comp.empty:
             break
         part = comp[chosen][keys + fields].rename(columns={f: f"{prefix}_{f}" for f in fields})
         table = table.merge(part, on=keys, how="left")
-    table["is_reference"] = [named.get(a) == g for a, g in zip(table["attribute"], table["group_name"])]
+    table["is_reference"] = [
+        named.get(a) == g for a, g in zip(table["attribute"], table["group_name"])
+    ]
     return table.sort_values(["attribute", "metric", "n"], ascending=[True, True, False])
 
 
@@ -390,8 +393,11 @@ def forest_plot(rows: pd.DataFrame, tolerance: float, title: str, minimum: int) 
         return label_w + (min(max(value, low), high) - low) / (high - low) * plot_w
 
     parts = [
-        f'<rect x="{x(-tolerance):.1f}" y="{top - 6}" width="{x(tolerance) - x(-tolerance):.1f}" '
-        f'height="{line * len(rows) + 4}" fill="#e8f5e9"/>'
+        (
+            f'<rect x="{x(-tolerance):.1f}" y="{top - 6}" '
+            f'width="{x(tolerance) - x(-tolerance):.1f}" height="{line * len(rows) + 4}" '
+            'fill="#e8f5e9"/>'
+        )
     ]
     axis_y = top + line * len(rows)
     for tick in ticks:
@@ -451,9 +457,7 @@ def sparkline(values: list[float], label: str) -> str:
     span = max(max(series) - min(series), 0.05)
     bottom = middle - span / 2
     xs = np.linspace(4, 116, len(values))
-    pts = [
-        (xs[i], 24 - (v - bottom) / span * 20) for i, v in enumerate(values) if not _missing(v)
-    ]
+    pts = [(xs[i], 24 - (v - bottom) / span * 20) for i, v in enumerate(values) if not _missing(v)]
     line = " ".join(f"{a:.1f},{b:.1f}" for a, b in pts)
     dots = "".join(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="2" fill="#1f4e79"/>' for a, b in pts)
     return (
@@ -470,9 +474,10 @@ def sparkline(values: list[float], label: str) -> str:
 
 def _table(header: Iterable[str], rows: Iterable[Iterable[str]], left: int = 1) -> str:
     """A table from already-escaped cells; the first ``left`` columns are left-aligned."""
-    head = "".join(f'<th{" class=l" if i < left else ""}>{h}</th>' for i, h in enumerate(header))
+    head = "".join(f"<th{' class=l' if i < left else ''}>{h}</th>" for i, h in enumerate(header))
     body = "".join(
-        "<tr>" + "".join(f'<td{" class=l" if i < left else ""}>{c}</td>' for i, c in enumerate(r))
+        "<tr>"
+        + "".join(f"<td{' class=l' if i < left else ''}>{c}</td>" for i, c in enumerate(r))
         + "</tr>"
         for r in rows
     )
@@ -541,12 +546,18 @@ def _finding_rows(comp: pd.DataFrame) -> list[list[str]]:
                 esc(row.group_name) + (' <span class="why">⚠ small</span>' if row.small else ""),
                 esc(vs),
                 esc(row.metric.upper()),
-                f"{percent(row.rate_group)} <span class=muted>({count(row.x_group)}/"
-                f"{count(row.n_group)})</span>",
-                f"{percent(row.rate_reference)} <span class=muted>({count(row.x_reference)}/"
-                f"{count(row.n_reference)})</span>",
-                f"<b>{esc(points(row.difference))}</b> [{esc(sig3(100 * row.low))}, "
-                f"{esc(sig3(100 * row.high))}]",
+                (
+                    f"{percent(row.rate_group)} <span class=muted>({count(row.x_group)}/"
+                    f"{count(row.n_group)})</span>"
+                ),
+                (
+                    f"{percent(row.rate_reference)} <span class=muted>({count(row.x_reference)}/"
+                    f"{count(row.n_reference)})</span>"
+                ),
+                (
+                    f"<b>{esc(points(row.difference))}</b> [{esc(sig3(100 * row.low))}, "
+                    f"{esc(sig3(100 * row.high))}]"
+                ),
                 esc(sig3(row.ratio)),
                 esc(p_text(row.p_adjusted)),
             ]
@@ -593,9 +604,11 @@ def first_screen(frames: ReportFrames) -> str:
     rows = []
     for row in verdict.itertuples():
         part = sizes[sizes["attribute"] == row.attribute]
-        ref = f"<br><span class=muted>reference: {esc(named[row.attribute])}</span>" if (
-            row.attribute in named
-        ) else ""
+        ref = (
+            f"<br><span class=muted>reference: {esc(named[row.attribute])}</span>"
+            if (row.attribute in named)
+            else ""
+        )
         rows.append(
             [
                 f"<b>{esc(row.attribute)}</b>{ref}",
@@ -614,7 +627,9 @@ def first_screen(frames: ReportFrames) -> str:
         else '<p class="fair">No comparison is flagged.</p>'
     )
     if more > 0:
-        flagged += f'<p class="muted">and {more} more flagged comparisons in the sections below.</p>'
+        flagged += (
+            f'<p class="muted">and {more} more flagged comparisons in the sections below.</p>'
+        )
     return (
         "<section id=first-screen>"
         + _table(["attribute", "verdict", "groups: predictions (labelled share)"], rows, left=3)
@@ -690,11 +705,14 @@ def attribute_sections(frames: ReportFrames) -> str:
     limits = thresholds(frames)
     level = round(100 * (1 - limits["alpha"]))
     out = [
-        "<h2>Group rates and disparities</h2><p class=meta>Each group's rate with its "
-        f"{level}% Clopper-Pearson interval and counts; difference (percentage points, with the "
-        "HDI) and ratio to the reference group and to the rest of the population; the four-fifths "
-        "rule (ratio within 0.8-1.25) beside the statistical verdict. ⚠ marks groups below "
-        f"min_group_size = {limits['min_group_size']}.</p>"
+        (
+            "<h2>Group rates and disparities</h2><p class=meta>Each group's rate with its "
+            f"{level}% Clopper-Pearson interval and counts; difference (percentage points, with "
+            "the HDI) and ratio to the reference group and to the rest of the population; the "
+            "four-fifths rule (ratio within 0.8-1.25) beside the statistical verdict. ⚠ marks "
+            "groups below "
+            f"min_group_size = {limits['min_group_size']}.</p>"
+        )
     ]
     if verdict is None:
         return out[0] + '<p class="muted">no groups</p>'
@@ -702,7 +720,7 @@ def attribute_sections(frames: ReportFrames) -> str:
         ref = named.get(attribute)
         body = []
         part = table[table["attribute"] == attribute] if not table.empty else table
-        for metric, rows in (part.groupby("metric", sort=True) if not part.empty else []):
+        for metric, rows in part.groupby("metric", sort=True) if not part.empty else []:
             header = ["group", "labelled", "tp", "fp", "fn", "tn", f"rate<br>[{level}% interval]"]
             for name in ([ref] if ref else []) + ["rest"]:
                 label = esc(name) if name == "rest" else f"ref. {esc(name)}"
@@ -743,7 +761,8 @@ def _plots(frames, attribute, metric, comp_all, comp, ref) -> str:
 
 
 def trend_section(frames: ReportFrames) -> str:
-    """Per attribute and metric: each group's value at every run up to this one, by as-of."""
+    """Per attribute (open when flagged) and rate metric: each group's value at every run up to
+    this one, ordered by as-of, with the dates, the values and a sparkline."""
     trend = frames.trend
     if trend.empty or trend["run_id"].nunique() < 2:
         return (
@@ -751,31 +770,41 @@ def trend_section(frames: ReportFrames) -> str:
             "the run shown): no trend yet.</p>"
         )
     runs = trend[["run_id", "as_of", "version"]].drop_duplicates().sort_values(["as_of", "run_id"])
-    dates = [f"{pd.Timestamp(t):%Y-%m-%d}<br>v{esc(v)}" for t, v in zip(runs["as_of"], runs["version"])]
+    dates = [
+        f"{pd.Timestamp(t):%Y-%m-%d}<br>v{esc(v)}" for t, v in zip(runs["as_of"], runs["version"])
+    ]
     rated = set(frames.detection["metric"]) if not frames.detection.empty else set(trend["metric"])
-    blocks = []
-    for (attribute, metric), part in trend[trend["metric"].isin(rated)].groupby(
-        ["attribute", "metric"], sort=True
-    ):
-        wide = part.pivot_table(
-            index="group_name", columns="run_id", values="value", aggfunc="first", dropna=False
-        ).reindex(columns=runs["run_id"])
-        rows = []
-        for group, values in wide.iterrows():
-            series = values.tolist()
-            rows.append(
-                [esc(group), *(percent(v) for v in series), sparkline(series, f"{metric} {group}")]
+    verdict = verdicts(frames).set_index("attribute")["verdict"] if not frames.counts.empty else {}
+    sections = []
+    for attribute, mine in trend[trend["metric"].isin(rated)].groupby("attribute", sort=True):
+        blocks = []
+        for metric, part in mine.groupby("metric", sort=True):
+            wide = part.pivot_table(
+                index="group_name", columns="run_id", values="value", aggfunc="first", dropna=False
+            ).reindex(columns=runs["run_id"])
+            rows = [
+                [
+                    esc(group),
+                    *(percent(v) for v in values.tolist()),
+                    sparkline(values.tolist(), f"{metric} {group}"),
+                ]
+                for group, values in wide.iterrows()
+            ]
+            blocks.append(
+                f"<div><h3>{esc(attribute)} · {esc(metric.upper())}</h3>"
+                + _table(["group", *dates, "trend"], rows)
+                + "</div>"
             )
-        blocks.append(
-            f"<div><h3>{esc(attribute)} · {esc(metric.upper())}</h3>"
-            + _table(["group", *dates, "trend"], rows)
-            + "</div>"
+        opened = " open" if verdict.get(attribute) == "flagged" else ""
+        sections.append(
+            f"<details{opened}><summary>{esc(attribute)}</summary>"
+            f"<div class=plots>{''.join(blocks)}</div></details>"
         )
+    first, last = (pd.Timestamp(runs["as_of"].iloc[i]) for i in (0, -1))
     return (
-        f"<details open><summary>Trends over the last {len(runs)} runs (as of "
-        f"{pd.Timestamp(runs['as_of'].iloc[0]):%Y-%m-%d} to "
-        f"{pd.Timestamp(runs['as_of'].iloc[-1]):%Y-%m-%d})</summary><div class=plots>"
-        f"{''.join(blocks)}</div></details>"
+        f"<h2>Trends over the last {len(runs)} runs</h2><p class=meta>Runs of this audit and "
+        f"model ordered by as-of, {first:%Y-%m-%d} to {last:%Y-%m-%d}, up to the run shown; each "
+        f"group's raw rate at each run.</p>{''.join(sections)}"
     )
 
 
@@ -799,7 +828,9 @@ def details_sections(frames: ReportFrames) -> str:
         plan["data"] = [needs_more(n, a) for n, a in zip(_col(plan, "needed"), have)]
         cols = ["attribute", "group_name", "reference", "metric", "value_group"]
         cols += ["value_reference", "tau", "n_group", "n_reference", "achieved_power", "data"]
-        parts.append(_details("Planning: predictions needed for the disparity to detect", plan, cols))
+        parts.append(
+            _details("Planning: predictions needed for the disparity to detect", plan, cols)
+        )
     if not frames.match.empty:
         match = frames.match.sort_values("p_value")
         parts.append(_details("MATCH test", match))
@@ -888,8 +919,10 @@ def render_markdown(frames: ReportFrames, report_path: str | None = None) -> str
     lines = [
         f"# Bias audit {md(run.get('audit_name'))}: run {md(run.get('id'))}",
         "",
-        f"model {md(run.get('model_id'))}, version {md(run.get('version'))}, as of {as_of}, "
-        f"{count(run.get('rows_valid'))} valid predictions",
+        (
+            f"model {md(run.get('model_id'))}, version {md(run.get('version'))}, as of {as_of}, "
+            f"{count(run.get('rows_valid'))} valid predictions"
+        ),
         "",
         "| attribute | verdict | why | groups (predictions) |",
         "|---|---|---|---|",
@@ -906,8 +939,10 @@ def render_markdown(frames: ReportFrames, report_path: str | None = None) -> str
         lines.append("No comparison is flagged.")
     else:
         lines += [
-            "| attribute | group | compared with | metric | group rate | reference rate "
-            "| difference \\[HDI\\] | ratio | adjusted p |",
+            (
+                "| attribute | group | compared with | metric | group rate | reference rate "
+                "| difference \\[HDI\\] | ratio | adjusted p |"
+            ),
             "|---|---|---|---|---|---|---|---|---|",
         ]
         for row in findings.head(FIRST_SCREEN_ROWS).itertuples():

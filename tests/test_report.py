@@ -525,7 +525,9 @@ def test_compas_report_in_headless_chromium(compas, tmp_path):
     text = measure["text"]
     assert "44.8%" in text and "23.5%" in text and "vs ref. Caucasian" in text
     # the FPR row: counts, rate, then the comparison with Caucasian: ratio 1.91, flagged
-    row = re.search(r"African-American\t3,696\t1,369\t805\t532\t990\t44\.8%.{0,80}", text, re.S)
+    row = re.search(
+        r"African-American\t3,696\t1,369\t805\t532\t990\t44\.8%.{0,80}", text, re.DOTALL
+    )
     assert row and re.search(r"\t1\.91\s+outside\s+flagged", row.group(0)), row
     shot = tmp_path / "first-screen.png"
     result = chromium(f"--screenshot={shot}", page.as_uri(), profile=tmp_path / "profile")
@@ -550,6 +552,7 @@ def test_flow_publishes_escaped_markdown_and_table_artifacts(hostile):
     assert table is not None and table.type == "table"
     rows = json.loads(table.data) if isinstance(table.data, str) else table.data
     assert any(r["group"] == HOSTILE[0] and r["flagged"] for r in rows)
-    assert Path(result["report"]).read_text() == build_report(
-        hostile["engine"], result["run_id"], result["report"]
-    )[0]
+    assert (
+        Path(result["report"]).read_text()
+        == build_report(hostile["engine"], result["run_id"], result["report"])[0]
+    )
