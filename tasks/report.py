@@ -54,6 +54,7 @@ font-weight:600;white-space:nowrap}
 border-radius:4px;font-size:12px;white-space:nowrap}.chip.small{background:#fff3e0;
 border-color:#f0a040}.why{color:#8a4b00;font-style:italic}
 details{margin:6px 0}summary{cursor:pointer;font-weight:600}
+summary.metric{margin:8px 0 2px 12px}details details>table,details details>.plots{margin-left:12px}
 .fold{border:0;border-top:3px solid #1f4e79;margin:10px 0}
 figure{margin:6px 0}figcaption{font-size:12px;color:#555}.plots{display:flex;gap:12px;
 flex-wrap:wrap}
@@ -579,13 +580,17 @@ FINDING_HEADER = [
 
 
 def ranked_findings(frames: ReportFrames) -> pd.DataFrame:
-    """Flagged comparisons (one per hypothesis), ranked by the smallest size their interval
-    allows (the HDI's end nearest 0; 0 when it spans 0), then by the observed difference: a
-    large gap measured on 12 people ranks below a slightly smaller one measured on thousands."""
+    """Flagged comparisons, one per group and metric (against the named reference group when
+    that comparison is flagged, else against the rest), ranked by the smallest size their
+    interval allows (the HDI's end nearest 0; 0 when it spans 0), then by the observed
+    difference: a large gap measured on 12 people ranks below a slightly smaller one measured
+    on thousands."""
     comp = comparisons(frames)
     if comp.empty:
         return comp
     flagged = comp[comp["flagged"]]
+    flagged = flagged.sort_values("reference", key=lambda r: r == "rest", kind="stable")
+    flagged = flagged.drop_duplicates(["attribute", "group_name", "metric"])
     assured = np.where(
         np.sign(flagged["low"]) == np.sign(flagged["high"]),
         np.minimum(flagged["low"].abs(), flagged["high"].abs()),
@@ -635,11 +640,10 @@ def first_screen(frames: ReportFrames) -> str:
         + _table(["attribute", "verdict", "groups: predictions (labelled share)"], rows, left=3)
         + "<h2>Flagged comparisons, largest first</h2><p class=meta>"
         + f"Flagged: Benjamini-Hochberg adjusted p below α = {limits['alpha']:g} for a difference "
-        f"beyond the tolerance ±{esc(points_plain(frames))}. Ranked by the smallest difference "
-        "the interval allows (HDI: highest density interval of the difference). Rates are of "
-        "the labelled predictions, counts in brackets.</p>"
-        + flagged
-        + '<hr class="fold"></section>'
+        f"beyond the tolerance ±{esc(points_plain(frames))}. One row per group and metric "
+        "(against the reference group when that comparison is flagged), ranked by the smallest "
+        "difference the interval allows (HDI: highest density interval). Rates are of the "
+        "labelled predictions, counts in brackets.</p>" + flagged + '<hr class="fold"></section>'
     )
 
 
@@ -696,7 +700,8 @@ def _comparison_cells(row, prefix: str) -> list[str]:
 
 
 def attribute_sections(frames: ReportFrames) -> str:
-    """Per attribute (open when flagged): per rate metric the group table and forest plots."""
+    """Per attribute and rate metric (each open when it has a flagged comparison): the group
+    table and the forest plots."""
     table = rate_table(frames)
     comp_all = comparisons(frames, deduplicate=False)
     comp = comparisons(frames)
@@ -725,9 +730,18 @@ def attribute_sections(frames: ReportFrames) -> str:
             for name in ([ref] if ref else []) + ["rest"]:
                 label = esc(name) if name == "rest" else f"ref. {esc(name)}"
                 header += [f"vs {label}:<br>difference [HDI]", "ratio,<br>4/5 rule", "verdict"]
-            body.append(f"<h3>{esc(metric.upper())}</h3>")
-            body.append(_table(header, _rate_rows(rows, bool(ref))))
-            body.append(_plots(frames, attribute, metric, comp_all, comp, ref))
+            flagged = 0
+            if not comp.empty:
+                mine = comp[(comp["attribute"] == attribute) & (comp["metric"] == metric)]
+                flagged = int(mine["flagged"].sum())
+            note = f'<span class="flag">{flagged} flagged</span>' if flagged else "none flagged"
+            body.append(
+                f"<details{' open' if flagged else ''}><summary class=metric>"
+                f"{esc(metric.upper())} <span class=muted>· </span>{note}</summary>"
+                + _table(header, _rate_rows(rows, bool(ref)))
+                + _plots(frames, attribute, metric, comp_all, comp, ref)
+                + "</details>"
+            )
         if row["k"] < 2:
             body.append('<p class="muted">One group only: nothing to compare.</p>')
         opened = " open" if row["verdict"] == "flagged" else ""
@@ -761,8 +775,8 @@ def _plots(frames, attribute, metric, comp_all, comp, ref) -> str:
 
 
 def trend_section(frames: ReportFrames) -> str:
-    """Per attribute (open when flagged) and rate metric: each group's value at every run up to
-    this one, ordered by as-of, with the dates, the values and a sparkline."""
+    """Per attribute (collapsed) and rate metric: each group's value at every run up to this
+    one, ordered by as-of, with the dates, the values and a sparkline."""
     trend = frames.trend
     if trend.empty or trend["run_id"].nunique() < 2:
         return (
@@ -774,7 +788,6 @@ def trend_section(frames: ReportFrames) -> str:
         f"{pd.Timestamp(t):%Y-%m-%d}<br>v{esc(v)}" for t, v in zip(runs["as_of"], runs["version"])
     ]
     rated = set(frames.detection["metric"]) if not frames.detection.empty else set(trend["metric"])
-    verdict = verdicts(frames).set_index("attribute")["verdict"] if not frames.counts.empty else {}
     sections = []
     for attribute, mine in trend[trend["metric"].isin(rated)].groupby("attribute", sort=True):
         blocks = []
@@ -795,9 +808,8 @@ def trend_section(frames: ReportFrames) -> str:
                 + _table(["group", *dates, "trend"], rows)
                 + "</div>"
             )
-        opened = " open" if verdict.get(attribute) == "flagged" else ""
         sections.append(
-            f"<details{opened}><summary>{esc(attribute)}</summary>"
+            f"<details><summary>{esc(attribute)}</summary>"
             f"<div class=plots>{''.join(blocks)}</div></details>"
         )
     first, last = (pd.Timestamp(runs["as_of"].iloc[i]) for i in (0, -1))

@@ -66,7 +66,8 @@ class Page(HTMLParser):
         if tag not in self.VOID:
             self.stack.append(tag)
         if tag in ("summary", "h3") and self._capture is None:
-            self._capture = [tag, ""]
+            metric = tag == "h3" or ("class", "metric") in attrs
+            self._capture = [tag, "", "h3" if metric else "summary"]
         elif tag == "tr":
             self._row = []
         elif tag in ("td", "th"):
@@ -83,10 +84,10 @@ class Page(HTMLParser):
         self.stack.pop()
         if self._capture and tag == self._capture[0]:
             text = self._capture[1].strip()
-            if tag == "summary":
+            if self._capture[2] == "summary":
                 self.summary = self._first
             else:
-                self.h3 = text
+                self.h3 = self._first
             self._capture = None
         elif tag in ("td", "th") and self._row is not None:
             self._row.append(self._cell.strip())
@@ -245,6 +246,15 @@ def test_compas_first_screen_verdicts_and_groups(compas):
     kinds = ("flagged", "fair within tolerance", "undecided", "too little data")
     assert all(v.startswith(kinds) for v in verdicts.values())
     assert verdicts["race"].startswith("flagged")  # the FPR comparison above is flagged
+    # ProPublica's finding is on the first screen, against the configured reference group
+    cells = compas_cells()
+    b, w = cells.loc["African-American"], cells.loc["Caucasian"]
+    finding = [c for _, _, c in rows if c[:4] == ["race", "African-American", "Caucasian", "FPR"]]
+    assert len(finding) == 1 and finding[0][4:6] == [
+        f"{100 * b.fp / (b.fp + b.tn):.1f}% ({b.fp:,}/{b.fp + b.tn:,})",
+        f"{100 * w.fp / (w.fp + w.tn):.1f}% ({w.fp:,}/{w.fp + w.tn:,})",
+    ]
+    assert finding[0][7] == f"{(b.fp / (b.fp + b.tn)) / (w.fp / (w.fp + w.tn)):.2f}" == "1.91"
     # one test per hypothesis: sex has two groups, so one comparison per metric, not three
     sex = comparisons(frames)
     sex = sex[sex["attribute"] == "sex"]
