@@ -83,7 +83,6 @@ class Page(HTMLParser):
         assert self.stack and self.stack[-1] == tag, f"unbalanced </{tag}>"
         self.stack.pop()
         if self._capture and tag == self._capture[0]:
-            text = self._capture[1].strip()
             if self._capture[2] == "summary":
                 self.summary = self._first
             else:
