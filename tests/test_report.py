@@ -343,11 +343,14 @@ def hostile(tmp_path_factory):
         'metrics = ["fpr", "tpr", "mcc"]\nreference_groups = { team = "plain" }\n'
         '[[audits]]\nname = "broken"\nmodel = "m"\nattributes = ["team"]\n'
         'reference_groups = { team = "nobody" }\n'
+        '[[audits]]\nname = "solo"\nmodel = "m"\nattributes = ["region"]\n'
+        'metrics = ["fpr", "tpr"]\n'
     )
     first = run_audit("hostile", str(config), url, pd.Timestamp("2026-01-15", tz="UTC"))
     second = run_audit("hostile", str(config), url, pd.Timestamp("2026-02-01", tz="UTC"))
     with pytest.raises(LookupError):
         run_audit("broken", str(config), url, pd.Timestamp("2026-02-01", tz="UTC"))
+    solo = run_audit("solo", str(config), url, pd.Timestamp("2026-02-01", tz="UTC"))
     engine = make_engine(url)
     failed = int(list_runs(engine, audit="broken", status="failed")["id"].iloc[0])
     return {
@@ -356,6 +359,7 @@ def hostile(tmp_path_factory):
         "engine": engine,
         "runs": (first["run_id"], second["run_id"]),
         "failed": failed,
+        "solo": solo["run_id"],
     }
 
 
@@ -389,12 +393,16 @@ def test_hostile_group_names_are_escaped_in_markdown(hostile):
 
 
 def test_single_group_attribute_and_failed_run_render(hostile):
-    """An attribute with one group renders with the verdict 'too little data'; a failed run
-    (no results) renders with its error."""
+    """An attribute with one group renders with the verdict 'too little data' (also when it is
+    the audit's only attribute, where the former report crashed); a failed run (no results)
+    renders with its error."""
     page, markdown, _ = build_report(hostile["engine"], hostile["runs"][1])
     row = next(c for _, _, c in Page(page).rows if c and c[0] == "region")
     assert row[1].startswith("too little data") and "one group only" in row[1]
     assert "| region | **too little data** |" in markdown
+    page, markdown, records = build_report(hostile["engine"], hostile["solo"])
+    assert_self_contained(page)
+    assert "one group only" in page and "No comparison is flagged." in markdown
     page, markdown, records = build_report(hostile["engine"], hostile["failed"])
     assert_self_contained(page)
     assert "nobody" in page and "status failed" in page and records == []
