@@ -215,9 +215,9 @@ def comparisons(frames: ReportFrames, deduplicate: bool = True) -> pd.DataFrame:
     if det.empty:
         return pd.DataFrame()
     out = det[["attribute", "group_name", "reference", "metric"]].copy()
-    out["x_group"] = _col(det, "x_group")
+    out["x_group"] = _col(det, "x_group", "numerator_group")
     out["n_group"] = _col(det, "n_group", "denominator_group")
-    out["x_reference"] = _col(det, "x_reference")
+    out["x_reference"] = _col(det, "x_reference", "numerator_reference")
     out["n_reference"] = _col(det, "n_reference", "denominator_reference")
     with np.errstate(invalid="ignore", divide="ignore"):
         out["rate_group"] = out["x_group"] / out["n_group"]
@@ -231,7 +231,10 @@ def comparisons(frames: ReportFrames, deduplicate: bool = True) -> pd.DataFrame:
     out["p_adjusted"] = _col(det, "p_adjusted").astype(float)
     out["decision"] = _col(det, "decision", default=None)
     out["flagged"] = _col(det, "flagged", default=False).fillna(False).astype(bool)
-    out["undefined_reason"] = _col(det, "undefined_reason", default=None)
+    out["undefined_reason"] = _col(det, "undefined_reason", "reason", default=None)
+    # tested: a p-value exists (not: a zero denominator, a group below min_group_size, the
+    # repeat of a two-valued attribute's comparison)
+    out["tested"] = out["p_adjusted"].notna()
     out["four_fifths"] = four_fifths(out["ratio"])
     size = groups(frames).set_index(["attribute", "group_name"])
     minimum = thresholds(frames)["min_group_size"]
@@ -248,18 +251,21 @@ def comparisons(frames: ReportFrames, deduplicate: bool = True) -> pd.DataFrame:
 
 
 def _deduplicate(out: pd.DataFrame, size: pd.DataFrame, named: dict[str, str]) -> pd.DataFrame:
+    """Keep one comparison per metric of each two-valued attribute: the one the detection stage
+    tested if it tested one, else the one against the named reference, else the first group
+    (alphabetically) against the rest."""
     k = size.groupby(level="attribute").size()
-    two = k[k == 2].index
-    keep = ~out["attribute"].isin(two)
-    for attribute in two:
-        rows = out["attribute"] == attribute
-        if attribute in named:
-            keep |= rows & (out["reference"] == named[attribute])
-        else:
-            sizes = size.loc[attribute]["labelled"]
-            smaller = min(sizes.index, key=lambda g: (sizes[g], g))
-            keep |= rows & (out["reference"] == "rest") & (out["group_name"] == smaller)
-    return out[keep]
+    two = out["attribute"].isin(k[k == 2].index)
+    first = out.groupby("attribute")["group_name"].transform("min")
+    preference = np.where(
+        out["reference"] == out["attribute"].map(named),
+        0,
+        np.where(out["group_name"] == first, 1, 2),
+    )
+    ranked = out.assign(_untested=~out["tested"], _preference=preference)
+    ranked = ranked.sort_values(["_untested", "_preference"], kind="stable")
+    chosen = ranked[two.reindex(ranked.index)].drop_duplicates(["attribute", "metric"]).index
+    return out[~two | out.index.isin(chosen)]
 
 
 def verdicts(frames: ReportFrames) -> pd.DataFrame:
@@ -274,12 +280,12 @@ def verdicts(frames: ReportFrames) -> pd.DataFrame:
     rows = []
     for attribute, part in sizes.groupby("attribute", sort=False):
         mine = comp[comp["attribute"] == attribute] if not comp.empty else comp
-        tested = mine[mine["difference"].notna()] if not mine.empty else mine
+        tested = mine[mine["tested"]] if not mine.empty else mine
         flagged = int(tested["flagged"].sum()) if not tested.empty else 0
         if len(part) < 2:
             key, why = "little", "one group only: nothing to compare"
         elif tested.empty:
-            key, why = "little", "no rate is defined in two groups"
+            key, why = "little", "no comparison could be tested" + _why_untested(mine)
         elif flagged:
             key, why = "flagged", f"{flagged} of {len(tested)} comparisons flagged"
         elif (tested["decision"] == "fair").all():
@@ -302,6 +308,16 @@ def verdicts(frames: ReportFrames) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+def _why_untested(rows: pd.DataFrame) -> str:
+    """': groups below min_group_size' or similar, from the stored reasons (or nothing)."""
+    if rows.empty:
+        return ""
+    reasons = rows["undefined_reason"].dropna().astype(str)
+    if reasons.str.contains("min_group_size").any():
+        return ": groups below min_group_size"
+    return ": rates undefined" if len(reasons) else ""
 
 
 def points_plain(frames: ReportFrames) -> str:
@@ -328,7 +344,7 @@ def rate_table(frames: ReportFrames) -> pd.DataFrame:
     comp = comparisons(frames, deduplicate=False)
     named = references(frames)
     fields = ["difference", "low", "high", "ratio", "four_fifths", "decision", "p_adjusted"]
-    fields += ["flagged", "undefined_reason"]
+    fields += ["flagged", "undefined_reason", "tested"]
     keys = ["attribute", "group_name", "metric"]
     for prefix, chosen in (
         ("ref", comp["reference"] != "rest"),
@@ -683,7 +699,13 @@ def _comparison_cells(row, prefix: str) -> list[str]:
         why = get("undefined_reason")
         return ["–", "–", f'<span class="why">{esc(why or "not compared")}</span>']
     p = p_text(get("p_adjusted"))
-    if bool(get("flagged")):
+    if not bool(get("tested")):
+        why = get("undefined_reason")
+        verdict = (
+            f'<span class="why" title="{esc(why)}">not tested</span><br>'
+            f"<span class=muted>{esc(_shorten(str(why or ''), 28))}</span>"
+        )
+    elif bool(get("flagged")):
         verdict = f'<span class="flag">flagged</span><br><span class=muted>p {p}</span>'
     else:
         verdict = f"{esc(get('decision'))}<br><span class=muted>p {p}</span>"
@@ -836,10 +858,13 @@ def details_sections(frames: ReportFrames) -> str:
     planning = frames.planning
     if not planning.empty:
         plan = planning.copy()
-        have = _col(plan, "n_group").fillna(0) + _col(plan, "n_reference").fillna(0)
+        have = _col(plan, "n_group", "size_group").fillna(0) + _col(
+            plan, "n_reference", "size_reference"
+        ).fillna(0)
         plan["data"] = [needs_more(n, a) for n, a in zip(_col(plan, "needed"), have)]
         cols = ["attribute", "group_name", "reference", "metric", "value_group"]
-        cols += ["value_reference", "tau", "n_group", "n_reference", "achieved_power", "data"]
+        cols += ["value_reference", "tau", "n_group", "n_reference", "size_group"]
+        cols += ["size_reference", "level", "achieved_power", "data", "reason"]
         parts.append(
             _details("Planning: predictions needed for the disparity to detect", plan, cols)
         )
