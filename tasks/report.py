@@ -393,7 +393,9 @@ def _shorten(text: str, size: int) -> str:
 def forest_plot(rows: pd.DataFrame, tolerance: float, title: str, minimum: int) -> str:
     """SVG forest plot: one line per group: difference (dot) and HDI (bar) against a reference,
     the tolerance band shaded; flagged red; groups below ``minimum`` hollow and marked; undefined
-    differences listed with their reason instead of vanishing."""
+    differences listed with their reason instead of vanishing. With ``cs_low``/``cs_high``
+    columns (the monitoring stage's anytime-valid confidence sequence), a thin purple bar under
+    each HDI (clipped to the axis, which the HDIs set)."""
     if rows.empty:
         return ""
     rows = rows.assign(_order=rows["difference"].fillna(np.inf)).sort_values("_order")
@@ -450,7 +452,8 @@ def forest_plot(rows: pd.DataFrame, tolerance: float, title: str, minimum: int) 
             f'<line x1="{x(row.low):.1f}" y1="{y}" x2="{x(row.high):.1f}" y2="{y}" '
             f'stroke="{colour}" stroke-width="2"/>'
             f'<circle cx="{x(row.difference):.1f}" cy="{y}" r="4" {dot}/>'
-            f'<text x="{label_w + plot_w + 8}" y="{y + 4}" font-size="12" fill="{colour}">'
+            + _sequence_bar(row, x, y + 6)
+            + f'<text x="{label_w + plot_w + 8}" y="{y + 4}" font-size="12" fill="{colour}">'
             f"{esc(points(row.difference))} [{esc(sig3(100 * row.low))}, "
             f"{esc(sig3(100 * row.high))}]</text>"
         )
@@ -462,6 +465,17 @@ def forest_plot(rows: pd.DataFrame, tolerance: float, title: str, minimum: int) 
         f"{''.join(parts)}</svg>"
     )
     return f"<figure>{svg}</figure>"
+
+
+def _sequence_bar(row, x, y: float) -> str:
+    low, high = getattr(row, "cs_low", None), getattr(row, "cs_high", None)
+    if _missing(low) or _missing(high):
+        return ""
+    return (
+        f"<g><title>anytime-valid confidence sequence [{sig3(100 * low)}, {sig3(100 * high)}] "
+        f'pp</title><line x1="{x(low):.1f}" y1="{y}" x2="{x(high):.1f}" y2="{y}" '
+        'stroke="#7b1fa2" stroke-width="1.5"/></g>'
+    )
 
 
 def sparkline(values: list[float], label: str) -> str:
@@ -780,6 +794,10 @@ def _plots(frames, attribute, metric, comp_all, comp, ref) -> str:
         return ""
     limits = thresholds(frames)
     mine = comp_all[(comp_all["attribute"] == attribute) & (comp_all["metric"] == metric)]
+    monitor = frames.monitor
+    keys = ["attribute", "group_name", "reference", "metric"]
+    if {*keys, "cs_low", "cs_high"} <= set(monitor.columns):
+        mine = mine.merge(monitor[[*keys, "cs_low", "cs_high"]], on=keys, how="left")
     panels = []
     if ref:
         panels.append((mine[mine["reference"] == ref], f"{metric.upper()}: group − {ref}"))
@@ -842,13 +860,44 @@ def trend_section(frames: ReportFrames) -> str:
     )
 
 
+MONITOR_COLUMNS = ["attribute", "group_name", "reference", "metric", "nights", "difference"]
+
+
 def monitor_section(frames: ReportFrames) -> str:
-    """Anytime-valid intervals and e-processes of the monitoring stage, when it has run."""
-    if frames.monitor.empty:
+    """The monitoring stage's anytime-valid confidence sequence and e-process per comparison
+    (alarms first), when that stage has stored rows for the run."""
+    monitor = frames.monitor
+    if monitor.empty or not {"attribute", "group_name", "metric"} <= set(monitor.columns):
         return ""
+    order = [c for c in ("alarm", "e_process") if c in monitor.columns]
+    monitor = monitor.sort_values(order, ascending=False) if order else monitor
+    header = [c for c in MONITOR_COLUMNS if c in monitor.columns]
+    rows = []
+    for record in monitor.to_dict(orient="records"):
+        cells = [esc(record[c]) if c != "difference" else points(record[c]) for c in header]
+        if "cs_low" in record:
+            cells.append(f"[{sig3(100 * record['cs_low'])}, {sig3(100 * record['cs_high'])}]")
+        if "e_process" in record:
+            cells.append(esc(sig3(record["e_process"])))
+        if "alarm" in record:
+            cells.append('<span class="flag">alarm</span>' if record["alarm"] else "–")
+        rows.append(cells)
+    extra = [
+        name
+        for name, column in (
+            ("confidence sequence, pp", "cs_low"),
+            ("e-process", "e_process"),
+            ("alarm (e-BH)", "alarm"),
+        )
+        if column in monitor.columns
+    ]
     return (
-        "<details open><summary>Anytime-valid monitoring (confidence sequences, e-processes)"
-        f"</summary>{_frame_table(frames.monitor)}</details>"
+        "<h2>Anytime-valid monitoring</h2><p class=meta>Confidence sequences cover the "
+        "difference at every run at once, and an alarm keeps its false-alarm guarantee however "
+        "often the audit looks (purple bars in the forest plots).</p>"
+        f"<details><summary>Every monitored comparison ({len(rows)})</summary>"
+        + _table([*header, *extra], rows, left=4)
+        + "</details>"
     )
 
 

@@ -608,3 +608,53 @@ def test_renders_the_renamed_columns_and_untested_rows_of_issue_15(compas):
     sex = comparisons(changed)
     sex = sex[sex["attribute"] == "sex"]
     assert set(sex["group_name"]) == {"Female"} and sex["tested"].all()
+
+
+@needs_compas
+def test_monitoring_rows_are_read_when_their_table_exists_and_drawn(compas, tmp_path):
+    """A ``monitor_results`` table (issue 16) is read for the run; its confidence sequences are
+    drawn under the HDIs and listed with the e-process and alarm."""
+    import sqlite3
+
+    copy = tmp_path / "monitored.db"
+    shutil.copy(compas["url"].removeprefix("sqlite:///"), copy)
+    with sqlite3.connect(copy) as connection:
+        connection.execute(
+            "CREATE TABLE monitor_results (run_id INTEGER, attribute TEXT, group_name TEXT, "
+            "reference TEXT, metric TEXT, nights INTEGER, difference REAL, cs_low REAL, "
+            "cs_high REAL, e_process REAL, alarm BOOLEAN)"
+        )
+        connection.execute(
+            "INSERT INTO monitor_results VALUES (?, 'race', 'African-American', 'Caucasian', "
+            "'fpr', 12, 0.2139, 0.1234, 0.3012, 5000.0, 1)",
+            (compas["newer"],),
+        )
+        connection.execute(
+            "INSERT INTO monitor_results VALUES (?, 'race', 'Asian', 'Caucasian', 'fpr', 12, "
+            "-0.1, -0.4, 0.2, 0.5, 0)",
+            (compas["newer"] + 1000,),  # another run's row: not read
+        )
+    frames = report_frames(make_engine(f"sqlite:///{copy}"), compas["newer"])
+    assert len(frames.monitor) == 1
+    page = render_html(frames)
+    assert_self_contained(page)
+    assert "anytime-valid confidence sequence [12.3, 30.1] pp" in page
+    assert page.count('stroke="#7b1fa2"') == 1
+    rows = [
+        c
+        for a, _, c in Page(page).rows
+        if (a or "").startswith("Every monitored") and c[0] != "attribute"
+    ]
+    assert rows == [
+        [
+            "race",
+            "African-American",
+            "Caucasian",
+            "fpr",
+            "12",
+            "+21.4 pp",
+            "[12.3, 30.1]",
+            "5,000",
+            "alarm",
+        ]
+    ]
