@@ -739,9 +739,11 @@ def attribute_sections(frames: ReportFrames) -> str:
     """Per attribute and rate metric (each open when it has a flagged comparison): the group
     table and the forest plots."""
     table = rate_table(frames)
-    comp_all = comparisons(frames, deduplicate=False)
+    comp_all = _with_sequences(comparisons(frames, deduplicate=False), frames.monitor)
     comp = comparisons(frames)
     verdict = verdicts(frames).set_index("attribute") if not frames.counts.empty else None
+    by_key = dict(list(comp_all.groupby(["attribute", "metric"]))) if not comp_all.empty else {}
+    kept = dict(list(comp.groupby(["attribute", "metric"]))) if not comp.empty else {}
     named = references(frames)
     limits = thresholds(frames)
     level = round(100 * (1 - limits["alpha"]))
@@ -766,16 +768,14 @@ def attribute_sections(frames: ReportFrames) -> str:
             for name in ([ref] if ref else []) + ["rest"]:
                 label = esc(name) if name == "rest" else f"ref. {esc(name)}"
                 header += [f"vs {label}:<br>difference [HDI]", "ratio,<br>4/5 rule", "verdict"]
-            flagged = 0
-            if not comp.empty:
-                mine = comp[(comp["attribute"] == attribute) & (comp["metric"] == metric)]
-                flagged = int(mine["flagged"].sum())
+            mine = kept.get((attribute, metric))
+            flagged = 0 if mine is None else int(mine["flagged"].sum())
             note = f'<span class="flag">{flagged} flagged</span>' if flagged else "none flagged"
             body.append(
                 f"<details{' open' if flagged else ''}><summary class=metric>"
                 f"{esc(metric.upper())} <span class=muted>· </span>{note}</summary>"
                 + _table(header, _rate_rows(rows, bool(ref)))
-                + _plots(frames, attribute, metric, comp_all, comp, ref)
+                + _plots(limits, by_key.get((attribute, metric)), mine, metric, ref, row["k"])
                 + "</details>"
             )
         if row["k"] < 2:
@@ -788,23 +788,25 @@ def attribute_sections(frames: ReportFrames) -> str:
     return "".join(out)
 
 
-def _plots(frames, attribute, metric, comp_all, comp, ref) -> str:
-    k = int((groups(frames)["attribute"] == attribute).sum())
-    if comp_all.empty or k < 2:
-        return ""
-    limits = thresholds(frames)
-    mine = comp_all[(comp_all["attribute"] == attribute) & (comp_all["metric"] == metric)]
-    monitor = frames.monitor
+def _with_sequences(comp: pd.DataFrame, monitor: pd.DataFrame) -> pd.DataFrame:
+    """Comparisons with the monitoring stage's confidence sequence (cs_low, cs_high), if any."""
     keys = ["attribute", "group_name", "reference", "metric"]
-    if {*keys, "cs_low", "cs_high"} <= set(monitor.columns):
-        mine = mine.merge(monitor[[*keys, "cs_low", "cs_high"]], on=keys, how="left")
+    if comp.empty or not {*keys, "cs_low", "cs_high"} <= set(monitor.columns):
+        return comp
+    return comp.merge(monitor[[*keys, "cs_low", "cs_high"]], on=keys, how="left")
+
+
+def _plots(limits: dict, mine, kept, metric: str, ref: str | None, k: int) -> str:
+    """Forest plots of one attribute and metric: against the named reference and the rest (a
+    two-valued attribute: its one comparison)."""
+    if mine is None or k < 2:
+        return ""
     panels = []
     if ref:
         panels.append((mine[mine["reference"] == ref], f"{metric.upper()}: group − {ref}"))
     if not (ref and k == 2):
         rest = mine[mine["reference"] == "rest"]
-        if k == 2:  # one comparison, not two mirror images
-            kept = comp[(comp["attribute"] == attribute) & (comp["metric"] == metric)]
+        if k == 2 and kept is not None:  # one comparison, not two mirror images
             rest = rest[rest["group_name"].isin(kept["group_name"])]
         panels.append((rest, f"{metric.upper()}: group − rest of population"))
     figures = [
