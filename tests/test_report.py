@@ -309,20 +309,15 @@ def test_compas_report_is_self_contained(compas):
 # -- hostile names, a single-group attribute, a failed run -------------------------------------
 
 
-@pytest.fixture(scope="module")
-def hostile(tmp_path_factory):
-    """Synthetic predictions whose group names are hostile, an attribute with a single group, a
-    two-valued attribute without reference; two runs, and one failed run."""
-    folder = tmp_path_factory.mktemp("hostile-report")
-    url = f"sqlite:///{folder / 'hostile.db'}"
-    upgrade(url)
-    rng = np.random.default_rng(7)
-    n = 2000
+def hostile_frame(n: int = 2000, seed: int = 7) -> pd.DataFrame:
+    """Predictions over January 2026: team (hostile names; the script-named team has FPR 0.45,
+    the others 0.15), region (one value) and sex."""
+    rng = np.random.default_rng(seed)
     team = np.array(HOSTILE)[rng.choice(4, n, p=[0.45, 0.3, 0.2, 0.05])]
     truth = rng.random(n) < 0.4
     fpr = np.where(team == HOSTILE[0], 0.45, 0.15)
     predicted = np.where(truth, rng.random(n) < 0.8, rng.random(n) < fpr)
-    frame = pd.DataFrame(
+    return pd.DataFrame(
         {
             "prediction_id": [f"p{i}" for i in range(n)],
             "model_id": "m",
@@ -337,6 +332,16 @@ def hostile(tmp_path_factory):
             "sex": np.where(rng.random(n) < 0.5, "F", "M"),
         }
     )
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    """Synthetic predictions whose group names are hostile, an attribute with a single group, a
+    two-valued attribute without reference; two runs, and one failed run."""
+    folder = tmp_path_factory.mktemp("hostile-report")
+    url = f"sqlite:///{folder / 'hostile.db'}"
+    upgrade(url)
+    frame = hostile_frame()
     load_predictions(make_engine(url), frame, ["team", "region", "sex"], "hostile")
     config = folder / "hostile.toml"
     config.write_text(
@@ -658,3 +663,23 @@ def test_monitoring_rows_are_read_when_their_table_exists_and_drawn(compas, tmp_
             "alarm",
         ]
     ]
+
+
+def test_trend_by_as_of_on_each_database(db_url, tmp_path):
+    """SQLite (naive datetimes) and PostgreSQL (aware): a run's trend holds the runs up to its
+    as-of, never a later one, whatever order the runs were made in."""
+    load_predictions(make_engine(db_url), hostile_frame(400), ["team", "region", "sex"], "h")
+    config = tmp_path / "trend.toml"
+    config.write_text(
+        '[[audits]]\nname = "trend"\nmodel = "m"\nattributes = ["sex"]\nmetrics = ["fpr"]\n'
+    )
+    late = run_audit("trend", str(config), db_url, pd.Timestamp("2026-02-01", tz="UTC"))
+    early = run_audit("trend", str(config), db_url, pd.Timestamp("2026-01-10", tz="UTC"))
+    engine = make_engine(db_url)
+    newer, older = (report_frames(engine, r["run_id"]) for r in (late, early))
+    assert sorted(newer.trend["run_id"].unique()) == sorted([late["run_id"], early["run_id"]])
+    assert set(older.trend["run_id"]) == {early["run_id"]}
+    page = render_html(newer)
+    assert 0 < page.index("2026-01-10<br>v2") < page.index("2026-02-01<br>v1")  # by as-of
+    assert "2026-02-01" not in render_html(older)
+    engine.dispose()
