@@ -23,20 +23,13 @@ from typing import Any
 
 from biasaudit.db.engine import database_url
 from biasaudit.db.runs import RunRecord
-from biasaudit.flows.report import report_stage
+from biasaudit.db.source import window_bounds
+from biasaudit.flows import stages
 from biasaudit.schemas.config import Audit, load_config
-from biasaudit.tasks.compare import compare_stage, previous_metrics
-from biasaudit.tasks.counts import comparison_pairs, count
-from biasaudit.tasks.detection import detection_stage
-from biasaudit.tasks.extract import extract, fingerprint, window_bounds
-from biasaudit.tasks.match import match_stage
-from biasaudit.tasks.metametrics import metametrics_stage
-from biasaudit.tasks.metrics import metrics_stage
-from biasaudit.tasks.persist import begin_run, persist, record_failure
-from biasaudit.tasks.planning import planning_stage
-from biasaudit.tasks.scan import scan
-from biasaudit.tasks.smoothing import smoothing_stage
-from biasaudit.tasks.validate import check_invalid_fraction, validate
+from biasaudit.schemas.quarantine import check_invalid_fraction
+from biasaudit.tasks.core import audit_counts
+from biasaudit.tasks.counts import group_counts
+from prefect import Task, flow, runtime
 
 CONFIG_ENV = "BIASAUDIT_CONFIG"
 

@@ -7,12 +7,10 @@ import os
 import re
 from pathlib import Path
 
-from sqlalchemy import Engine
-
-from biasaudit.db.engine import make_engine
+from biasaudit.db.engine import engine_scope
 from biasaudit.db.report_data import report_frames
-from biasaudit.tasks.persist import database_task
 from biasaudit.tasks.report import render_html, render_markdown, table_records
+from sqlalchemy import Engine
 
 REPORTS_ENV = "BIASAUDIT_REPORTS_DIR"
 
@@ -65,16 +63,9 @@ def write_report(db_url: str, run_id: int, audit_name: str, summary: dict | None
     stored run.
     """
     path = report_path(audit_name, run_id)
-    engine = make_engine(db_url)
-    try:
+    with engine_scope(db_url) as engine:
         page, markdown, records = build_report(engine, run_id, str(path))
-    finally:
-        engine.dispose()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page)
     publish_artifacts(markdown, records, audit_name, run_id)
     return str(path)
-
-
-# The flow's report step (retried like the other database steps).
-report_stage = database_task(write_report, name="report")

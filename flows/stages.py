@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -20,9 +19,9 @@ from biasaudit.db.results import result_tables
 from biasaudit.db.retry import RETRIES, is_transient, retry_base_seconds
 from biasaudit.db.runs import RunRecord, abandon_stale_runs, record_failed_run, save_run, start_run
 from biasaudit.db.scan import Scanned, scan_window
+from biasaudit.flows.report import write_report
 from biasaudit.schemas.config import Audit
 from biasaudit.tasks.core import AuditResult
-from biasaudit.tasks.report import headline_markdown, render_report, reports_dir
 from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
@@ -97,24 +96,6 @@ def record_failure(
 
 @database_task
 def report(db_url: str, run_id: int, audit_name: str, summary: dict) -> str:
-    """Write the run's HTML report and publish its headline as a Prefect artifact."""
-    from prefect.artifacts import create_markdown_artifact
-    from prefect.context import get_run_context
-    from prefect.exceptions import MissingContextError
-
-    with engine_scope(db_url) as engine:
-        page = render_report(engine, run_id)
-    folder = reports_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    path = Path(folder) / f"{audit_name}-run-{run_id}.html"
-    path.write_text(page)
-    try:
-        get_run_context()
-    except MissingContextError:  # plain function call, outside Prefect: no artifact to publish
-        return str(path)
-    create_markdown_artifact(
-        headline_markdown(summary, run_id, audit_name, path),
-        key=f"audit-{audit_name.lower().replace('_', '-').replace('.', '-')}",
-        description=f"Headline of bias audit {audit_name}, run {run_id}",
-    )
-    return str(path)
+    """Write the run's HTML report and publish its first screen and comparisons as Prefect
+    artifacts (flows.report)."""
+    return write_report(db_url, run_id, audit_name, summary)

@@ -26,9 +26,8 @@ from datetime import datetime
 
 import numpy as np
 import pandas as pd
-from scipy import stats
-
 from biasaudit.schemas.report import ReportFrames
+from scipy import stats
 
 FOUR_FIFTHS = (0.8, 1.25)
 FIRST_SCREEN_ROWS = 10
@@ -469,7 +468,7 @@ def forest_plot(rows: pd.DataFrame, tolerance: float, title: str, minimum: int) 
 
 def _sequence_bar(row, x, y: float) -> str:
     low, high = getattr(row, "cs_low", None), getattr(row, "cs_high", None)
-    if _missing(low) or _missing(high):
+    if low is None or high is None or _missing(low) or _missing(high):
         return ""
     return (
         f"<g><title>anytime-valid confidence sequence [{sig3(100 * low)}, {sig3(100 * high)}] "

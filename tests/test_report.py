@@ -17,9 +17,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats
-from statsmodels.stats.proportion import proportion_confint
-
 from biasaudit.db.engine import make_engine
 from biasaudit.db.history import list_runs
 from biasaudit.db.load import load_predictions
@@ -38,6 +35,8 @@ from biasaudit.tasks.report import (
     render_html,
     tick_label,
 )
+from scipy import stats
+from statsmodels.stats.proportion import proportion_confint
 
 from .conftest import COMPAS
 
@@ -622,7 +621,9 @@ def test_monitoring_rows_are_read_when_their_table_exists_and_drawn(compas, tmp_
     import sqlite3
 
     copy = tmp_path / "monitored.db"
-    shutil.copy(compas["url"].removeprefix("sqlite:///"), copy)
+    with sqlite3.connect(compas["url"].removeprefix("sqlite:///")) as source:
+        with sqlite3.connect(copy) as target:
+            source.backup(target)  # the database may be in WAL mode: copy through SQLite
     with sqlite3.connect(copy) as connection:
         connection.execute(
             "CREATE TABLE monitor_results (run_id INTEGER, attribute TEXT, group_name TEXT, "
