@@ -621,9 +621,10 @@ def test_monitoring_rows_are_read_when_their_table_exists_and_drawn(compas, tmp_
     import sqlite3
 
     copy = tmp_path / "monitored.db"
-    with sqlite3.connect(compas["url"].removeprefix("sqlite:///")) as source:
-        with sqlite3.connect(copy) as target:
-            source.backup(target)  # the database may be in WAL mode: copy through SQLite
+    source = sqlite3.connect(compas["url"].removeprefix("sqlite:///"))
+    with sqlite3.connect(copy) as target:
+        source.backup(target)  # the database may be in WAL mode: copy through SQLite
+    source.close()
     with sqlite3.connect(copy) as connection:
         connection.execute(
             "CREATE TABLE monitor_results (run_id INTEGER, attribute TEXT, group_name TEXT, "
