@@ -557,7 +557,8 @@ def _group_chips(part: pd.DataFrame, minimum: int) -> str:
         mark = f" ⚠ below {minimum}" if row.small else ""
         css = "chip small" if row.small else "chip"
         chips.append(
-            f'<span class="{css}">{esc(_shorten(str(row.group_name), 40))} '
+            f'<span class="{css}" title="{esc(row.group_name)}">'
+            f"{esc(_shorten(str(row.group_name), 40))} "
             f"<b>{count(row.n)}</b>{esc(done)}{esc(mark)}</span>"
         )
     note = ""
@@ -989,10 +990,18 @@ def md(value) -> str:
 
 
 def _md_groups(part: pd.DataFrame) -> str:
-    return "; ".join(
-        f"{md(g)} {count(n)}" + (" (small)" if small else "")
-        for g, n, small in zip(part["group_name"], part["n"], part["small"])
+    """Each group's size, its label completeness when groups differ in it, small ones marked."""
+    uniform = part["completeness"].nunique(dropna=False) <= 1
+    cells = zip(part["group_name"], part["n"], part["completeness"], part["small"])
+    text = "; ".join(
+        f"{md(g)} {count(n)}"
+        + ("" if uniform else f" ({percent(c)} labelled)")
+        + (" (small)" if small else "")
+        for g, n, c, small in cells
     )
+    if uniform and len(part):
+        text += f"; {percent(part['completeness'].iloc[0])} labelled"
+    return text
 
 
 def render_markdown(frames: ReportFrames, report_path: str | None = None) -> str:
