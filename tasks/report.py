@@ -199,7 +199,13 @@ def groups(frames: ReportFrames) -> pd.DataFrame:
     own["n"] = own["labelled"] + unlabelled
     with np.errstate(invalid="ignore", divide="ignore"):
         own["completeness"] = np.where(own["n"] > 0, own["labelled"] / own["n"], np.nan)
-    own["small"] = own["labelled"] < thresholds(frames)["min_group_size"]
+        if {"unlabelled_pos", "unlabelled_neg"} <= set(own.columns):  # by decision (issue 15)
+            selected, rejected = own["tp"] + own["fp"], own["fn"] + own["tn"]
+            pos, neg = own["unlabelled_pos"].astype(float), own["unlabelled_neg"].astype(float)
+            own["completeness_selected"] = selected / (selected + pos)
+            own["completeness_rejected"] = rejected / (rejected + neg)
+    # min_group_size counts valid predictions, labelled or not, as the comparison stages do
+    own["small"] = own["n"] < thresholds(frames)["min_group_size"]
     return own.sort_values(["attribute", "n"], ascending=[True, False]).reset_index(drop=True)
 
 
@@ -238,10 +244,10 @@ def comparisons(frames: ReportFrames, deduplicate: bool = True) -> pd.DataFrame:
     size = groups(frames).set_index(["attribute", "group_name"])
     minimum = thresholds(frames)["min_group_size"]
     key = pd.MultiIndex.from_frame(out[["attribute", "group_name"]])
-    out["size_group"] = size["labelled"].reindex(key).to_numpy()
+    out["size_group"] = size["n"].reindex(key).to_numpy()
     ref_key = pd.MultiIndex.from_arrays([out["attribute"], out["reference"]])
-    ref_size = size["labelled"].reindex(ref_key).to_numpy()
-    rest = size.groupby(level="attribute")["labelled"].sum().reindex(out["attribute"]).to_numpy()
+    ref_size = size["n"].reindex(ref_key).to_numpy()
+    rest = size.groupby(level="attribute")["n"].sum().reindex(out["attribute"]).to_numpy()
     out["size_reference"] = np.where(out["reference"] == "rest", rest - out["size_group"], ref_size)
     out["small"] = (out["size_group"] < minimum) | (out["size_reference"] < minimum)
     if deduplicate:
@@ -301,7 +307,7 @@ def verdicts(frames: ReportFrames) -> pd.DataFrame:
                 "verdict": key,
                 "why": why,
                 "k": len(part),
-                "smallest": int(part["labelled"].min()),
+                "smallest": int(part["n"].min()),
                 "flagged": flagged,
                 "tested": len(tested),
             }
@@ -554,6 +560,10 @@ def _group_chips(part: pd.DataFrame, minimum: int) -> str:
     chips = []
     for row in part.itertuples():
         done = "" if uniform else f" · {percent(row.completeness)} labelled"
+        selected = getattr(row, "completeness_selected", None)
+        rejected = getattr(row, "completeness_rejected", None)
+        if not uniform and selected is not None and not _missing(selected):
+            done += f" ({percent(selected)} of selected, {percent(rejected)} of rejected)"
         mark = f" ⚠ below {minimum}" if row.small else ""
         css = "chip small" if row.small else "chip"
         chips.append(
@@ -937,6 +947,10 @@ def details_sections(frames: ReportFrames) -> str:
         other = grouped[(grouped["estimator"] == "raw") & ~grouped["metric"].isin(rated)]
         cols = ["attribute", "group_name", "metric", "value", "undefined_reason"]
         parts.append(_details("Other metrics (no interval)", other, cols))
+    sizes = groups(frames)
+    cols = ["attribute", "group_name", "n", "labelled", "completeness"]
+    cols += ["completeness_selected", "completeness_rejected", "small"]
+    parts.append(_details("Groups: predictions and label completeness", sizes, cols))
     parts.append(_details("Changes since the previous run", frames.comparison))
     parts.append(_details("Two-group metrics", frames.two_group))
     run = {k: v for k, v in frames.run.items() if k not in ("config", "summary")}

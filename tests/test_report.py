@@ -685,3 +685,25 @@ def test_trend_by_as_of_on_each_database(db_url, tmp_path):
     assert 0 < page.index("2026-01-10<br>v2") < page.index("2026-02-01<br>v1")  # by as-of
     assert "2026-02-01" not in render_html(older)
     engine.dispose()
+
+
+@needs_compas
+def test_label_completeness_by_decision_is_shown_when_groups_differ(compas):
+    """With issue 15's unlabelled counts by decision, a group labelled unevenly shows its
+    completeness among selected and rejected predictions (SPEC section 6)."""
+    frames = report_frames(compas["engine"], compas["newer"])
+    counts = frames.counts.copy()
+    counts["unlabelled_pos"] = 0
+    counts["unlabelled_neg"] = 0
+    black = (counts["group_name"] == "African-American") & (counts["subset"] == "group")
+    rejected = int(counts.loc[black, ["fn", "tn"]].sum(axis=1).iloc[0])  # 1,522 labelled
+    counts.loc[black, "unlabelled_neg"] = rejected  # as many rejections again, unlabelled
+    counts.loc[black, "n_unlabelled"] = rejected
+    page = render_html(dataclasses.replace(frames, counts=counts))
+    n = int(counts.loc[black, ["tp", "fp", "fn", "tn"]].sum(axis=1).iloc[0]) + rejected
+    labelled = 1 - rejected / n
+    expected = (
+        f"African-American <b>{n:,}</b> · {100 * labelled:.1f}% labelled "
+        "(100% of selected, 50.0% of rejected)"
+    )
+    assert expected in page
