@@ -310,9 +310,21 @@ def verdicts(frames: ReportFrames) -> pd.DataFrame:
                 "smallest": int(part["n"].min()),
                 "flagged": flagged,
                 "tested": len(tested),
+                "completeness_p": completeness_test(part),
             }
         )
     return pd.DataFrame(rows)
+
+
+def completeness_test(part: pd.DataFrame) -> float:
+    """p-value of Pearson's chi-square test of label completeness x group (SPEC section 6:
+    error rates are biased by who receives a label when completeness differs between groups
+    beyond chance); NaN with fewer than two groups or nothing unlabelled."""
+    table = np.stack([part["labelled"], part["n"] - part["labelled"]], axis=1).astype(float)
+    table = table[table.sum(axis=1) > 0]
+    if len(table) < 2 or (table[:, 1] == 0).all() or (table[:, 0] == 0).all():
+        return float("nan")
+    return float(stats.chi2_contingency(table, correction=False).pvalue)
 
 
 def _why_untested(rows: pd.DataFrame) -> str:
@@ -577,6 +589,15 @@ def _group_chips(part: pd.DataFrame, minimum: int) -> str:
     return "".join(chips) + note
 
 
+def _completeness_warning(p: float, alpha: float) -> str:
+    if _missing(p) or p >= alpha:
+        return ""
+    return (
+        f'<br><span class="why">⚠ label completeness differs between groups (χ² p '
+        f"{p_text(p)}): error rates may be biased by who receives a label</span>"
+    )
+
+
 def _finding_rows(comp: pd.DataFrame) -> list[list[str]]:
     rows = []
     for row in comp.itertuples():
@@ -658,7 +679,8 @@ def first_screen(frames: ReportFrames) -> str:
             [
                 f"<b>{esc(row.attribute)}</b>{ref}",
                 f"{_badge(row.verdict)} <span class=muted>{esc(row.why)}</span>",
-                _group_chips(part, limits["min_group_size"]),
+                _group_chips(part, limits["min_group_size"])
+                + _completeness_warning(row.completeness_p, limits["alpha"]),
             ]
         )
     findings = ranked_findings(frames)
@@ -1018,12 +1040,19 @@ def _md_groups(part: pd.DataFrame) -> str:
     return text
 
 
+def _md_completeness(p: float, alpha: float) -> str:
+    if _missing(p) or p >= alpha:
+        return ""
+    return f"; label completeness differs between groups (χ² p {md(p_text(p))})"
+
+
 def render_markdown(frames: ReportFrames, report_path: str | None = None) -> str:
     """The first screen as markdown (Prefect artifact): verdicts, groups and ranked flagged
     comparisons. Values from the data go through ``md``; numbers are formatted here."""
     run = frames.run
     verdict = verdicts(frames)
     sizes = groups(frames)
+    alpha = thresholds(frames)["alpha"]
     as_of = run.get("as_of")
     as_of = f"{as_of:%Y-%m-%d %H:%M}" if isinstance(as_of, datetime) else md(as_of)
     lines = [
@@ -1041,7 +1070,7 @@ def render_markdown(frames: ReportFrames, report_path: str | None = None) -> str
         part = sizes[sizes["attribute"] == row.attribute]
         lines.append(
             f"| {md(row.attribute)} | **{VERDICTS[row.verdict][0]}** | {md(row.why)} | "
-            f"{_md_groups(part)} |"
+            f"{_md_groups(part)}{_md_completeness(row.completeness_p, alpha)} |"
         )
     findings = ranked_findings(frames)
     lines += ["", f"## Flagged comparisons ({len(findings)}), largest first", ""]

@@ -26,6 +26,7 @@ from biasaudit.flows.audit import audit_flow, run_audit
 from biasaudit.flows.report import build_report
 from biasaudit.tasks.report import (
     comparisons,
+    completeness_test,
     forest_plot,
     needs_more,
     nice_ticks,
@@ -707,3 +708,31 @@ def test_label_completeness_by_decision_is_shown_when_groups_differ(compas):
         "(100% of selected, 50.0% of rejected)"
     )
     assert expected in page
+    # completeness differs beyond chance: Pearson's chi-square by hand (O − E)²/E, df = k − 1
+    race = counts[(counts["attribute"] == "race") & (counts["subset"] == "group")]
+    labelled_counts = race[["tp", "fp", "fn", "tn"]].sum(axis=1).to_numpy(float)
+    observed = np.stack([labelled_counts, race["n_unlabelled"].to_numpy(float)], axis=1)
+    expected_counts = observed.sum(1, keepdims=True) * observed.sum(0) / observed.sum()
+    chi2 = ((observed - expected_counts) ** 2 / expected_counts).sum()
+    p = stats.chi2.sf(chi2, len(race) - 1)
+    assert p < 0.001
+    assert "⚠ label completeness differs between groups (χ² p <0.001)" in page
+    assert "label completeness differs" not in compas["page"]  # COMPAS: every row labelled
+
+
+def test_completeness_test_is_pearsons_chi_square():
+    """The completeness warning's p is Pearson's chi-square of labelled/unlabelled x group,
+    computed here by hand; NaN when every prediction is labelled."""
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        k = int(rng.integers(2, 7))
+        labelled = rng.integers(1, 500, k).astype(float)
+        part = pd.DataFrame({"labelled": labelled, "n": labelled + rng.integers(0, 60, k)})
+        observed = np.stack([part["labelled"], part["n"] - part["labelled"]], axis=1)
+        if observed[:, 1].sum() == 0:
+            assert np.isnan(completeness_test(part))
+            continue
+        expected = observed.sum(1, keepdims=True) * observed.sum(0) / observed.sum()
+        chi2 = ((observed - expected) ** 2 / expected).sum()
+        assert np.isclose(completeness_test(part), stats.chi2.sf(chi2, k - 1), rtol=1e-9)
+    assert np.isnan(completeness_test(pd.DataFrame({"labelled": [5.0, 7.0], "n": [5.0, 7.0]})))
