@@ -532,18 +532,37 @@ def _table(header: Iterable[str], rows: Iterable[Iterable[str]], left: int = 1) 
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+_PERCENT = re.compile(
+    r"^(value|tau|difference|disparity|hdi_|cs_|completeness|rate|interval_|achieved_power)"
+)
+_COUNT = re.compile(r"^(n|n_.*|size_.*|needed.*|labelled|denominator_.*|numerator_.*|x_.*|k.*)$")
+_P = re.compile(r"^(p_value|p_adjusted|percentile.*)$")
+
+
+def _format(column: str, value) -> str:
+    """A stored value for people, by what its column holds: rates and differences as
+    percentages, counts with separators, p-values to 2 digits, other numbers to 3 digits."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, float | int | np.number):
+        return esc(value)
+    value = float(value)
+    if _PERCENT.match(column):
+        return percent(value)
+    if _COUNT.match(column):
+        return count(value)
+    if _P.match(column):
+        return p_text(value)
+    return esc(sig3(value))
+
+
 def _frame_table(frame: pd.DataFrame, columns: list[str] | None = None) -> str:
-    """A frame as a table of escaped, humanly formatted values (floats to 3 significant digits)."""
+    """A frame as a table of escaped values formatted for people (``_format``)."""
     if frame is None or frame.empty:
         return '<p class="muted">none</p>'
     columns = [c for c in (columns or list(frame.columns)) if c in frame.columns]
-
-    def cell(value) -> str:
-        if isinstance(value, float | np.floating):
-            return esc(sig3(float(value)))
-        return esc(value)
-
-    rows = [[cell(v) for v in record] for record in frame[columns].itertuples(index=False)]
+    rows = [
+        [_format(c, v) for c, v in zip(columns, record)]
+        for record in frame[columns].itertuples(index=False)
+    ]
     return _table([esc(c) for c in columns], rows, left=2)
 
 
