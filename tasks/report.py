@@ -533,7 +533,7 @@ def _table(header: Iterable[str], rows: Iterable[Iterable[str]], left: int = 1) 
 
 
 _PERCENT = re.compile(
-    r"^(value|tau|difference|disparity|hdi_|cs_|completeness|rate|interval_|achieved_power)"
+    r"^(value|tau|difference|disparity|hdi_|cs_|completeness|rate|achieved_power)"
 )
 _COUNT = re.compile(r"^(n|n_.*|size_.*|needed.*|labelled|denominator_.*|numerator_.*|x_.*|k.*)$")
 _P = re.compile(r"^(p_value|p_adjusted|percentile.*)$")
