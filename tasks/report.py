@@ -591,9 +591,9 @@ def _group_chips(part: pd.DataFrame, minimum: int) -> str:
     chips = []
     for row in part.itertuples():
         done = "" if uniform else f" · {percent(row.completeness)} labelled"
-        selected = getattr(row, "completeness_selected", None)
-        rejected = getattr(row, "completeness_rejected", None)
-        if not uniform and selected is not None and not _missing(selected):
+        selected = getattr(row, "completeness_selected", np.nan)
+        rejected = getattr(row, "completeness_rejected", np.nan)
+        if not uniform and not _missing(selected):
             done += f" ({percent(selected)} of selected, {percent(rejected)} of rejected)"
         mark = f" ⚠ below {minimum}" if row.small else ""
         css = "chip small" if row.small else "chip"
