@@ -31,6 +31,7 @@ from scipy import stats
 
 FOUR_FIFTHS = (0.8, 1.25)
 FIRST_SCREEN_ROWS = 10
+CHIPS = 16  # groups shown per attribute on the first screen
 CELLS = ["tp", "fp", "fn", "tn"]
 VERDICTS = {
     "flagged": ("flagged", "#b00020"),
@@ -587,9 +588,16 @@ def _run_line(frames: ReportFrames) -> str:
 
 
 def _group_chips(part: pd.DataFrame, minimum: int) -> str:
+    """Each group's size (and label completeness where groups differ), small groups marked; at
+    most CHIPS of them (the largest, and up to half of them small ones), so that an attribute
+    with many groups does not push the findings off the first screen."""
     uniform = part["completeness"].nunique(dropna=False) <= 1
     chips = []
-    for row in part.itertuples():
+    shown = part
+    if len(part) > CHIPS:
+        small = part[part["small"]].head(CHIPS // 2)
+        shown = pd.concat([part[~part["small"]].head(CHIPS - len(small)), small])
+    for row in shown.itertuples():
         done = "" if uniform else f" · {percent(row.completeness)} labelled"
         selected = getattr(row, "completeness_selected", np.nan)
         rejected = getattr(row, "completeness_rejected", np.nan)
@@ -603,8 +611,15 @@ def _group_chips(part: pd.DataFrame, minimum: int) -> str:
             f"<b>{count(row.n)}</b>{esc(done)}{esc(mark)}</span>"
         )
     note = ""
+    if len(part) > len(shown):
+        hidden = part.drop(index=shown.index)
+        note += (
+            f' <span class="muted">and {len(hidden)} more groups of {count(hidden["n"].min())} '
+            f"to {count(hidden['n'].max())} predictions ({int(hidden['small'].sum())} below "
+            f"{minimum}; all in the details)</span>"
+        )
     if uniform and len(part):
-        note = f' <span class="muted">({percent(part["completeness"].iloc[0])} labelled)</span>'
+        note += f' <span class="muted">({percent(part["completeness"].iloc[0])} labelled)</span>'
     return "".join(chips) + note
 
 

@@ -24,6 +24,7 @@ from biasaudit.db.migrate import upgrade
 from biasaudit.db.report_data import report_frames
 from biasaudit.flows.audit import audit_flow, run_audit
 from biasaudit.flows.report import build_report
+from biasaudit.schemas.report import ReportFrames
 from biasaudit.tasks.report import (
     comparisons,
     completeness_test,
@@ -736,3 +737,26 @@ def test_completeness_test_is_pearsons_chi_square():
         chi2 = ((observed - expected) ** 2 / expected).sum()
         assert np.isclose(completeness_test(part), stats.chi2.sf(chi2, k - 1), rtol=1e-9)
     assert np.isnan(completeness_test(pd.DataFrame({"labelled": [5.0, 7.0], "n": [5.0, 7.0]})))
+
+
+def test_many_groups_stay_on_the_first_screen_and_bare_frames_render():
+    """An attribute with 60 groups shows 16 chips (the small ones and the largest) and says how
+    many more; a run with counts only (no stage results) renders."""
+    sizes = np.arange(60) * 7 + 3  # 3 .. 416 predictions
+    cells = np.stack([sizes // 4, sizes // 4, sizes // 4, sizes - 3 * (sizes // 4)], axis=1)
+    counts = pd.DataFrame(cells, columns=["tp", "fp", "fn", "tn"]).assign(
+        attribute="zip", group_name=[f"z{i:02d}" for i in range(60)], subset="group", n_unlabelled=0
+    )
+    frames = ReportFrames(
+        run={"id": 1, "audit_name": "a", "status": "succeeded", "config": {}}, counts=counts
+    )
+    page = render_html(frames)
+    first = page.split('<hr class="fold">')[0]
+    small = np.sort(sizes[sizes < 30])
+    large = np.sort(sizes[sizes >= 30])
+    hidden = large[: len(large) - (16 - len(small))]  # the 16 shown: all small, then largest
+    assert len(small) <= 8
+    assert first.count('class="chip') == 16 and first.count('class="chip small"') == len(small)
+    assert f"and {len(hidden)} more groups of {hidden.min()} to {hidden.max()} predictions" in first
+    assert_self_contained(page)
+    assert "too little data" in first
