@@ -1,6 +1,15 @@
-"""Where the database is and how to connect to it.
+"""Where the database is, how to connect to it, and how long any database call may take.
 
 The URL comes from ``--db``, else ``BIASAUDIT_DATABASE_URL``, else the SQLite file ``./biasaudit.db``.
+A URL may also be a reference ``env:NAME`` (read from the environment variable ``NAME`` when the
+engine is made): flows receive such a reference, never a password (issue 13).
+
+Every connection has bounded waits, configurable by environment variable:
+``BIASAUDIT_CONNECT_TIMEOUT_SECONDS`` (default 10) to open a connection, and
+``BIASAUDIT_STATEMENT_TIMEOUT_SECONDS`` (default 600) for one statement (PostgreSQL's
+``statement_timeout``, MariaDB's client read/write timeouts, SQLite's busy timeout). On PostgreSQL
+TCP keepalives and ``tcp_user_timeout`` also end a connection whose server went silent on the
+network. A timed-out call raises OperationalError, which the retry policy (db.retry) retries.
 """
 
 from __future__ import annotations
@@ -8,33 +17,160 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 DEFAULT_URL = "sqlite:///biasaudit.db"
 URL_ENV = "BIASAUDIT_DATABASE_URL"
+REFERENCE_PREFIX = "env:"
+CONNECT_TIMEOUT_ENV = "BIASAUDIT_CONNECT_TIMEOUT_SECONDS"
+STATEMENT_TIMEOUT_ENV = "BIASAUDIT_STATEMENT_TIMEOUT_SECONDS"
+
+
+class DatabaseUrlError(ValueError):
+    """A database URL that cannot be used; the message never shows a password."""
+
+
+class DatabaseMissing(FileNotFoundError):
+    """A SQLite database file that does not exist (and was not to be created)."""
+
+
+def _seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    try:
+        value = float(raw) if raw else default
+    except ValueError:
+        raise DatabaseUrlError(f"{name}={raw!r} is not a number of seconds") from None
+    if not 0 < value < 1e6:
+        raise DatabaseUrlError(f"{name}={raw!r} must be between 0 and 1,000,000 seconds")
+    return value
+
+
+def connect_timeout() -> float:
+    """Seconds to wait for a connection to open."""
+    return _seconds(CONNECT_TIMEOUT_ENV, 10.0)
+
+
+def statement_timeout() -> float:
+    """Seconds one statement may run (or wait on a lock) before it fails."""
+    return _seconds(STATEMENT_TIMEOUT_ENV, 600.0)
 
 
 def database_url(url: str | None = None) -> str:
-    """The URL to use: the explicit one, else the environment's, else the embedded SQLite default."""
-    return url or os.environ.get(URL_ENV) or DEFAULT_URL
+    """The URL to use: the explicit one, else the environment's, else the embedded SQLite default.
+    A reference ``env:NAME`` resolves to the value of the environment variable ``NAME``."""
+    url = url or os.environ.get(URL_ENV) or DEFAULT_URL
+    if url.startswith(REFERENCE_PREFIX):
+        name = url[len(REFERENCE_PREFIX) :]
+        value = os.environ.get(name)
+        if not value:
+            raise DatabaseUrlError(f"database URL reference {url}: ${name} is not set")
+        return value
+    return url
 
 
-def make_engine(url: str | None = None) -> Engine:
-    """An engine for ``url``; SQLite gets foreign keys, WAL and a busy timeout for concurrent runs."""
-    url = database_url(url)
-    if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": 60})
+def safe_url(url: str | None) -> str:
+    """The URL as it may be shown, logged or stored: the password replaced by ***."""
+    if url is None:
+        return "(none)"
+    if url.startswith(REFERENCE_PREFIX):
+        return url
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return "(malformed URL)"
 
-        @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_connection, _record):  # pragma: no cover - trivial
-            cursor = dbapi_connection.cursor()
-            cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.close()
 
-        return engine
-    return create_engine(url, pool_pre_ping=True)
+def flow_url(url: str | None) -> str | None:
+    """What to hand to a Prefect flow run for ``url``: the URL itself when it holds no password,
+    else the reference ``env:BIASAUDIT_DATABASE_URL`` with the URL put in that environment
+    variable (inherited by flow runs started from this process). Prefect never sees a password."""
+    if url is None or url.startswith(REFERENCE_PREFIX):
+        return url
+    if parse_url(url).password is None:
+        return url
+    os.environ[URL_ENV] = url
+    return REFERENCE_PREFIX + URL_ENV
+
+
+def parse_url(url: str) -> URL:
+    """The parsed URL, or DatabaseUrlError naming the problem without the password."""
+    try:
+        return make_url(url)
+    except (ArgumentError, ValueError):
+        raise DatabaseUrlError(
+            "malformed database URL (expected dialect+driver://user@host:port/database "
+            "or sqlite:///path)"
+        ) from None
+
+
+def sqlite_path(url: URL) -> Path | None:
+    """The file of a SQLite URL (None for in-memory databases and other dialects)."""
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    return Path(url.database)
+
+
+def _connect_args(url: URL) -> dict[str, Any]:
+    connect, statement = connect_timeout(), statement_timeout()
+    backend, driver = url.get_backend_name(), url.get_driver_name()
+    if backend == "sqlite":
+        return {"timeout": min(statement, 60.0)}
+    if backend == "postgresql" and driver in ("psycopg", "psycopg2"):
+        return {
+            "connect_timeout": max(1, round(connect)),
+            "options": f"-c statement_timeout={round(statement * 1000)}",
+            "keepalives": 1,
+            "keepalives_idle": 10,
+            "keepalives_interval": 5,
+            "keepalives_count": 3,
+            "tcp_user_timeout": round(min(statement, 60.0) * 1000),
+        }
+    if backend in ("mysql", "mariadb") and driver == "pymysql":
+        return {
+            "connect_timeout": max(1, round(connect)),
+            "read_timeout": max(1, round(statement)),
+            "write_timeout": max(1, round(statement)),
+        }
+    return {}
+
+
+def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
+    """An engine for ``url`` with bounded connection and statement times; SQLite gets foreign
+    keys, WAL and a busy timeout for concurrent runs. With ``create=False`` a SQLite file that
+    does not exist raises DatabaseMissing instead of being created empty."""
+    parsed = parse_url(database_url(url))
+    path = sqlite_path(parsed)
+    if path is not None and not create and not path.exists():
+        raise DatabaseMissing(
+            f"database file {path} does not exist (create it with `biasaudit db upgrade`)"
+        )
+    try:
+        if path is not None or parsed.get_backend_name() == "sqlite":
+            engine = create_engine(parsed, connect_args=_connect_args(parsed))
+
+            @event.listens_for(engine, "connect")
+            def _sqlite_pragmas(dbapi_connection, _record):  # pragma: no cover - trivial
+                cursor = dbapi_connection.cursor()
+                cursor.execute("PRAGMA foreign_keys=ON")
+                cursor.execute("PRAGMA journal_mode=WAL")
+                cursor.close()
+
+            return engine
+        return create_engine(parsed, pool_pre_ping=True, connect_args=_connect_args(parsed))
+    except NoSuchModuleError:
+        raise DatabaseUrlError(
+            f"unknown database kind {parsed.drivername!r} in {safe_url(str(parsed))}"
+        ) from None
+    except (ArgumentError, ImportError) as exc:
+        raise DatabaseUrlError(
+            f"cannot use database {safe_url(parsed.render_as_string(hide_password=False))}: "
+            f"{type(exc).__name__}"
+        ) from None
 
 
 @contextmanager

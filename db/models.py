@@ -117,6 +117,8 @@ class AuditRun(Base):
     flow_run_id: Mapped[str | None] = mapped_column(String(64))
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # Renewed every few seconds while the run is going (db.runs.RunLease); a silent one is dead.
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     timings: Mapped[dict[str, Any]] = mapped_column(Json)
     summary: Mapped[dict[str, Any]] = mapped_column(Json)
     error: Mapped[str | None] = mapped_column(Text)

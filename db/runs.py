@@ -1,19 +1,30 @@
 """Writing audit runs: visible progress, one transaction for the results, gap-free versions.
 
-A run's life: ``start_run`` commits a row with status ``running`` (so an operator sees it); the
-results and the promotion to ``succeeded`` with the next version number commit together in
-``save_run``, so a reader never sees half a run; ``record_failed_run`` marks it ``failed`` with the
-error. A process killed mid-run leaves only its ``running`` row, which ``abandon_stale_runs`` (called
-when the next run of the same audit starts) marks ``failed``. Re-running identical input (same
+A run's life: ``start_run`` commits a row with status ``running`` (so an operator sees it) and
+takes the run's lease; the results and the promotion to ``succeeded`` with the next version number
+commit together in ``save_run``, so a reader never sees half a run; ``record_failed_run`` marks it
+``failed`` with the error; ``release_run`` gives the lease back. Re-running identical input (same
 fingerprint) with an identical configuration returns the existing run unless forced. On PostgreSQL a
 transaction-scoped advisory lock serialises version numbering per audit and model; everywhere, the
 unique constraint on (audit_name, model_id, version) is the last word.
+
+Nothing stays stuck (issue 13). While a run is going its process proves it is alive:
+- on PostgreSQL it holds a session-level advisory lock on its own connection, which the server
+  releases the moment that connection dies (kill -9, power loss, a network cut);
+- everywhere a heartbeat thread renews ``heartbeat_at`` every ``lease / 6`` seconds
+  (``BIASAUDIT_LEASE_SECONDS``, default 30).
+The next run of the audit marks a ``running`` row failed as abandoned when its owner is gone: the
+advisory lock is free (PostgreSQL), or its heartbeat is older than the lease (SQLite, MariaDB; rows
+without a heartbeat fall back to ``started_at`` and the configured ``stale_run_hours``). A run whose
+row was so marked cannot later promote itself to succeeded (``RunLost``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import threading
 import time
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
@@ -21,8 +32,8 @@ from typing import Any
 
 import pandas as pd
 from biasaudit.db.models import AuditRun, QuarantinedRow
-from sqlalchemy import Engine, delete, func, insert, select, text, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Connection, Engine, and_, delete, func, insert, or_, select, text, update
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 RUNNING, SUCCEEDED, FAILED = "running", "succeeded", "failed"
@@ -63,10 +74,133 @@ def _records(frame: pd.DataFrame, run_id: int) -> list[dict]:
     return [{"run_id": run_id, **row} for row in clean.to_dict(orient="records")]
 
 
+def _lock_key(*parts: str) -> int:
+    """A signed 64-bit advisory-lock key for ``parts``."""
+    digest = hashlib.sha256("\0".join(parts).encode()).digest()[:8]
+    return int.from_bytes(digest) - (1 << 63)
+
+
 def _lock_versioning(session: Session, audit_name: str, model_id: str) -> None:
-    if session.bind.dialect.name == "postgresql":
-        key = int.from_bytes(hashlib.sha256(f"{audit_name}\0{model_id}".encode()).digest()[:8])
-        session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key - (1 << 63)})
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(
+            text("SELECT pg_advisory_xact_lock(:k)"), {"k": _lock_key(audit_name, model_id)}
+        )
+
+
+LEASE_ENV = "BIASAUDIT_LEASE_SECONDS"
+
+
+def lease_seconds() -> float:
+    """How long a run may go without a heartbeat before the next run takes it for dead."""
+    value = float(os.environ.get(LEASE_ENV) or 30.0)
+    if not 1.0 <= value <= 86_400.0:
+        raise ValueError(f"{LEASE_ENV} must be between 1 and 86400 seconds, not {value}")
+    return value
+
+
+class RunLease:
+    """A live run's proof of life: the PostgreSQL session lock (if any) and the heartbeat thread.
+
+    It owns its engine (one connection for the lock, short ones for heartbeats), so it outlives the
+    unit of work that started the run.
+    """
+
+    def __init__(self, engine: Engine, run_id: int, lock: Connection | None, every: float):
+        self.engine, self.run_id, self.lock = engine, run_id, lock
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._beat, args=(every,), name=f"biasaudit-heartbeat-{run_id}", daemon=True
+        )
+        self._thread.start()
+
+    def _beat(self, every: float) -> None:
+        while not self._stop.wait(every):
+            try:
+                with self.engine.begin() as connection:
+                    connection.execute(
+                        update(AuditRun)
+                        .where(AuditRun.id == self.run_id, AuditRun.status == RUNNING)
+                        .values(heartbeat_at=datetime.now(UTC))
+                    )
+            except SQLAlchemyError as exc:  # the database is away: the run's own steps retry
+                log.debug("heartbeat of run %s failed: %s", self.run_id, type(exc).__name__)
+
+    def release(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        if self.lock is not None:
+            try:
+                self.lock.close()  # closing the session releases its advisory lock
+            except SQLAlchemyError:
+                pass
+        self.engine.dispose()
+
+
+_LEASES: dict[int, RunLease] = {}
+_LEASES_LOCK = threading.Lock()
+
+
+def release_run(run_id: int | None) -> None:
+    """Give back the lease of run ``run_id`` held by this process (no-op if none)."""
+    if run_id is None:
+        return
+    with _LEASES_LOCK:
+        lease = _LEASES.pop(run_id, None)
+    if lease is not None:
+        lease.release()
+
+
+def _lease_engine(engine: Engine) -> Engine:
+    from biasaudit.db.engine import make_engine
+
+    return make_engine(engine.url.render_as_string(hide_password=False))
+
+
+def _try_run_lock(lock: Connection, audit_name: str, model_id: str) -> bool:
+    """Take the run's session-level advisory lock on ``lock`` if free (PostgreSQL)."""
+    got = lock.scalar(
+        text("SELECT pg_try_advisory_lock(:k)"), {"k": _lock_key("run", audit_name, model_id)}
+    )
+    lock.commit()  # a session-level lock outlives the transaction
+    return bool(got)
+
+
+def _mark_dead_runs(
+    session: Session, record: RunRecord, owner_gone: bool, lease: float, stale: timedelta
+) -> list[int]:
+    """Mark the audit's ``running`` rows whose owner is gone as failed; returns their ids.
+
+    ``owner_gone``: this process holds the run lock, so no live process runs this audit.
+    """
+    now = datetime.now(UTC)
+    same = and_(
+        AuditRun.audit_name == record.audit_name,
+        AuditRun.model_id == record.model_id,
+        AuditRun.status == RUNNING,
+    )
+    silent = or_(
+        AuditRun.heartbeat_at < now - timedelta(seconds=lease),
+        and_(AuditRun.heartbeat_at.is_(None), AuditRun.started_at < now - stale),
+    )
+    condition = same if owner_gone else and_(same, silent)
+    dead = list(session.scalars(select(AuditRun.id).where(condition)))
+    if dead:
+        session.execute(
+            update(AuditRun)
+            .where(AuditRun.id.in_(dead), condition)
+            .values(status=FAILED, error=ABANDONED, finished_at=now)
+        )
+        log.warning(
+            "audit %r: run(s) %s had no live process: marked failed (%s)",
+            record.audit_name,
+            dead,
+            ABANDONED,
+        )
+    return dead
+
+
+class RunLost(RuntimeError):
+    """This run was marked failed by another process while it was going (its lease lapsed)."""
 
 
 class RunInProgress(RuntimeError):
@@ -74,49 +208,76 @@ class RunInProgress(RuntimeError):
 
 
 def start_run(
-    engine: Engine, record: RunRecord, wait: timedelta = timedelta(0), poll: float = 1.0
+    engine: Engine,
+    record: RunRecord,
+    wait: timedelta = timedelta(0),
+    poll: float = 1.0,
+    stale: timedelta = timedelta(hours=6),
 ) -> int:
-    """Commit a ``running`` row for the run and return its id, once no other run of the same
-    audit and model is running (waiting up to ``wait``): runs of one audit never overlap.
+    """Commit a ``running`` row for the run, take its lease and return its id, once no live run of
+    the same audit and model is going (waiting up to ``wait``): runs of one audit never overlap,
+    and a run whose process is gone is marked failed instead of waited for.
 
-    On PostgreSQL the check and the insert are serialised by the advisory lock; on SQLite two
-    processes starting within the same instant may both pass the check (SQLite is the
-    single-user default; versions stay distinct either way).
+    On PostgreSQL the session-level run lock decides who is alive; on SQLite and MariaDB the
+    heartbeat (two processes starting within the same instant may both pass the check there;
+    versions stay distinct either way). ``stale`` applies to rows without a heartbeat.
     """
     deadline = time.monotonic() + wait.total_seconds()
-    announced = False
-    while True:
-        with Session(engine) as session, session.begin():
-            _lock_versioning(session, record.audit_name, record.model_id)
-            busy = session.scalar(
-                select(AuditRun.id).where(
-                    AuditRun.audit_name == record.audit_name,
-                    AuditRun.model_id == record.model_id,
-                    AuditRun.status == RUNNING,
+    lease, announced = lease_seconds(), False
+    lease_engine = _lease_engine(engine)
+    lock: Connection | None = None
+    try:
+        while True:
+            owner_gone, busy = False, None
+            if engine.dialect.name == "postgresql":
+                lock = lock or lease_engine.connect()
+                owner_gone = _try_run_lock(lock, record.audit_name, record.model_id)
+                busy = None if owner_gone else "(held by a live process)"
+            with Session(engine) as session, session.begin():
+                _lock_versioning(session, record.audit_name, record.model_id)
+                if engine.dialect.name != "postgresql" or owner_gone:
+                    _mark_dead_runs(session, record, owner_gone, lease, stale)
+                busy = busy or session.scalar(
+                    select(AuditRun.id).where(
+                        AuditRun.audit_name == record.audit_name,
+                        AuditRun.model_id == record.model_id,
+                        AuditRun.status == RUNNING,
+                    )
                 )
-            )
+                if busy is None:
+                    record.started_at = datetime.now(UTC)
+                    run = AuditRun(
+                        **record.columns(),
+                        status=RUNNING,
+                        finished_at=record.started_at,
+                        heartbeat_at=record.started_at,
+                    )
+                    session.add(run)
+                    session.flush()
+                    run_id = run.id
             if busy is None:
-                record.started_at = datetime.now(UTC)
-                run = AuditRun(**record.columns(), status=RUNNING, finished_at=record.started_at)
-                session.add(run)
-                session.flush()
-                return run.id
-        if not announced:
-            log.warning(
-                "run %s of audit %r is still running: waiting up to %s for it to finish "
-                "(`biasaudit abandon %s` releases it if its process is gone)",
-                busy,
-                record.audit_name,
-                wait,
-                busy,
-            )
-            announced = True
-        if time.monotonic() >= deadline:
-            raise RunInProgress(
-                f"run {busy} of audit {record.audit_name!r} (model {record.model_id!r}) is still "
-                f"running after waiting {wait}"
-            )
-        time.sleep(poll)
+                with _LEASES_LOCK:
+                    _LEASES[run_id] = RunLease(lease_engine, run_id, lock, lease / 6)
+                return run_id
+            if not announced:
+                log.warning(
+                    "run %s of audit %r is still running: waiting up to %s for it to finish",
+                    busy,
+                    record.audit_name,
+                    wait,
+                )
+                announced = True
+            if time.monotonic() >= deadline:
+                raise RunInProgress(
+                    f"run {busy} of audit {record.audit_name!r} (model {record.model_id!r}) is "
+                    f"still running after waiting {wait}"
+                )
+            time.sleep(poll)
+    except BaseException:
+        if lock is not None:
+            lock.close()
+        lease_engine.dispose()
+        raise
 
 
 def abandon_run(engine: Engine, run_id: int) -> bool:
@@ -131,7 +292,7 @@ def abandon_run(engine: Engine, run_id: int) -> bool:
                 finished_at=datetime.now(UTC),
             )
         )
-        return result.rowcount == 1
+        return _rowcount(result) == 1
 
 
 def abandon_stale_runs(engine: Engine, audit_name: str, older_than: timedelta) -> int:
@@ -147,7 +308,12 @@ def abandon_stale_runs(engine: Engine, audit_name: str, older_than: timedelta) -
             )
             .values(status=FAILED, error=ABANDONED, finished_at=datetime.now(UTC))
         )
-        return result.rowcount
+        return _rowcount(result)
+
+
+def _rowcount(result: Any) -> int:
+    """Rows matched by an UPDATE (typed: Session.execute returns a plain Result)."""
+    return int(result.rowcount)
 
 
 def find_identical_run(session: Session, record: RunRecord) -> AuditRun | None:
@@ -195,9 +361,9 @@ def save_run(
                         AuditRun.model_id == record.model_id,
                     )
                 )
-                session.execute(
+                promoted = session.execute(
                     update(AuditRun)
-                    .where(AuditRun.id == run_id)
+                    .where(AuditRun.id == run_id, AuditRun.status == RUNNING)
                     .values(
                         **record.columns(),
                         status=SUCCEEDED,
@@ -205,6 +371,11 @@ def save_run(
                         finished_at=datetime.now(UTC),
                     )
                 )
+                if _rowcount(promoted) != 1:
+                    raise RunLost(
+                        f"run {run_id} is no longer running (another run found its lease "
+                        "lapsed and marked it failed): its results are not saved"
+                    )
                 for model, frame in results.items():
                     if not frame.empty:
                         session.execute(insert(model), _records(frame, run_id))
@@ -242,7 +413,9 @@ def record_failed_run(
         return run_id
 
 
-def _add_quarantine(session: Session, run_id: int, record: RunRecord, quarantine: pd.DataFrame):
+def _add_quarantine(
+    session: Session, run_id: int, record: RunRecord, quarantine: pd.DataFrame
+) -> None:
     if quarantine.empty:
         return
     rows = _records(quarantine, run_id)

@@ -150,6 +150,8 @@ def execute_audit(
     except Exception as exc:
         call(stages.record_failure, url, run_id, record, f"{type(exc).__name__}: {exc}", quarantine)
         raise
+    finally:
+        stages.release(run_id)
     _report(audit, run_id, new, record)
     report = call(stages.report, url, run_id, audit.name, record.summary)
     return {

@@ -17,7 +17,7 @@ from biasaudit.db.engine import engine_scope
 from biasaudit.db.history import previous_run_metrics
 from biasaudit.db.results import result_tables
 from biasaudit.db.retry import RETRIES, is_transient, retry_base_seconds
-from biasaudit.db.runs import RunRecord, abandon_stale_runs, record_failed_run, save_run, start_run
+from biasaudit.db.runs import RunRecord, record_failed_run, release_run, save_run, start_run
 from biasaudit.db.scan import Scanned, scan_window
 from biasaudit.flows.report import write_report
 from biasaudit.schemas.config import Audit
@@ -50,11 +50,15 @@ def stage_task(name: str, function: Callable[..., Any]) -> Task:
 
 @database_task
 def begin(db_url: str, record: RunRecord, stale_after: timedelta) -> int:
-    """Mark this audit's abandoned runs failed, wait for any run of it still going (up to
-    ``stale_after``), then commit a ``running`` row."""
+    """Mark this audit's dead runs failed, wait for a live run of it still going (up to
+    ``stale_after``), then commit a ``running`` row and take its lease (db.runs)."""
     with engine_scope(db_url) as engine:
-        abandon_stale_runs(engine, record.audit_name, stale_after)
-        return start_run(engine, record, wait=stale_after)
+        return start_run(engine, record, wait=stale_after, stale=stale_after)
+
+
+def release(run_id: int | None) -> None:
+    """Give back the run's lease (heartbeat, PostgreSQL lock) whatever happened; plain, no retry."""
+    release_run(run_id)
 
 
 @database_task
@@ -82,7 +86,9 @@ def persist(
 ) -> tuple[int, bool]:
     """Commit the results as the next version; returns (run id, whether it is new)."""
     with engine_scope(db_url) as engine:
-        return save_run(engine, run_id, record, result_tables(result), quarantine, force=force)
+        saved = save_run(engine, run_id, record, result_tables(result), quarantine, force=force)
+    release_run(run_id)
+    return saved
 
 
 @database_task
@@ -91,7 +97,9 @@ def record_failure(
 ) -> int:
     """Mark the run failed with its error; no results become visible."""
     with engine_scope(db_url) as engine:
-        return record_failed_run(engine, run_id, record, error, quarantine)
+        failed = record_failed_run(engine, run_id, record, error, quarantine)
+    release_run(run_id)
+    return failed
 
 
 @database_task

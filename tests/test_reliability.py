@@ -260,6 +260,71 @@ def test_killed_mid_write_leaves_nothing_and_is_marked_abandoned(db_url, tmp_pat
     assert result["new"] and list_runs(engine, status="succeeded")["version"].tolist() == [1]
 
 
+@pytest.mark.parametrize("lease", [None, "6"])
+def test_killed_run_never_blocks_the_next_one(db_url, tmp_path, monkeypatch, lease):
+    """After kill -9 of a running audit, the next run of it starts and completes within a minute
+    with no manual step (PostgreSQL: the dead session's lock is free at once; SQLite: the heartbeat
+    lapses), and the dead run shows as failed, abandoned. ``lease`` None: the default 30 s."""
+    if lease is not None:
+        monkeypatch.setenv("BIASAUDIT_LEASE_SECONDS", lease)
+    elif db_url.startswith("postgresql"):
+        pytest.skip("the default lease matters only where the heartbeat decides (SQLite)")
+    load_small(db_url)
+    marker = tmp_path / "marker"
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILL_SCRIPT, db_url, str(DEMO_CONFIG), str(marker)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.time() + 120
+    while not marker.exists():
+        assert child.poll() is None, child.stderr.read().decode()[-2000:]
+        assert time.time() < deadline
+        time.sleep(0.1)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    engine = make_engine(db_url)
+    assert list_runs(engine)["status"].tolist() == ["running"]
+    started = time.monotonic()
+    result = run_audit("credit-race", str(DEMO_CONFIG), db_url, END)
+    elapsed = time.monotonic() - started
+    assert result["new"] and elapsed < 60
+    runs = list_runs(engine).set_index("id")
+    dead = runs.drop(index=result["run_id"]).iloc[0]
+    assert (dead["status"], dead["error"]) == ("failed", ABANDONED)
+    assert runs.loc[result["run_id"], "status"] == "succeeded"
+    if db_url.startswith("sqlite"):  # it waited for the lease to lapse, no longer
+        assert elapsed > float(lease or 30) * 0.5
+
+
+def test_live_run_is_waited_for_not_abandoned(db_url, monkeypatch):
+    """It waits for a run whose process is alive (fresh heartbeat or held lock) and never marks it
+    failed; once that run ends, the next one starts."""
+    import threading
+
+    from biasaudit.db.runs import RunInProgress, release_run, start_run
+    from biasaudit.flows.audit import new_record
+    from biasaudit.schemas.config import load_config
+
+    monkeypatch.setenv("BIASAUDIT_LEASE_SECONDS", "3")
+    audit = load_config(DEMO_CONFIG).get("credit-race")
+    engine = make_engine(db_url)
+    first = start_run(engine, new_record(audit, END))
+    with pytest.raises(RunInProgress):
+        start_run(engine, new_record(audit, END), wait=timedelta(seconds=5), poll=0.5)
+    assert list_runs(engine)["status"].tolist() == ["running"]  # alive: heartbeats kept it
+    timer = threading.Timer(1.0, release_run, args=(first,))
+    timer.start()
+    with engine.begin() as connection:  # the first run finishes, then releases its lease
+        connection.execute(
+            AuditRun.__table__.update().where(AuditRun.id == first).values(status="failed")
+        )
+    second = start_run(engine, new_record(audit, END), wait=timedelta(seconds=30), poll=0.2)
+    timer.join()
+    release_run(second)
+    assert list_runs(engine).set_index("id").loc[second, "status"] == "running"
+
+
 # ---- concurrency -------------------------------------------------------------------------------
 
 
