@@ -228,7 +228,8 @@ def start_run(
     lock: Connection | None = None
     try:
         while True:
-            owner_gone, busy = False, None
+            owner_gone = False
+            busy: int | str | None = None
             if engine.dialect.name == "postgresql":
                 lock = lock or lease_engine.connect()
                 owner_gone = _try_run_lock(lock, record.audit_name, record.model_id)
@@ -367,7 +368,7 @@ def save_run(
                     .values(
                         **record.columns(),
                         status=SUCCEEDED,
-                        version=version + 1,
+                        version=(version or 0) + 1,
                         finished_at=datetime.now(UTC),
                     )
                 )

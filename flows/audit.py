@@ -25,7 +25,7 @@ from biasaudit.db.engine import database_url
 from biasaudit.db.runs import RunRecord
 from biasaudit.db.source import window_bounds
 from biasaudit.flows import stages
-from biasaudit.schemas.config import Audit, load_config
+from biasaudit.schemas.config import Audit, load_audit
 from biasaudit.schemas.quarantine import check_invalid_fraction
 from biasaudit.tasks.core import audit_counts
 from biasaudit.tasks.counts import group_counts
@@ -116,7 +116,7 @@ def execute_audit(
     call: Call,
 ) -> dict:
     """begin -> scan -> counts -> core stages -> persist -> report; ``call(task, *args)`` runs each."""
-    audit = load_config(Path(config_path or default_config_path())).get(audit_name)
+    audit = load_audit(Path(config_path or default_config_path()), audit_name)
     url = database_url(db_url)
     record = new_record(audit, as_of or datetime.now(UTC))
     thresholds, timings = audit.thresholds, record.timings

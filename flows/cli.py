@@ -1,70 +1,342 @@
 """The ``biasaudit`` command line.
 
-Commands that do not run a flow (history, load, db) never import Prefect, so they start fast.
+Commands that do not run a flow (history, load, db, audits, quarantine) never import Prefect, so
+they start fast. Every mistake an operator can make prints one line ``error: ...`` and exits with
+a non-zero code; ``--debug`` shows the traceback instead (README, "Mistakes and their messages").
+Data is printed as plain text, never as terminal markup, and a database password never reaches
+the output (``db.engine.safe_url``) nor Prefect (``db.engine.flow_url``).
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import functools
 import os
+import re
 import shutil
+import socket
+import subprocess
 import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, NoReturn
 
+import click
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-app = typer.Typer(
-    help="Versioned fairness audits of deployed binary classifiers.", no_args_is_help=True
+DEBUG = {"on": False}
+
+
+class ClearErrorsTyper(typer.Typer):
+    """A Typer whose commands turn every exception into one clear line and an exit code."""
+
+    def command(self, *args: Any, **kwargs: Any) -> Callable[[Callable[..., Any]], Any]:
+        register = super().command(*args, **kwargs)
+
+        def decorator(function: Callable[..., Any]) -> Any:
+            return register(_clear_errors(function))
+
+        return decorator
+
+
+app = ClearErrorsTyper(
+    help="Versioned fairness audits of deployed binary classifiers.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
-db_app = typer.Typer(help="Database administration.", no_args_is_help=True)
+db_app = ClearErrorsTyper(
+    help="Database administration.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
 app.add_typer(db_app, name="db")
 # Piped output (logs, CI) gets a wide table instead of rich's default 80 columns.
-console = Console(width=None if sys.stdout.isatty() else 160)
+console = Console(width=None if sys.stdout.isatty() else 160, highlight=False)
+errors = Console(stderr=True, width=None if sys.stderr.isatty() else 400, highlight=False)
 
 DbOption = Annotated[
     str | None,
     typer.Option(
-        "--db", help="Database URL (default: $BIASAUDIT_DATABASE_URL or sqlite:///biasaudit.db)"
+        "--db",
+        metavar="URL",
+        help="Database URL (default: $BIASAUDIT_DATABASE_URL or sqlite:///biasaudit.db)",
     ),
 ]
 ConfigOption = Annotated[
     str | None,
     typer.Option(
-        "--config", "-c", help="Audit configuration (default: $BIASAUDIT_CONFIG or biasaudit.toml)"
+        "--config",
+        "-c",
+        metavar="FILE",
+        help="Audit configuration (default: $BIASAUDIT_CONFIG or biasaudit.toml)",
     ),
 ]
+FormatOption = Annotated[str, typer.Option("--format", metavar="FORMAT", help="table, csv or json")]
 DEMO_CONFIG = Path(__file__).parent / "demo_audits.toml"
 FIRST_RUN_NOTE = "first flow run of a process starts a local Prefect server (10-20 s)"
+_PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]*:)[^@\s]+@")
 
 
-def _engine(db: str | None):
-    from biasaudit.db.engine import make_engine
+def _redact(message: str) -> str:
+    """Any ``scheme://user:password@`` in ``message`` with the password replaced by ***."""
+    return _PASSWORD_IN_URL.sub(r"\1***@", message)
 
-    return make_engine(db)
+
+def _say(message: str, style: str | None = None) -> None:
+    """Print ``message`` as is: never interpreted as markup, passwords redacted."""
+    console.print(Text(_redact(message), style=style or ""), soft_wrap=True)
+
+
+class Mistake(Exception):
+    """An operator's mistake: its message is the whole story."""
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    errors.print(Text("error: ", style="bold red") + Text(_redact(message)), soft_wrap=True)
+    raise typer.Exit(code=code)
+
+
+def _message(error: BaseException) -> str:
+    """One line for ``error``: handled errors by their message, others by type and message."""
+    from biasaudit.flows.logs import handled_errors, one_line
+    from biasaudit.schemas.config import ConfigError
+    from sqlalchemy.exc import OperationalError
+
+    if isinstance(error, (Mistake, ConfigError)):  # several problems: one line, joined
+        return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    if isinstance(error, OperationalError):
+        return f"the database did not answer: {one_line(error, with_type=False)}"
+    if isinstance(error, handled_errors()):
+        return one_line(error, with_type=False)
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {'; '.join(lines)} (--debug shows the traceback)"
+
+
+def _clear_errors(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a command; an exception becomes ``error: ...`` and exit code 1 (no traceback unless
+    --debug); Ctrl-C exits 130."""
+
+    @functools.wraps(function)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except (typer.Exit, typer.Abort, click.exceptions.ClickException):
+            raise
+        except KeyboardInterrupt:
+            if DEBUG["on"]:
+                raise
+            _fail("interrupted", code=130)
+        except Exception as exc:
+            if DEBUG["on"]:
+                raise
+            _fail(_message(exc)[:2000])
+
+    return command
+
+
+def _version() -> str:
+    from importlib.metadata import version
+
+    return version("biasaudit")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        _say(f"biasaudit {_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the version and exit",
+            is_eager=True,
+            callback=_print_version,
+        ),
+    ] = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show tracebacks and Prefect's full logs")
+    ] = False,
+) -> None:
+    """Versioned fairness audits of deployed binary classifiers."""
+    DEBUG["on"] = debug
+    if debug:
+        os.environ["BIASAUDIT_DEBUG"] = "1"
+
+
+def _engine(db: str | None, *, migrated: bool = True) -> Any:
+    """An engine for an existing, reachable database (migrated to the head, unless not asked):
+    a missing SQLite file is never created here, and every failure is one clear line."""
+    from biasaudit.db.engine import database_url, make_engine, safe_url
+    from sqlalchemy.exc import OperationalError
+
+    engine = make_engine(db, create=False)
+    shown = safe_url(database_url(db))
+    try:
+        with engine.connect() as connection:
+            if migrated:
+                from alembic.migration import MigrationContext
+                from alembic.script import ScriptDirectory
+                from biasaudit.db.migrate import alembic_config
+
+                current = MigrationContext.configure(connection).get_current_revision()
+                head = ScriptDirectory.from_config(alembic_config(db)).get_current_head()
+                if current != head:
+                    state = "not migrated" if current is None else f"at revision {current}"
+                    raise Mistake(
+                        f"database {shown} is {state} (head is {head}): run "
+                        f"`biasaudit db upgrade --db URL` first"
+                    )
+    except OperationalError as exc:
+        from biasaudit.flows.logs import one_line
+
+        raise Mistake(
+            f"cannot connect to database {shown}: {one_line(exc, with_type=False)}"
+        ) from None
+    return engine
 
 
 def _prefect_environment() -> None:
-    """Give the temporary local Prefect server time to start on small machines."""
+    """Point Prefect at a server: $PREFECT_API_URL or the profile's, else a temporary local server
+    started here that dies with this process (even on SIGKILL), unlike Prefect's own temporary
+    server (../shared/STACK.md)."""
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from biasaudit.flows.logs import install_short_errors
+    from prefect.settings import get_current_settings
+
+    install_short_errors()
+    if get_current_settings().api.url:
+        return
+    url = _start_temporary_server()
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    os.environ["PREFECT_API_URL"] = url  # inherited by flow runs `serve` starts
+    stack = contextlib.ExitStack()
+    stack.enter_context(temporary_settings(updates={PREFECT_API_URL: url}))
+    atexit.register(stack.close)
 
 
-def _date(value: str | None) -> datetime | None:
+# Started in the server's process before it becomes uvicorn: ask Linux to SIGKILL it when its
+# parent (this CLI) dies, even by SIGKILL (PR_SET_PDEATHSIG survives exec), then exec the server.
+_DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit(1)\n"
+    "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])\n"
+)
+
+
+def _free_port() -> int:
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _start_temporary_server() -> str:
+    """Start Prefect's API server for this process only; returns its API URL."""
+    import prefect
+    from prefect.settings import get_current_settings
+
+    port = _free_port()
+    env = {
+        **os.environ,
+        **get_current_settings().to_environment_variables(exclude_unset=True),
+        "PREFECT_UI_ENABLED": "0",
+        "PREFECT__SERVER_EPHEMERAL": "1",
+        "PREFECT__SERVER_FINAL": "1",
+    }
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - the server writes to it for its lifetime
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            _DIE_WITH_PARENT,
+            str(os.getpid()),
+            "-m",
+            "uvicorn",
+            "--app-dir",
+            str(Path(prefect.__file__).parent.parent),
+            "--factory",
+            "prefect.server.api.server:create_app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "error",
+            "--lifespan",
+            "on",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
+    atexit.register(_stop, server)
+    url = f"http://127.0.0.1:{port}/api"
+    timeout = float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90"))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            log.seek(0)
+            tail = log.read().decode(errors="replace").strip()[-300:]
+            raise Mistake(f"the temporary Prefect server exited ({server.returncode}): {tail}")
+        with (
+            contextlib.suppress(OSError),
+            urllib.request.urlopen(f"{url}/health", timeout=2) as response,
+        ):
+            if response.status == 200:
+                return url
+        time.sleep(0.2)
+    raise Mistake(f"the temporary Prefect server did not start within {timeout:.0f} s")
+
+
+def _stop(server: subprocess.Popen) -> None:
+    if server.poll() is None:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def _date(value: str | None, option: str = "--as-of") -> datetime | None:
     if value is None:
         return None
-    moment = datetime.fromisoformat(value)
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise Mistake(
+            f"{option}: {value!r} is not a date (YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS], UTC)"
+        ) from None
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def _fail(message: str) -> None:
-    console.print(f"[bold red]error:[/] {message}")
-    raise typer.Exit(code=1)
+def _metric(name: str) -> str:
+    from biasaudit.schemas.metric_ids import canonical_metric
+
+    try:
+        return canonical_metric(name)
+    except ValueError as exc:
+        raise Mistake(str(exc)) from None
 
 
-def _run_or_fail(engine, run_id: int):
+def _run_or_fail(engine: Any, run_id: int) -> Any:
     """The stored run, or a clear error if there is none."""
     from biasaudit.db.history import get_run
 
@@ -74,55 +346,114 @@ def _run_or_fail(engine, run_id: int):
     return run
 
 
-def _print_frame(frame, title: str | None = None) -> None:
+def _cell(value: Any) -> Text:
     import pandas as pd
 
-    table = Table(title=title, show_lines=False)
+    if value is None or (not isinstance(value, (list, dict, str)) and pd.isna(value)):
+        return Text("")
+    return Text(f"{value:.4g}" if isinstance(value, float) else str(value))
+
+
+def _print_frame(frame: Any, title: str | None = None) -> None:
+    table = Table(title=Text(title) if title else None, show_lines=False)
     for column in frame.columns:
-        table.add_column(str(column), overflow="fold")
+        table.add_column(Text(str(column)), overflow="fold")
     for row in frame.itertuples(index=False):
-        table.add_row(
-            *["" if pd.isna(v) else f"{v:.4g}" if isinstance(v, float) else str(v) for v in row]
-        )
+        table.add_row(*[_cell(v) for v in row])
     console.print(table)
+
+
+def _check_format(format_: str) -> None:
+    if format_ not in ("table", "csv", "json"):
+        _fail(f"--format is table, csv or json, not {format_!r}")
 
 
 @db_app.command("upgrade")
 def db_upgrade(db: DbOption = None) -> None:
     """Create or upgrade the database schema with the Alembic migrations."""
-    from biasaudit.db.engine import database_url
+    from biasaudit.db.engine import database_url, make_engine, safe_url
     from biasaudit.db.migrate import upgrade
+    from sqlalchemy.exc import OperationalError
 
-    upgrade(db)
-    console.print(f"database at {database_url(db)} is up to date")
+    make_engine(db).dispose()  # a malformed URL or unknown dialect: one clear line
+    try:
+        upgrade(db)
+    except OperationalError as exc:
+        from biasaudit.flows.logs import one_line
+
+        raise Mistake(
+            f"cannot upgrade database {safe_url(database_url(db))}: "
+            f"{one_line(exc, with_type=False)}"
+        ) from None
+    _say(f"database at {safe_url(database_url(db))} is up to date")
+
+
+def _read_table(path: Path) -> Any:
+    """A CSV or Parquet file as a frame; empty, ragged or undecodable files are one clear line."""
+    import pandas as pd
+    import pyarrow as pa
+
+    if not path.exists():
+        raise Mistake(f"{path} does not exist")
+    if path.is_dir():
+        raise Mistake(f"{path} is a directory, not a CSV or Parquet file")
+    parquet = path.suffix.lower() in {".parquet", ".pq"}
+    try:
+        frame = pd.read_parquet(path) if parquet else pd.read_csv(path, encoding="utf-8")
+    except pd.errors.EmptyDataError:
+        raise Mistake(f"{path} is empty") from None
+    except pd.errors.ParserError as exc:
+        detail = str(exc).strip().splitlines()[-1] if str(exc).strip() else "malformed"
+        raise Mistake(f"{path} is not a well-formed CSV (ragged rows?): {detail}") from None
+    except UnicodeDecodeError as exc:
+        raise Mistake(f"{path} is not UTF-8 text (byte {exc.start})") from None
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        kind = "Parquet" if parquet else "CSV"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise Mistake(f"{path} is not a readable {kind} file: {first}") from None
+    if frame.empty:
+        raise Mistake(f"{path} has no rows")
+    return frame
 
 
 @app.command()
 def load(
-    path: Annotated[Path, typer.Argument(help="CSV or Parquet file of predictions")],
+    path: Annotated[
+        Path, typer.Argument(metavar="FILE", help="CSV or Parquet file of predictions")
+    ],
     attribute: Annotated[
-        list[str], typer.Option("--attribute", "-a", help="Sensitive attribute column (repeat)")
+        list[str],
+        typer.Option(
+            "--attribute", "-a", metavar="COLUMN", help="Sensitive attribute column (repeat)"
+        ),
     ],
     model: Annotated[
-        str | None, typer.Option(help="Model id, if the file has no model_id column")
+        str | None, typer.Option(metavar="ID", help="Model id, if the file has no model_id column")
     ] = None,
     model_version: Annotated[
-        str | None, typer.Option(help="Model version, if the file has none")
+        str | None, typer.Option(metavar="VERSION", help="Model version, if the file has none")
     ] = None,
     map_: Annotated[
         list[str] | None,
-        typer.Option("--map", help="canonical=column, e.g. y_true=label (repeat)"),
+        typer.Option("--map", metavar="CANONICAL=COLUMN", help="e.g. y_true=label (repeat)"),
     ] = None,
+    max_invalid_fraction: Annotated[
+        float,
+        typer.Option(
+            metavar="SHARE",
+            help="Exit with code 2 when more than this share of rows is quarantined",
+        ),
+    ] = 0.05,
     db: DbOption = None,
 ) -> None:
     """Load predictions into the predictions table, validated: invalid rows are quarantined."""
-    import pandas as pd
     from biasaudit.db.load import load_predictions
     from rich.progress import Progress
 
-    if not path.exists():
-        _fail(f"{path} does not exist")
-    frame = pd.read_parquet(path) if path.suffix in {".parquet", ".pq"} else pd.read_csv(path)
+    if not 0.0 <= max_invalid_fraction <= 1.0:
+        raise Mistake(f"--max-invalid-fraction must be between 0 and 1, not {max_invalid_fraction}")
+    engine = _engine(db)
+    frame = _read_table(path)
     try:
         mapping = dict(item.split("=", 1) for item in map_ or [])
     except ValueError:
@@ -144,65 +475,84 @@ def load(
     missing = [c for c in needed if c not in frame.columns]
     if missing:
         _fail(f"{path}: missing columns {missing} (use --map, --model, --model-version)")
-    with Progress(console=console) as progress:
+    with Progress(console=console, transient=True) as progress:
         bar = progress.add_task(f"loading {path.name}", total=len(frame))
         report = load_predictions(
-            _engine(db), frame, attribute, str(path), lambda n: progress.advance(bar, n)
+            engine, frame, attribute, str(path), lambda n: progress.advance(bar, n)
         )
-    console.print(
+    _say(
         f"read {report.read}, inserted {report.inserted}, already present {report.already_present}, "
         f"quarantined {report.quarantined}"
     )
+    share = report.quarantined / report.read if report.read else 0.0
+    if share > max_invalid_fraction:
+        _fail(
+            f"{report.quarantined} of {report.read} rows ({share:.1%}) were quarantined, more than "
+            f"--max-invalid-fraction {max_invalid_fraction:.1%}: see `biasaudit quarantine --load`",
+            code=2,
+        )
 
 
 @app.command()
 def run(
-    audit: Annotated[str, typer.Argument(help="Name of the audit in the configuration")],
+    audit: Annotated[
+        str, typer.Argument(metavar="AUDIT", help="Name of the audit in the configuration")
+    ],
     config: ConfigOption = None,
     db: DbOption = None,
-    as_of: Annotated[str | None, typer.Option(help="Audit as of this date/time (ISO, UTC)")] = None,
+    as_of: Annotated[
+        str | None, typer.Option(metavar="DATE", help="Audit as of this date/time (ISO, UTC)")
+    ] = None,
     force: Annotated[
         bool, typer.Option(help="Write a new version even if input is unchanged")
     ] = False,
 ) -> None:
-    """Run one audit now (one Prefect flow run)."""
+    """Run one audit now (one Prefect flow run); prints the run, its flagged findings and the
+    report's path."""
+    from biasaudit.db.engine import flow_url
+    from biasaudit.flows.audit import default_config_path
+    from biasaudit.schemas.config import load_audit
+
+    moment = _date(as_of)
+    load_audit(Path(config or default_config_path()), audit)  # a mistake fails before Prefect
+    _engine(db).dispose()
     _prefect_environment()
     from biasaudit.flows.audit import audit_flow
-    from biasaudit.schemas.config import ConfigError
 
     with console.status(f"auditing {audit} ({FIRST_RUN_NOTE})"):
-        try:
-            result = audit_flow(audit, config, db, _date(as_of), force)
-        except ConfigError as exc:
-            _fail(str(exc))
+        result = audit_flow(audit, config, flow_url(db), moment, force)
     _print_runs(db, [result["run_id"]])
+    _print_flagged(db, [result["run_id"]])
+    _say(f"report: {result['report']}")
 
 
 @app.command()
 def demo(db: DbOption = None) -> None:
     """Create the database, load synthetic predictions, run every demo audit, print a summary."""
-    _prefect_environment()
+    from biasaudit.db.engine import flow_url, make_engine
     from biasaudit.db.load import load_predictions
     from biasaudit.db.migrate import upgrade
     from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
 
+    make_engine(db).dispose()
     upgrade(db)
     config = Path("biasaudit.toml")
     if not config.exists():
         shutil.copyfile(DEMO_CONFIG, config)
-        console.print(f"wrote {config} (the demo audits; edit it to audit your own models)")
+        _say(f"wrote {config} (the demo audits; edit it to audit your own models)")
     with console.status("generating and loading synthetic predictions"):
         report = load_predictions(_engine(db), synthetic_predictions(), list(GROUPS), "demo")
-    console.print(
+    _say(
         f"synthetic predictions: inserted {report.inserted}, already present {report.already_present}"
     )
+    _prefect_environment()
     from biasaudit.flows.nightly import nightly_flow
 
     with console.status(f"running the demo audits ({FIRST_RUN_NOTE})"):
-        results = nightly_flow(str(DEMO_CONFIG), db, END)
+        results = nightly_flow(str(DEMO_CONFIG), flow_url(db), END)
     _print_runs(db, [r["run_id"] for r in results])
     _print_flagged(db, [r["run_id"] for r in results])
-    console.print("next: [bold]biasaudit history[/], [bold]biasaudit history RUN_ID[/]")
+    _say("next: biasaudit history, biasaudit history RUN_ID")
 
 
 RUN_TABLE = {
@@ -218,7 +568,7 @@ RUN_TABLE = {
 }
 
 
-def _print_runs(db: str | None, run_ids: list[int] | None = None, runs=None) -> None:
+def _print_runs(db: str | None, run_ids: list[int] | None = None, runs: Any = None) -> None:
     from biasaudit.db.history import list_runs
 
     if runs is None:
@@ -230,68 +580,87 @@ def _print_runs(db: str | None, run_ids: list[int] | None = None, runs=None) -> 
 
 def _print_flagged(db: str | None, run_ids: list[int]) -> None:
     """Per run, the disparities detection flagged (BH-adjusted p below alpha)."""
-    from biasaudit.db.history import FLAGGED_COLUMNS, get_run, run_results
+    from biasaudit.db.history import FLAGGED_COLUMNS, run_results
     from biasaudit.db.models import DetectionResult
 
     engine = _engine(db)
     for run_id in run_ids:
-        run = get_run(engine, run_id)
+        run = _run_or_fail(engine, run_id)
         detection = run_results(engine, DetectionResult, run_id)
         flagged = detection[detection["flagged"].astype(bool)]
         title = f"run {run_id}: {run.audit_name} v{run.version}, flagged disparities"
         if flagged.empty:
-            console.print(f"{title}: none")
+            _say(f"{title}: none")
         else:
             _print_frame(flagged[FLAGGED_COLUMNS], title=title)
 
 
 @app.command()
 def history(
-    run_id: Annotated[int | None, typer.Argument(help="Show this run's results")] = None,
-    audit: Annotated[str | None, typer.Option(help="Filter by audit name")] = None,
-    model: Annotated[str | None, typer.Option(help="Filter by model id")] = None,
-    status: Annotated[str | None, typer.Option(help="succeeded, failed or running")] = None,
-    since: Annotated[str | None, typer.Option(help="as_of on or after (ISO date)")] = None,
-    until: Annotated[str | None, typer.Option(help="as_of on or before (ISO date)")] = None,
-    attribute: Annotated[str | None, typer.Option(help="One attribute")] = None,
-    group: Annotated[str | None, typer.Option(help="One group (with --metric)")] = None,
-    metric: Annotated[
-        str | None, typer.Option(help="With RUN_ID: one metric; alone: its time series")
+    run_id: Annotated[
+        int | None, typer.Argument(metavar="[RUN]", help="Show (or export) this run's results")
     ] = None,
-    format_: Annotated[str, typer.Option("--format", help="table, csv or json")] = "table",
+    audit: Annotated[str | None, typer.Option(metavar="NAME", help="Filter by audit name")] = None,
+    model: Annotated[str | None, typer.Option(metavar="ID", help="Filter by model id")] = None,
+    status: Annotated[
+        str | None, typer.Option(metavar="STATUS", help="succeeded, failed or running")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option(metavar="DATE", help="as_of on or after (ISO date)")
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option(metavar="DATE", help="as_of on or before (ISO date)")
+    ] = None,
+    attribute: Annotated[str | None, typer.Option(metavar="NAME", help="One attribute")] = None,
+    group: Annotated[
+        str | None, typer.Option(metavar="GROUP", help="One group (with --metric)")
+    ] = None,
+    metric: Annotated[
+        str | None,
+        typer.Option(metavar="METRIC", help="With RUN: one metric; alone: its time series"),
+    ] = None,
+    format_: FormatOption = "table",
     db: DbOption = None,
 ) -> None:
-    """List stored runs, show one run's results, or print a metric's time series (one row per run)."""
+    """List stored runs, show or export one run's results, or print a metric's time series."""
     from biasaudit.db.history import list_runs, run_match, run_metrics
 
-    if format_ not in ("table", "csv", "json"):
-        _fail("--format is table, csv or json")
+    _check_format(format_)
+    if status is not None and status not in ("succeeded", "failed", "running"):
+        raise Mistake(f"--status is succeeded, failed or running, not {status!r}")
+    first, last = _date(since, "--since"), _date(until, "--until")
+    metric = _metric(metric) if metric is not None else None
     engine = _engine(db)
     if run_id is None and metric is not None:
-        _print_series(engine, metric, attribute, group, audit, model, since, until, format_)
+        _print_series(engine, metric, attribute, group, audit, model, first, last, format_)
         return
     if run_id is None:
-        runs = list_runs(engine, audit, model, status, _date(since), _date(until))
+        runs = list_runs(engine, audit, model, status, first, last)
         if format_ != "table":
             _emit(runs, format_)
             return
         if runs.empty:
-            console.print("no runs match")
+            _say("no runs match")
             return
         _print_runs(db, runs=runs)
         failed = runs[runs["error"].notna()]
         for row in failed.itertuples():
-            console.print(f"[red]run {row.id} failed:[/] {row.error}")
+            _say(f"run {row.id} failed: {row.error}", style="red")
         return
     run = _run_or_fail(engine, run_id)
-    console.print(
+    metrics = run_metrics(engine, run_id, attribute, metric)
+    if format_ != "table":
+        _emit(
+            metrics.assign(run_id=run_id, audit_name=run.audit_name, version=run.version), format_
+        )
+        return
+    _say(
         f"run {run.id}: audit {run.audit_name}, model {run.model_id}, version {run.version}, "
         f"{run.status}; window ({run.window_start or '-inf'}, {run.window_end}]; rows read "
         f"{run.rows_read}, valid {run.rows_valid}, quarantined {run.rows_quarantined}"
     )
     if run.error:
-        console.print(f"[red]error:[/] {run.error}")
-    metrics = run_metrics(engine, run_id, attribute, metric)
+        _say(f"error: {run.error}", style="red")
     if metrics.empty:
         return
     wide = metrics.pivot(
@@ -312,7 +681,7 @@ def history(
     _print_stage_tables(engine, run_id, attribute, metric)
 
 
-def _emit(frame, format_: str) -> None:
+def _emit(frame: Any, format_: str) -> None:
     """Write a frame to standard output as CSV or JSON records (for other tools)."""
     if format_ == "csv":
         sys.stdout.write(frame.to_csv(index=False))
@@ -320,14 +689,21 @@ def _emit(frame, format_: str) -> None:
         sys.stdout.write(frame.to_json(orient="records", date_format="iso", indent=1) + "\n")
 
 
-def _print_series(engine, metric, attribute, group, audit, model, since, until, format_) -> None:
+def _print_series(
+    engine: Any,
+    metric: str,
+    attribute: str | None,
+    group: str | None,
+    audit: str | None,
+    model: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    format_: str,
+) -> None:
     """One row per run: the metric's value for each group, and the spread between them."""
     from biasaudit.db.history import metric_series
-    from biasaudit.schemas.metric_ids import canonical_metric
 
-    series = metric_series(
-        engine, canonical_metric(metric), attribute, group, audit, model, _date(since), _date(until)
-    )
+    series = metric_series(engine, metric, attribute, group, audit, model, since, until)
     if series.empty:
         _fail("no stored values match")
     if series["attribute"].nunique() > 1 and attribute is None:
@@ -352,7 +728,9 @@ def _print_series(engine, metric, attribute, group, audit, model, since, until, 
     )
 
 
-def _print_stage_tables(engine, run_id: int, attribute: str | None, metric: str | None) -> None:
+def _print_stage_tables(
+    engine: Any, run_id: int, attribute: str | None, metric: str | None
+) -> None:
     from biasaudit.db.history import FLAGGED_COLUMNS, META_COLUMNS, PLANNING_COLUMNS, run_results
     from biasaudit.db.models import DetectionResult, MetaMetricResult, PlanningResult
 
@@ -380,7 +758,7 @@ def abandon(
 
     if not abandon_run(_engine(db), run_id):
         _fail(f"run {run_id} is not running")
-    console.print(f"run {run_id} marked failed (abandoned)")
+    _say(f"run {run_id} marked failed (abandoned)")
 
 
 @app.command()
@@ -392,13 +770,14 @@ def compare(
     show_all: Annotated[
         bool, typer.Option("--all", help="Every change, not only significant")
     ] = False,
-    format_: Annotated[str, typer.Option("--format", help="table, csv or json")] = "table",
+    format_: FormatOption = "table",
     db: DbOption = None,
 ) -> None:
     """What changed between two runs, and which changes are statistically significant."""
     from biasaudit.db.history import latest_run_id, run_metrics
     from biasaudit.tasks.compare import compare_metrics
 
+    _check_format(format_)
     engine = _engine(db)
     after = _run_or_fail(engine, run_id)
     if other is None:
@@ -416,7 +795,7 @@ def compare(
     if format_ != "table":
         _emit(shown, format_)
         return
-    console.print(
+    _say(
         f"run {run_id} ({after.audit_name} v{after.version}, as of {after.as_of:%Y-%m-%d}) against "
         f"run {other} (v{before.version}, as of {before.as_of:%Y-%m-%d}): "
         f"{int(changes['significant'].sum())} significant changes (BH-adjusted p < {alpha}) of "
@@ -432,22 +811,45 @@ def compare(
 
 @app.command()
 def backfill(
-    audit: Annotated[str, typer.Argument(help="Name of the audit in the configuration")],
-    from_: Annotated[str, typer.Option("--from", help="First as-of date (ISO)")],
-    to: Annotated[str, typer.Option("--to", help="Last as-of date (ISO)")],
-    every: Annotated[int, typer.Option(help="Days between as-of dates")] = 1,
+    audit: Annotated[
+        str, typer.Argument(metavar="AUDIT", help="Name of the audit in the configuration")
+    ],
+    from_: Annotated[str, typer.Option("--from", metavar="DATE", help="First as-of date (ISO)")],
+    to: Annotated[str, typer.Option("--to", metavar="DATE", help="Last as-of date (ISO)")],
+    every: Annotated[
+        str, typer.Option(metavar="PERIOD", help="Calendar period: Nd (days) or Nmo (months)")
+    ] = "1d",
     config: ConfigOption = None,
     db: DbOption = None,
 ) -> None:
-    """Run the audit as of each past period (one Prefect flow, one subflow per period)."""
+    """Run the audit as of the end of each calendar period from --from to --to (the last period
+    ends at --to); exits 1 when any period failed."""
+    import pandas as pd
+    from biasaudit.db.engine import flow_url
+    from biasaudit.flows.audit import default_config_path
+    from biasaudit.flows.backfill import parse_period, periods
+    from biasaudit.schemas.config import load_audit
+
+    start, end = _date(from_, "--from"), _date(to, "--to")
+    assert start is not None and end is not None
+    try:
+        moments = periods(start, end, parse_period(every))
+    except ValueError as exc:
+        raise Mistake(str(exc)) from None
+    load_audit(Path(config or default_config_path()), audit)
+    _engine(db).dispose()
     _prefect_environment()
     from biasaudit.flows.backfill import backfill_flow
 
-    with console.status(f"backfilling {audit} ({FIRST_RUN_NOTE})"):
-        outcomes = backfill_flow(audit, _date(from_), _date(to), every, config, db)
-    import pandas as pd
-
+    with console.status(f"backfilling {audit}, {len(moments)} periods ({FIRST_RUN_NOTE})"):
+        outcomes = backfill_flow(audit, start, end, every, config, flow_url(db))
     _print_frame(pd.DataFrame(outcomes), title=f"backfill of {audit}")
+    failed = [o for o in outcomes if "error" in o]
+    if failed:
+        _fail(
+            f"{len(failed)} of {len(outcomes)} periods failed (first: {failed[0]['as_of']}: "
+            f"{failed[0]['error']})"
+        )
 
 
 @app.command()
@@ -466,7 +868,7 @@ def report(
     path = out or report_path(run.audit_name, run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(build_report(engine, run_id, str(path))[0])
-    console.print(f"wrote {path}")
+    _say(f"wrote {path}")
 
 
 @app.command()
@@ -489,11 +891,10 @@ def plan(
 ) -> None:
     """How many predictions per group an audit needs, before any data exists."""
     import numpy as np
-    from biasaudit.schemas.metric_ids import canonical_metric
     from biasaudit.tasks.planning import plan_from_rates
 
     try:
-        result = plan_from_rates(canonical_metric(metric), rate, prev, ppr, tau, alpha, power)
+        result = plan_from_rates(_metric(metric), rate, prev, ppr, tau, alpha, power)
     except ValueError as exc:
         _fail(str(exc))
     g1, g2 = result["groups compared"]
@@ -531,12 +932,9 @@ def rank(
 ) -> None:
     """Rank models for bias by N, difference and ratio, and show where the rankings disagree."""
     from biasaudit.db.history import comparison_rates
-    from biasaudit.schemas.metric_ids import canonical_metric
     from biasaudit.tasks.planning import rank_bias
 
-    rates = comparison_rates(
-        _engine(db), run_ids, attribute, group, reference, canonical_metric(metric)
-    )
+    rates = comparison_rates(_engine(db), run_ids, attribute, group, reference, _metric(metric))
     missing = sorted(set(run_ids) - set(rates["run_id"]))
     if missing:
         _fail(f"runs {missing} have no {metric} of {attribute}={group} against {reference}")
@@ -567,22 +965,129 @@ def rank(
 def serve(
     config: ConfigOption = None,
     db: DbOption = None,
-    cron: Annotated[str, typer.Option(help="Schedule (cron syntax)")] = "0 2 * * *",
-    timezone_: Annotated[str, typer.Option("--timezone", help="Time zone of the schedule")] = "UTC",
-    task_runner: Annotated[str, typer.Option(help="threads, or dask (the dask extra)")] = "threads",
+    cron: Annotated[str, typer.Option(metavar="CRON", help="Schedule (cron syntax)")] = "0 2 * * *",
+    timezone_: Annotated[
+        str, typer.Option("--timezone", metavar="ZONE", help="Time zone of the schedule")
+    ] = "UTC",
+    task_runner: Annotated[
+        str, typer.Option(metavar="RUNNER", help="threads, or dask (the dask extra)")
+    ] = "threads",
     dask_address: Annotated[
-        str | None, typer.Option(help="Dask scheduler, e.g. tcp://host:8786")
+        str | None, typer.Option(metavar="ADDRESS", help="Dask scheduler, e.g. tcp://host:8786")
     ] = None,
+    name: Annotated[str, typer.Option(metavar="NAME", help="Deployment name")] = "nightly",
 ) -> None:
-    """Serve the nightly deployment (runs until stopped; trigger with `prefect deployment run`)."""
-    _prefect_environment()
+    """Serve the nightly deployment (runs until stopped; trigger with
+    `prefect deployment run 'nightly/NAME' -p audits='["AUDIT"]'`)."""
+    from biasaudit.db.engine import database_url, make_engine, safe_url
     from biasaudit.db.migrate import upgrade
     from biasaudit.flows.audit import default_config_path
+    from biasaudit.schemas.config import configured_names
+
+    if task_runner not in ("threads", "dask"):
+        raise Mistake(f"--task-runner is threads or dask, not {task_runner!r}")
+    path = str(Path(config or default_config_path()).resolve())
+    names = configured_names(path)  # an unreadable file fails now; a bad audit fails its runs
+    make_engine(db).dispose()
+    upgrade(db)
+    _prefect_environment()
     from biasaudit.flows.nightly import serve as serve_nightly
 
-    upgrade(db)
-    path = str(Path(config or default_config_path()).resolve())
-    serve_nightly(path, db, cron, timezone_, task_runner, dask_address)
+    _say(
+        f"serving nightly/{name}: {len(names)} audits of {path} on "
+        f"{safe_url(database_url(db))}, cron {cron!r} ({timezone_}); Ctrl-C stops"
+    )
+    serve_nightly(path, db, cron, timezone_, task_runner, dask_address, name)
+
+
+@app.command()
+def audits(config: ConfigOption = None) -> None:
+    """List the configured audits and validate each one (exit 1 if any is invalid)."""
+    import pandas as pd
+    from biasaudit.flows.audit import default_config_path
+    from biasaudit.schemas.config import ConfigError, configured_names, load_audit
+
+    path = Path(config or default_config_path())
+    rows, bad = [], 0
+    for name in configured_names(path):
+        try:
+            audit = load_audit(path, name)
+        except ConfigError as exc:
+            bad += 1
+            problem = " ".join(line.strip() for line in str(exc).splitlines()[1:]) or str(exc)
+            rows.append(
+                {
+                    "audit": name,
+                    "model": "",
+                    "window": "",
+                    "attributes": "",
+                    "status": f"invalid: {problem}",
+                }
+            )
+            continue
+        rows.append(
+            {
+                "audit": audit.name,
+                "model": audit.model_id,
+                "window": audit.window,
+                "attributes": ", ".join(audit.attributes),
+                "status": "ok",
+            }
+        )
+    _print_frame(pd.DataFrame(rows), title=f"audits in {path}")
+    if bad:
+        _fail(f"{bad} of {len(rows)} audits in {path} are invalid")
+
+
+@app.command()
+def quarantine(
+    run_id: Annotated[
+        int | None, typer.Argument(metavar="[RUN]", help="Rows quarantined by this run")
+    ] = None,
+    from_load: Annotated[
+        bool, typer.Option("--load", help="Rows quarantined by `biasaudit load`")
+    ] = False,
+    limit: Annotated[int, typer.Option(metavar="N", help="At most N rows (0: all)")] = 50,
+    format_: FormatOption = "table",
+    db: DbOption = None,
+) -> None:
+    """Quarantined rows with the rule each broke: of one run, or of loads (--load)."""
+    import pandas as pd
+    from biasaudit.db.models import QuarantinedRow
+    from sqlalchemy import select
+
+    _check_format(format_)
+    if (run_id is None) == (not from_load):
+        raise Mistake("give a RUN id or --load (not both)")
+    engine = _engine(db)
+    if run_id is not None:
+        _run_or_fail(engine, run_id)
+    query = select(
+        QuarantinedRow.run_id,
+        QuarantinedRow.source,
+        QuarantinedRow.row_number,
+        QuarantinedRow.row_ref,
+        QuarantinedRow.column_name,
+        QuarantinedRow.value,
+        QuarantinedRow.rule,
+        QuarantinedRow.created_at,
+    ).order_by(QuarantinedRow.id)
+    query = query.where(
+        QuarantinedRow.run_id == run_id if run_id is not None else QuarantinedRow.run_id.is_(None)
+    )
+    if limit > 0:
+        query = query.limit(limit)
+    with engine.connect() as connection:
+        rows = pd.DataFrame(
+            connection.execute(query).mappings().all(), columns=list(query.selected_columns.keys())
+        )
+    if format_ != "table":
+        _emit(rows, format_)
+        return
+    if rows.empty:
+        _say("no quarantined rows")
+        return
+    _print_frame(rows.drop(columns=["created_at"]), title="quarantined rows and their reasons")
 
 
 if __name__ == "__main__":

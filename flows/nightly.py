@@ -1,39 +1,61 @@
 """The nightly flow: audit every configured model, and its deployment (a cron schedule).
 
-The flow fans out over audits on its Prefect task runner: by default a thread pool of
-``BIASAUDIT_MAX_WORKERS`` (2) workers, since the heavy scan runs in the database; on a cluster,
-``with_task_runner("dask", address=...)`` (the ``dask`` extra, prefect-dask) spreads the audits over
-Dask workers. Each audit is one task running its stages as plain calls (``biasaudit run`` shows each
-stage as its own task).
+Each audit runs as the audit flow itself (a subflow, ``flows.audit.audit_flow``), so its database
+steps retry exactly as in ``biasaudit run``. The subflows fan out on the nightly flow's task
+runner: by default a thread pool of ``BIASAUDIT_MAX_WORKERS`` (2) workers, since the heavy scan
+runs in the database; on a cluster, ``with_task_runner("dask", address=...)`` (the ``dask`` extra,
+prefect-dask) spreads the audits over Dask workers.
+
+Each audit is validated on its own (``schemas.config.load_audit``): a mistake in one audit's
+configuration fails that audit only. The flow runs every audit, prints one line per audit, and
+fails at the end with a summary naming each failed audit and its error.
 
 ``biasaudit serve`` starts the deployment; ``prefect deployment run 'nightly/nightly'`` (with
-``-p audits='["credit-race"]'`` for one audit) triggers it on demand with parameters.
+``-p audits='["credit-race"]'`` for one audit) triggers it on demand with parameters. The
+deployment's ``db_url`` parameter is the URL only when it holds no password; otherwise it is the
+reference ``env:BIASAUDIT_DATABASE_URL``, read by each flow run from its environment.
 """
 
 from __future__ import annotations
 
 import os
 from datetime import datetime
+from typing import Any
 
-from biasaudit.flows.audit import default_config_path, run_audit
-from biasaudit.schemas.config import load_config
-from prefect import flow, task, unmapped
+from biasaudit.db.engine import flow_url
+from biasaudit.flows.audit import audit_flow, default_config_path
+from biasaudit.flows.logs import install_short_errors
+from biasaudit.schemas.config import configured_names
+from prefect import Flow, flow, task, unmapped
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
 
 DEFAULT_CRON = "0 2 * * *"
 MAX_WORKERS = int(os.environ.get("BIASAUDIT_MAX_WORKERS", "2"))
+_THREADS: Any = ThreadPoolTaskRunner  # Prefect's generics reject a concrete runner (mypy)
+install_short_errors()
+
+
+class AuditsFailed(RuntimeError):
+    """Some audits of a nightly run failed; the message names each with its error."""
 
 
 @task(name="audit", cache_policy=NO_CACHE, task_run_name="audit-{audit_name}")
 def audit_task(
     audit_name: str, config_path: str, db_url: str | None, as_of: datetime | None, force: bool
 ) -> dict:
-    """One audit, all its stages, on whichever worker the task runner picks."""
-    return run_audit(audit_name, config_path, db_url, as_of, force)
+    """One audit as a subflow (its database steps retry), on whichever worker the runner picks."""
+    install_short_errors()  # a Dask worker process configures its own logging
+    return audit_flow(audit_name, config_path, db_url, as_of, force)
 
 
-@flow(name="nightly", log_prints=True, task_runner=ThreadPoolTaskRunner(max_workers=MAX_WORKERS))
+def summary_line(failed: dict[str, str], total: int) -> str:
+    """``'2 of 4 audits failed: a (ConfigError: ...); b (EmptyWindow: ...)'``."""
+    named = "; ".join(f"{name} ({error})" for name, error in failed.items())
+    return f"{len(failed)} of {total} audits failed: {named}"
+
+
+@flow(name="nightly", log_prints=True, task_runner=_THREADS(max_workers=MAX_WORKERS))
 def nightly_flow(
     config_path: str | None = None,
     db_url: str | None = None,
@@ -44,28 +66,40 @@ def nightly_flow(
     """Run every configured audit (or the named ones) concurrently; one failure does not stop
     the others, and the flow fails at the end naming every failed audit."""
     config_path = config_path or default_config_path()
-    names = audits or [a.name for a in load_config(config_path).audits]
+    names = list(audits or configured_names(config_path))
     futures = audit_task.map(
         names, unmapped(config_path), unmapped(db_url), unmapped(as_of), unmapped(force)
     )
-    for future in futures:
-        future.wait()
-    states = {name: future.state for name, future in zip(names, futures)}
-    failed = {name: state.message for name, state in states.items() if not state.is_completed()}
+    results: list[dict] = []
+    failed: dict[str, str] = {}
+    for name, future in zip(names, futures):
+        outcome: Any = future.result(raise_on_failure=False)
+        if isinstance(outcome, BaseException):
+            failed[name] = f"{type(outcome).__name__}: {outcome}".splitlines()[0][:300]
+            print(f"audit {name}: FAILED {failed[name]}")
+        elif isinstance(outcome, dict):
+            results.append(outcome)
+            print(f"audit {name}: run {outcome['run_id']}, report {outcome['report']}")
+        else:  # a crashed or cancelled task: its state says why
+            failed[name] = str(future.state.message or future.state.name)
+            print(f"audit {name}: FAILED {failed[name]}")
     if failed:
-        raise RuntimeError(f"{len(failed)} of {len(names)} audits failed: {failed}")
-    return [future.result() for future in futures]
+        raise AuditsFailed(summary_line(failed, len(names)))
+    print(f"all {len(names)} audits completed")
+    return results
 
 
-def with_task_runner(kind: str = "threads", address: str | None = None, workers: int = MAX_WORKERS):
+def with_task_runner(
+    kind: str = "threads", address: str | None = None, workers: int = MAX_WORKERS
+) -> Flow[..., list[dict]]:
     """The nightly flow on another task runner: 'threads', or 'dask' (a cluster at ``address``,
     or a local cluster of ``workers`` processes)."""
     if kind == "threads":
-        return nightly_flow.with_options(task_runner=ThreadPoolTaskRunner(max_workers=workers))
+        return nightly_flow.with_options(task_runner=_THREADS(max_workers=workers))
     if kind == "dask":
         from prefect_dask import DaskTaskRunner
 
-        runner = (
+        runner: Any = (
             DaskTaskRunner(address=address)
             if address
             else DaskTaskRunner(cluster_kwargs={"n_workers": workers, "threads_per_worker": 1})
@@ -81,28 +115,38 @@ def nightly_deployment(
     timezone: str = "UTC",
     task_runner: str = "threads",
     dask_address: str | None = None,
-):
+    name: str = "nightly",
+) -> Any:
     """The nightly deployment: scheduled by ``cron`` in ``timezone``, triggerable on demand with
     parameters. Runs of one audit never overlap: the database serialises them (db.runs.start_run),
-    which holds across processes and servers (a deployment concurrency limit lives in the Prefect
-    server's lease storage, which temporary local servers do not share)."""
+    which holds across processes and servers. ``db_url`` reaches Prefect only without a password
+    (``db.engine.flow_url``)."""
     from prefect.schedules import Cron
 
     return with_task_runner(task_runner, dask_address).to_deployment(
-        name="nightly",
+        name=name,
         schedules=[Cron(cron, timezone=timezone)],
-        parameters={"config_path": config_path, "db_url": db_url},
+        parameters={"config_path": config_path, "db_url": flow_url(db_url)},
         description="Every configured bias audit, nightly.",
     )
 
 
-def serve(config_path: str, db_url: str | None, cron: str = DEFAULT_CRON, timezone: str = "UTC"):
+def serve(
+    config_path: str,
+    db_url: str | None,
+    cron: str = DEFAULT_CRON,
+    timezone: str = "UTC",
+    task_runner: str = "threads",
+    dask_address: str | None = None,
+    name: str = "nightly",
+) -> None:
     """Serve the nightly deployment until stopped."""
     from prefect import serve as serve_deployments
 
-    serve_deployments(
-        nightly_deployment(config_path, db_url, cron, timezone), pause_on_shutdown=False
+    deployment = nightly_deployment(
+        config_path, db_url, cron, timezone, task_runner, dask_address, name
     )
+    serve_deployments(deployment, pause_on_shutdown=False)
 
 
 if __name__ == "__main__":

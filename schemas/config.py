@@ -58,16 +58,16 @@ class ConfigError(ValueError):
 
 
 class Thresholds(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     max_invalid_fraction: Fraction = 0.05
     # Disparity (difference of rates) within which a group counts as fair (detection's ROPE).
     tolerance: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.05
     alpha: Probability = 0.05
     power: Probability = 0.8
-    min_group_size: Annotated[int, Field(ge=0)] = 30
+    min_group_size: Annotated[int, Field(ge=0, le=10**12)] = 30
     # A run still 'running' after this long is taken as abandoned (its process died).
-    stale_run_hours: Annotated[float, Field(gt=0.0)] = 6.0
+    stale_run_hours: Annotated[float, Field(gt=0.0, le=24.0 * 365)] = 6.0
     # Bootstrap replicates of the meta-metric stage's double-corrected variance interval.
     bootstrap_replicates: Annotated[int, Field(ge=100, le=100_000)] = 1000
     # Disparity the planning stage sizes the audit for; None: the observed disparity.
@@ -77,26 +77,26 @@ class Thresholds(BaseModel):
 class Smoothing(BaseModel):
     """Cross-Prior Smoothing weight λ and additive pseudo-count α (SPEC section 4)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    cps_lambda: Annotated[float, Field(ge=0.0)] = 5.0
-    additive_alpha: Annotated[float, Field(ge=0.0)] = 1.0
+    cps_lambda: Annotated[float, Field(ge=0.0, le=1e6)] = 5.0
+    additive_alpha: Annotated[float, Field(ge=0.0, le=1e6)] = 1.0
 
 
 class Scan(BaseModel):
     """How the window becomes counts: whole in memory, streamed in chunks, or pushed down to the
     database as one GROUP BY (for trusted sources; invalid rows are still found and quarantined)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     mode: Literal["memory", "stream", "pushdown"] = "memory"
-    chunk_rows: Annotated[int, Field(ge=1000)] = 200_000
+    chunk_rows: Annotated[int, Field(ge=1000, le=50_000_000)] = 200_000
 
 
 class Audit(BaseModel):
     """One audit: which model's predictions, from where, over which window, by which groups."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-]+$")]
     # The model's id (``model_id`` in the source and the result tables); ``model`` is accepted too.
@@ -137,6 +137,14 @@ class Audit(BaseModel):
     def _attributes(cls, value: list[str]) -> list[str]:
         if len(set(value)) != len(value):
             raise ValueError("attributes are listed more than once")
+        for name in value:
+            if not name.strip() or name != name.strip():
+                raise ValueError(f"attribute name {name!r} is empty or has surrounding spaces")
+            if name in CANONICAL_COLUMNS or INTERSECTION_SEP in name:
+                raise ValueError(
+                    f"attribute name {name!r} is reserved (one of {list(CANONICAL_COLUMNS)}) "
+                    f"or holds the intersection separator {INTERSECTION_SEP!r}"
+                )
         return value
 
     @model_validator(mode="after")
@@ -187,7 +195,7 @@ class Audit(BaseModel):
 
 
 class AuditFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     audits: Annotated[list[Audit], Field(min_length=1)]
 
@@ -261,13 +269,52 @@ def parse_config(data: dict, origin: str = "<config>") -> AuditFile:
         ) from None
 
 
-def load_config(path: str | Path) -> AuditFile:
-    """Read and validate a TOML audit configuration file."""
+def read_config(path: str | Path) -> dict[str, Any]:
+    """The parsed TOML document, or ConfigError: missing, unreadable, undecodable, invalid TOML."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"configuration file {path} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"configuration file {path} is a directory") from None
+    except PermissionError:
+        raise ConfigError(f"configuration file {path} is not readable") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from None
-    return parse_config(data, str(path))
+
+
+def load_config(path: str | Path) -> AuditFile:
+    """Read and validate a TOML audit configuration file."""
+    return parse_config(read_config(path), str(path))
+
+
+def configured_names(path: str | Path) -> list[str]:
+    """The names of the file's ``[[audits]]``, without validating them (each audit is validated
+    on its own by ``load_audit``, so one bad audit does not stop the others)."""
+    data = read_config(path)
+    audits = data.get("audits")
+    if not isinstance(audits, list) or not audits:
+        raise ConfigError(f"{path}: no [[audits]] configured")
+    return [
+        str(entry.get("name")) if isinstance(entry, dict) else f"audits[{i}]"
+        for i, entry in enumerate(audits)
+    ]
+
+
+def load_audit(path: str | Path, name: str) -> Audit:
+    """The audit ``name`` of the file, validated alone: errors in other audits do not matter."""
+    data = read_config(path)
+    audits = data.get("audits")
+    entries = [
+        a for a in (audits if isinstance(audits, list) else []) if isinstance(a, dict)
+    ]
+    chosen = [a for a in entries if a.get("name") == name]
+    if not chosen:
+        names = [a.get("name") for a in entries]
+        raise ConfigError(f"no audit named {name!r}; configured: {names}")
+    if len(chosen) > 1:
+        raise ConfigError(f"audit names must be unique; repeated: [{name!r}]")
+    return parse_config({**data, "audits": chosen}, f"{path} (audit {name!r})").audits[0]

@@ -150,14 +150,14 @@ def test_backfill_over_compas(tmp_path):
         'metrics = ["fpr", "fnr"]\nreference_groups = { race = "Caucasian" }\n'
     )
     start, end = datetime(2013, 4, 1, tzinfo=UTC), datetime(2014, 12, 31, tzinfo=UTC)
-    outcomes = backfill_flow("compas", start, end, 90, str(config), url)
-    assert len(outcomes) == 8 and all("error" not in o for o in outcomes)
+    outcomes = backfill_flow("compas", start, end, "90d", str(config), url)
+    assert len(outcomes) == 9 and all("error" not in o for o in outcomes)
     runs = list_runs(make_engine(url), audit="compas", status="succeeded")
-    assert sorted(runs["version"]) == list(range(1, 9))
+    assert sorted(runs["version"]) == list(range(1, 10))
     series = metric_series(make_engine(url), "fpr", attribute="race")
     wide = series.pivot(index="version", columns="group_name", values="value")
     sizes = series.pivot(index="version", columns="group_name", values="denominator")
-    assert len(wide) == 8
+    assert len(wide) == 9
     # Where both groups have 100+ actual negatives, ProPublica's FPR gap holds in every period.
     populated = (sizes["African-American"] >= 100) & (sizes["Caucasian"] >= 100)
     assert populated.sum() >= 4

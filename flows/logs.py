@@ -1,0 +1,79 @@
+"""Short logs for handled errors: one line, no traceback (issue 13).
+
+Prefect logs a failed task or flow run with its whole traceback (65 to 1,000 lines). For the
+errors biasaudit raises on purpose (configuration, data, database reachability), the message
+already says what is wrong: ``install_short_errors`` adds a filter to Prefect's and the root
+logger's handlers that drops the traceback of those errors and keeps the first line of the
+message. Other exceptions (bugs) keep their traceback. ``BIASAUDIT_DEBUG=1`` turns it off.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+DEBUG_ENV = "BIASAUDIT_DEBUG"
+MAX_LINE = 400
+
+
+def handled_errors() -> tuple[type[BaseException], ...]:
+    """The exception types whose message alone is the whole story."""
+    from biasaudit.db.engine import DatabaseMissing, DatabaseUrlError
+    from biasaudit.db.runs import RunInProgress, RunLost
+    from biasaudit.db.source import EmptyWindow, SourceError
+    from biasaudit.schemas.config import ConfigError
+    from biasaudit.schemas.quarantine import SchemaFailure, TooManyInvalidRows
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+    return (
+        ConfigError,
+        EmptyWindow,
+        SourceError,
+        TooManyInvalidRows,
+        SchemaFailure,
+        RunInProgress,
+        RunLost,
+        DatabaseUrlError,
+        DatabaseMissing,
+        DBAPIError,
+        SQLAlchemyError,
+    )
+
+
+def one_line(error: BaseException, with_type: bool = True) -> str:
+    """``Type: first line of the message`` (SQLAlchemy's SQL and parameters left out)."""
+    from sqlalchemy.exc import DBAPIError
+
+    message = str(error.orig) if isinstance(error, DBAPIError) else str(error)
+    first = next((line for line in message.splitlines() if line.strip()), "").strip()
+    if not with_type and first:
+        return first[:MAX_LINE]
+    return f"{type(error).__name__}: {first}"[:MAX_LINE]
+
+
+class ShortHandledErrors(logging.Filter):
+    """Drop the traceback of handled errors and keep one line of their message."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        info = record.exc_info
+        error = info[1] if info else None
+        if error is None and record.args and isinstance(record.args, tuple):
+            error = next((a for a in record.args if isinstance(a, BaseException)), None)
+        if error is not None and isinstance(error, handled_errors()):
+            prefix = record.getMessage().split(":", 1)[0]
+            record.msg, record.args = f"{prefix}: {one_line(error)}", None
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+_FILTER = ShortHandledErrors()
+
+
+def install_short_errors() -> None:
+    """Add the filter to every handler of Prefect's loggers and the root logger (idempotent)."""
+    if os.environ.get(DEBUG_ENV) == "1":
+        return
+    for name in (None, "prefect", "prefect.flow_runs", "prefect.task_runs", "prefect.engine"):
+        for handler in logging.getLogger(name).handlers:
+            if _FILTER not in handler.filters:
+                handler.addFilter(_FILTER)
