@@ -46,7 +46,10 @@ def audit_task(
 ) -> dict:
     """One audit as a subflow (its database steps retry), on whichever worker the runner picks."""
     install_short_errors()  # a Dask worker process configures its own logging
-    return audit_flow(audit_name, config_path, db_url, as_of, force)
+    # The nightly flow validated the parameters already; re-validating them on a Dask worker
+    # fails (pydantic cannot rebuild the unpickled flow's parameter model).
+    subflow = audit_flow.with_options(validate_parameters=False)
+    return subflow(audit_name, config_path, db_url, as_of, force)
 
 
 def summary_line(failed: dict[str, str], total: int) -> str:

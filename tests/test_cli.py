@@ -53,9 +53,11 @@ def test_load_reports_and_quarantines(tmp_path):
         "y_pred=pred",
     ]
     first = runner.invoke(app, args)
-    assert first.exit_code == 0, first.output
+    assert first.exit_code == 2, first.output  # 1 of 3 quarantined: over the 5% default
     assert "inserted 2, already present 0, quarantined 1" in first.output
-    again = runner.invoke(app, args)
+    assert "1 of 3 rows (33.3%) were quarantined" in first.output
+    again = runner.invoke(app, [*args, "--max-invalid-fraction", "0.5"])
+    assert again.exit_code == 0, again.output
     assert "inserted 0, already present 2, quarantined 1" in again.output
 
 

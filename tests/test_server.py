@@ -1,0 +1,283 @@
+"""The production path on a real Prefect server: serve, trigger on demand, find the run in history;
+no password reaches Prefect; killing the CLI leaves no Prefect server behind (issue 13)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from biasaudit.db.engine import make_engine
+from biasaudit.db.history import list_runs
+from biasaudit.db.load import load_predictions
+from biasaudit.db.migrate import upgrade
+from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
+from sqlalchemy import text
+
+from .conftest import DEMO_CONFIG
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+PASSWORD = "s3cret-" + uuid.uuid4().hex[:8]  # PostgreSQL here trusts any password
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _get(url: str, timeout: float = 5) -> dict | list | None:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return json.loads(response.read())
+    except OSError:
+        return None
+
+
+def _post(url: str, body: dict) -> dict | list:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def _stop(process: subprocess.Popen) -> str:
+    """Kill the process group and return what it printed."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=20)
+    out = process.stdout.read() if process.stdout else b""
+    return out.decode(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def prefect_server(tmp_path_factory):
+    """A real `prefect server start` with its own PREFECT_HOME; yields its API URL."""
+    home = tmp_path_factory.mktemp("prefect-home")
+    port = _free_port()
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(home),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_UI_ENABLED": "false",
+    }
+    env.pop("PREFECT_API_URL", None)
+    server = subprocess.Popen(
+        [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    api = f"http://127.0.0.1:{port}/api"
+    deadline = time.time() + 120
+    while _get(f"{api}/health", timeout=2) is not True:
+        assert server.poll() is None, _stop(server)[-2000:]
+        assert time.time() < deadline, "prefect server did not start in 120 s"
+        time.sleep(0.5)
+    yield api
+    _stop(server)
+
+
+def _client_env(api: str, **extra: str) -> dict[str, str]:
+    env = {**os.environ, "PREFECT_API_URL": api, "BIASAUDIT_LEASE_SECONDS": "10"}
+    env.pop("BIASAUDIT_DATABASE_URL", None)
+    return {**env, **extra}
+
+
+def _worker_command(config: Path, name: str) -> list[str]:
+    """The docker-compose worker's command, with its defaults filled in and the config path
+    pointed at ``config``: the test serves exactly what the compose stack serves."""
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    command = compose["services"]["worker"]["command"]
+    command = re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", command)
+    args = shlex.split(command)
+    args[args.index("--config") + 1] = str(config)
+    return [str(BIN / "biasaudit"), *args, "--name", name]
+
+
+def _trigger(api: str, env: dict, name: str, audits: list[str]) -> subprocess.CompletedProcess:
+    """`prefect deployment run 'nightly/NAME' -p audits=[...] --watch`, retried until `serve`
+    has registered the deployment (bounded)."""
+    deadline = time.time() + 150
+    while True:
+        done = subprocess.run(
+            [
+                str(BIN / "prefect"),
+                "deployment",
+                "run",
+                f"nightly/{name}",
+                "-p",
+                f"audits={json.dumps(audits)}",
+                "-p",
+                f"as_of={json.dumps(END.isoformat())}",
+                "--watch",
+                "--watch-timeout",
+                "400",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=450,
+            check=False,
+        )
+        if done.returncode == 0 or "not found" not in (done.stdout + done.stderr).lower():
+            return done
+        assert time.time() < deadline, done.stdout + done.stderr
+        time.sleep(2)
+
+
+def _demo_database(url: str) -> None:
+    upgrade(url)
+    data = synthetic_predictions()
+    data = data[data["model_id"] == "credit-scorer"].head(3000)
+    load_predictions(make_engine(url), data, list(GROUPS), "test")
+
+
+@pytest.fixture
+def postgres_with_password(postgres_server_url):
+    """The session's PostgreSQL database, emptied, loaded, addressed with a password."""
+    from sqlalchemy.engine import make_url
+
+    engine = make_engine(postgres_server_url)
+    with engine.begin() as connection:
+        connection.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+    engine.dispose()
+    url = make_url(postgres_server_url).set(password=PASSWORD).render_as_string(hide_password=False)
+    _demo_database(url)
+    return url
+
+
+@pytest.mark.parametrize("runner", ["threads", "dask"])
+def test_serve_and_trigger_on_a_real_server(
+    prefect_server, postgres_with_password, tmp_path, runner
+):
+    """It serves the nightly deployment with the docker-compose worker's command, runs a run
+    triggered with `prefect deployment run -p audits=[...]` to completion, and the run appears in
+    `history`; the password of the database URL reaches neither Prefect nor any output."""
+    url, name = postgres_with_password, f"test-{runner}"
+    env = _client_env(prefect_server, BIASAUDIT_DATABASE_URL=url)
+    command = _worker_command(DEMO_CONFIG, name)
+    if runner == "dask":  # the URL on the command line this time: Prefect gets a reference
+        command += ["--task-runner", "dask", "--db", url]
+        env = _client_env(prefect_server)
+    serve = subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        cwd=tmp_path,
+    )
+    try:
+        trigger_env = _client_env(prefect_server)
+        done = _trigger(prefect_server, trigger_env, name, ["credit-race"])
+        assert serve.poll() is None, "serve stopped"  # it keeps serving after the run
+    finally:
+        served = _stop(serve)
+    assert done.returncode == 0, done.stdout + done.stderr + served[-3000:]
+    assert "Completed" in done.stdout
+    runs = list_runs(make_engine(url))
+    assert runs["audit_name"].tolist() == ["credit-race"]
+    assert runs["status"].tolist() == ["succeeded"]
+    with make_engine(url).connect() as connection:
+        flow_run_id = connection.scalar(text("SELECT flow_run_id FROM audit_runs"))
+    history = subprocess.run(
+        [str(BIN / "biasaudit"), "history", "--format", "json", "--db", url],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert history.returncode == 0, history.stderr
+    assert [r["audit_name"] for r in json.loads(history.stdout)] == ["credit-race"]
+    # What Prefect stored: the deployment's and every flow run's parameters.
+    deployment = _get(f"{prefect_server}/deployments/name/nightly/{name}")
+    flow_runs = _post(f"{prefect_server}/flow_runs/filter", {"limit": 50})
+    stored = json.dumps([deployment, flow_runs])
+    assert flow_run_id in {run["id"] for run in flow_runs}  # the audit subflow's run
+    expected = "env:BIASAUDIT_DATABASE_URL" if runner == "dask" else None
+    assert deployment["parameters"]["db_url"] == expected
+    for where in (stored, served, done.stdout, done.stderr, history.stdout, history.stderr):
+        assert PASSWORD not in where
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(
+        ["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True, check=False
+    )
+    return [int(p) for p in out.stdout.split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_killing_the_cli_leaves_no_prefect_server(tmp_path):
+    """It starts its temporary Prefect server so that a SIGKILL of the CLI takes the server
+    with it (Prefect's own temporary server is orphaned then)."""
+    url = f"sqlite:///{tmp_path / 'kill.db'}"
+    _demo_database(url)
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "home")}
+    env.pop("PREFECT_API_URL", None)
+    cli = subprocess.Popen(
+        [
+            str(BIN / "biasaudit"),
+            "run",
+            "credit-race",
+            "-c",
+            str(DEMO_CONFIG),
+            "--db",
+            url,
+            "--as-of",
+            END.isoformat(),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline, servers = time.time() + 90, []
+        while not servers:
+            assert cli.poll() is None and time.time() < deadline
+            servers = [
+                p
+                for p in _children(cli.pid)
+                if "uvicorn" in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")
+            ]
+            time.sleep(0.2)
+        (server,) = servers
+        cli.send_signal(signal.SIGKILL)
+        cli.wait(timeout=10)
+        deadline = time.time() + 15
+        while _alive(server) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not _alive(server), "the temporary Prefect server outlived the killed CLI"
+    finally:
+        if cli.poll() is None:
+            os.killpg(cli.pid, signal.SIGKILL)
+        for pid in _children(cli.pid):
+            os.kill(pid, signal.SIGKILL)
