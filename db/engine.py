@@ -166,7 +166,12 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
         raise DatabaseUrlError(
             f"unknown database kind {parsed.drivername!r} in {safe_url(str(parsed))}"
         ) from None
-    except (ArgumentError, ImportError) as exc:
+    except ImportError as exc:
+        raise DatabaseUrlError(
+            f"cannot use database {safe_url(parsed.render_as_string(hide_password=False))}: "
+            f"its driver module {exc.name!r} is not installed"
+        ) from None
+    except ArgumentError as exc:
         raise DatabaseUrlError(
             f"cannot use database {safe_url(parsed.render_as_string(hide_password=False))}: "
             f"{type(exc).__name__}"

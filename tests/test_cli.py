@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+import pytest
 from biasaudit.flows.cli import app
 from typer.testing import CliRunner
 
@@ -71,3 +72,181 @@ def test_missing_columns_and_unknown_run(tmp_path):
     assert result.exit_code == 1 and "missing columns" in result.output
     result = runner.invoke(app, ["history", "42", "--db", url])
     assert result.exit_code == 1 and "no run with id 42" in result.output
+
+
+# ---- one clear line per mistake (README: "Mistakes and their messages") ---------------------
+
+PASSWORD = "pa55-w0rd-xyz"
+
+
+def _one_line_error(result, *fragments, code=1):
+    """It exits with ``code`` and prints exactly one line, ``error: ...`` holding ``fragments``,
+    with no traceback and no password."""
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == code, result.output
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    assert "Traceback" not in result.output and PASSWORD not in result.output
+    return lines[0]
+
+
+@pytest.fixture
+def migrated(tmp_path):
+    url = f"sqlite:///{tmp_path / 'ok.db'}"
+    assert runner.invoke(app, ["db", "upgrade", "--db", url]).exit_code == 0
+    return url
+
+
+def _config(tmp_path, body: str | bytes) -> str:
+    path = tmp_path / "audits.toml"
+    if isinstance(body, bytes):
+        path.write_bytes(body)
+    else:
+        path.write_text(body)
+    return str(path)
+
+
+GOOD = '[[audits]]\nname = "a"\nmodel = "m"\nattributes = ["race"]\n'
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["history", "--db", "not a url"], ["malformed database URL"]),
+        (["history", "--db", f"nosuch://u:{PASSWORD}@h/x"], ["unknown database kind 'nosuch'"]),
+        (
+            ["history", "--db", f"postgresql://u:{PASSWORD}@127.0.0.1:1/x"],
+            ["cannot connect to database postgresql://u:***@127.0.0.1:1/x", "refused"],
+        ),
+        (
+            ["history", "--db", f"mysql+pymysql://root:{PASSWORD}@127.0.0.1:1/x"],
+            ["database mysql+pymysql://root:***@127.0.0.1:1/x"],
+        ),
+        (["history", "--since", "yesterday"], ["--since: 'yesterday' is not a date"]),
+        (["history", "--metric", "fairness"], ["unknown metric 'fairness'"]),
+        (["history", "--format", "xml"], ["--format is table, csv or json"]),
+        (["history", "--status", "done"], ["--status is succeeded, failed or running"]),
+        (["history", "99"], ["no run with id 99"]),
+        (["quarantine", "99"], ["no run with id 99"]),
+        (["quarantine"], ["give a RUN id or --load"]),
+        (["compare", "99"], ["no run with id 99"]),
+        (
+            ["plan", "--metric", "fairness", "--rate", "0.1", "--rate", "0.2"],
+            ["unknown metric 'fairness'"],
+        ),
+        (
+            ["backfill", "a", "--from", "2026-01-01", "--to", "2026-02-01", "--every", "1w"],
+            ["--every takes Nd (days) or Nmo (calendar months)"],
+        ),
+        (
+            ["backfill", "a", "--from", "2026-02-01", "--to", "2026-01-01"],
+            ["ends (2026-01-01) before it starts (2026-02-01)"],
+        ),
+    ],
+)
+def test_everyday_mistakes_are_one_line(migrated, monkeypatch, args, fragments):
+    """It answers each everyday mistake with one line and exit code 1."""
+    monkeypatch.setenv("BIASAUDIT_DATABASE_URL", migrated)
+    monkeypatch.setenv("BIASAUDIT_CONNECT_TIMEOUT_SECONDS", "3")
+    _one_line_error(runner.invoke(app, args), *fragments)
+
+
+def test_missing_sqlite_file_is_named_and_not_created(tmp_path):
+    """It names a missing SQLite file and creates nothing."""
+    path = tmp_path / "typo.db"
+    for command in (["history"], ["quarantine", "--load"], ["report", "1"], ["abandon", "1"]):
+        result = runner.invoke(app, [*command, "--db", f"sqlite:///{path}"])
+        _one_line_error(result, f"database file {path} does not exist", "db upgrade")
+    assert not path.exists()
+
+
+def test_unmigrated_database_is_named(tmp_path):
+    """It tells to run `db upgrade` on a database without the schema (or an old one)."""
+    import sqlite3
+
+    path = tmp_path / "empty.db"
+    sqlite3.connect(path).close()
+    result = runner.invoke(app, ["history", "--db", f"sqlite:///{path}"])
+    _one_line_error(result, "is not migrated", "biasaudit db upgrade")
+
+
+@pytest.mark.parametrize(
+    ("body", "fragments"),
+    [
+        (None, ["does not exist"]),
+        (b"\xff\xfe[[audits]]", ["is not UTF-8 text"]),
+        ("[[audits]\nname=", ["is not valid TOML"]),
+        (GOOD.replace('"m"', '"m"\nwindow = "fortnight"'), ["window"]),
+        (GOOD + "[audits.thresholds]\ntolerance = inf\n", ["tolerance", "finite"]),
+        (GOOD + "[audits.thresholds]\nstale_run_hours = 1e300\n", ["stale_run_hours"]),
+        (GOOD + "[audits.smoothing]\ncps_lambda = nan\n", ["cps_lambda"]),
+        (GOOD + "[audits.scan]\nchunk_rows = 100000000000000\n", ["chunk_rows"]),
+        (GOOD.replace('["race"]', '[""]'), ["attribute name '' is empty"]),
+        (GOOD.replace('["race"]', '["y_true"]'), ["'y_true' is reserved"]),
+        (GOOD.replace('["race"]', '["a x b"]'), ["intersection separator"]),
+        (GOOD.replace('"race"', '"race"]\nmetrics = ["fairness"'), ["unknown metric"]),
+    ],
+)
+def test_configuration_mistakes_are_one_line(tmp_path, body, fragments):
+    """It rejects configurations that are unreadable or that used to validate and then crash
+    (infinite or huge numbers, empty or reserved attribute names) in one line, before any run."""
+    path = str(tmp_path / "absent.toml") if body is None else _config(tmp_path, body)
+    listed = runner.invoke(app, ["audits", "-c", path])
+    assert listed.exit_code == 1 and "Traceback" not in listed.output
+    run = runner.invoke(app, ["run", "a", "-c", path, "--db", "sqlite:///:memory:"])
+    _one_line_error(run, *fragments)
+
+
+def test_unknown_audit_is_named(tmp_path, migrated):
+    """It names an unknown audit and lists the configured ones."""
+    result = runner.invoke(app, ["run", "ghost", "-c", _config(tmp_path, GOOD), "--db", migrated])
+    _one_line_error(result, "no audit named 'ghost'", "configured: ['a']")
+    result = runner.invoke(
+        app, ["run", "a", "-c", _config(tmp_path, GOOD), "--as-of", "2026-13-45"]
+    )
+    _one_line_error(result, "--as-of: '2026-13-45' is not a date")
+
+
+def test_audits_lists_and_validates_each_audit(tmp_path):
+    """It lists every audit with its model and marks the invalid one, exiting 1."""
+    body = GOOD + '[[audits]]\nname = "b"\nmodel = "m"\nattributes = ["race"]\nwindow = "x"\n'
+    result = runner.invoke(app, ["audits", "-c", _config(tmp_path, body)])
+    assert result.exit_code == 1
+    assert "error: 1 of 2 audits" in result.output
+    row_a = next(line for line in result.output.splitlines() if "│ a " in line)
+    row_b = next(line for line in result.output.splitlines() if "│ b " in line)
+    assert "ok" in row_a and "invalid" in row_b
+    ok = runner.invoke(app, ["audits", "-c", _config(tmp_path, GOOD)])
+    assert ok.exit_code == 0 and "ok" in ok.output
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "fragment"),
+    [
+        ("empty.csv", b"", "is empty"),
+        ("header.csv", b"prediction_id,model_id\n", "has no rows"),
+        ("ragged.csv", b"a,b\n1,2\n3,4,5,6\n", "not a well-formed CSV"),
+        ("latin1.csv", "id,race\n1,Fran\xe7ais\n".encode("latin-1"), "is not UTF-8 text"),
+        ("bad.parquet", b"PAR1 not really parquet", "is not a readable Parquet file"),
+        ("missing.csv", None, "does not exist"),
+    ],
+)
+def test_unreadable_prediction_files_are_one_line(tmp_path, migrated, name, content, fragment):
+    """It names an empty, ragged, undecodable or corrupt CSV or Parquet file in one line."""
+    path = tmp_path / name
+    if content is not None:
+        path.write_bytes(content)
+    result = runner.invoke(app, ["load", str(path), "-a", "race", "--db", migrated])
+    _one_line_error(result, fragment)
+
+
+def test_version_and_plain_help():
+    """It prints its version, and help with plain metavars (no markup, no type names)."""
+    from importlib.metadata import version
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"biasaudit {version('biasaudit')}"
+    helps = runner.invoke(app, ["history", "--help"]).output
+    assert "--db URL" in helps and "--format FORMAT" in helps and "[RUN]" in helps
+    assert "INTEGER" not in helps and "TEXT" not in helps and "╭" not in helps
