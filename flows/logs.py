@@ -16,6 +16,10 @@ DEBUG_ENV = "BIASAUDIT_DEBUG"
 MAX_LINE = 400
 
 
+class AuditsFailed(RuntimeError):
+    """Some audits of a nightly run failed; the message names each with its error."""
+
+
 def handled_errors() -> tuple[type[BaseException], ...]:
     """The exception types whose message alone is the whole story."""
     from biasaudit.db.engine import DatabaseMissing, DatabaseUrlError
@@ -26,6 +30,7 @@ def handled_errors() -> tuple[type[BaseException], ...]:
     from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
     return (
+        AuditsFailed,
         ConfigError,
         EmptyWindow,
         SourceError,
@@ -41,14 +46,14 @@ def handled_errors() -> tuple[type[BaseException], ...]:
 
 
 def one_line(error: BaseException, with_type: bool = True) -> str:
-    """``Type: first line of the message`` (SQLAlchemy's SQL and parameters left out)."""
+    """``Type: message`` on one line (SQLAlchemy's SQL and parameters left out)."""
     from sqlalchemy.exc import DBAPIError
 
     message = str(error.orig) if isinstance(error, DBAPIError) else str(error)
-    first = next((line for line in message.splitlines() if line.strip()), "").strip()
-    if not with_type and first:
-        return first[:MAX_LINE]
-    return f"{type(error).__name__}: {first}"[:MAX_LINE]
+    joined = " ".join(line.strip() for line in message.splitlines() if line.strip())
+    if not with_type and joined:
+        return joined[:MAX_LINE]
+    return f"{type(error).__name__}: {joined}"[:MAX_LINE]
 
 
 class ShortHandledErrors(logging.Filter):

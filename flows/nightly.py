@@ -24,7 +24,7 @@ from typing import Any
 
 from biasaudit.db.engine import flow_url
 from biasaudit.flows.audit import audit_flow, default_config_path
-from biasaudit.flows.logs import install_short_errors
+from biasaudit.flows.logs import AuditsFailed, install_short_errors, one_line
 from biasaudit.schemas.config import configured_names
 from prefect import Flow, flow, task, unmapped
 from prefect.cache_policies import NO_CACHE
@@ -34,10 +34,6 @@ DEFAULT_CRON = "0 2 * * *"
 MAX_WORKERS = int(os.environ.get("BIASAUDIT_MAX_WORKERS", "2"))
 _THREADS: Any = ThreadPoolTaskRunner  # Prefect's generics reject a concrete runner (mypy)
 install_short_errors()
-
-
-class AuditsFailed(RuntimeError):
-    """Some audits of a nightly run failed; the message names each with its error."""
 
 
 @task(name="audit", cache_policy=NO_CACHE, task_run_name="audit-{audit_name}")
@@ -78,7 +74,7 @@ def nightly_flow(
     for name, future in zip(names, futures):
         outcome: Any = future.result(raise_on_failure=False)
         if isinstance(outcome, BaseException):
-            failed[name] = f"{type(outcome).__name__}: {outcome}".splitlines()[0][:300]
+            failed[name] = one_line(outcome)
             print(f"audit {name}: FAILED {failed[name]}")
         elif isinstance(outcome, dict):
             results.append(outcome)

@@ -232,3 +232,108 @@ def test_nightly_fans_out_over_audits(db_url, runner):
     ]
     runs = list_runs(make_engine(db_url))
     assert len(runs) == 4 and set(runs["status"]) == {"succeeded"}
+
+
+# ---- nightly operations (issue 13) --------------------------------------------------------------
+
+TWO_AUDITS = (
+    '[[audits]]\nname = "credit-race"\nmodel = "credit-scorer"\nattributes = ["race"]\n'
+    'metrics = ["fpr", "tpr"]\n'
+    '[[audits]]\nname = "broken"\nmodel = "credit-scorer"\nattributes = ["race"]\n'
+    'windw = "all"\n'
+)
+
+
+def _load_credit(url):
+    from biasaudit.flows.demo import GROUPS, synthetic_predictions
+
+    data = synthetic_predictions()
+    data = data[data["model_id"] == "credit-scorer"].head(3000)
+    load_predictions(make_engine(url), data, list(GROUPS), "test")
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_nightly_isolates_a_broken_audit_and_retries_database_steps(db_url, tmp_path, monkeypatch):
+    """It completes the good audit (its persist step retried after a dropped connection, as in a
+    single run), fails only the audit with a configuration typo, and names it in the summary."""
+    import biasaudit.flows.stages
+    from biasaudit.flows.demo import END
+    from biasaudit.flows.nightly import AuditsFailed, nightly_flow
+    from sqlalchemy.exc import OperationalError
+
+    _load_credit(db_url)
+    config = tmp_path / "two.toml"
+    config.write_text(TWO_AUDITS)
+    original, attempts = biasaudit.flows.stages.save_run, {"n": 0}
+
+    def flaky(*args, **kwargs):
+        attempts["n"] += 1
+        if attempts["n"] == 1:
+            raise OperationalError("INSERT ...", {}, ConnectionResetError("connection reset"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(biasaudit.flows.stages, "save_run", flaky)
+    with pytest.raises(AuditsFailed) as failure:
+        nightly_flow(str(config), db_url, END)
+    message = str(failure.value)
+    assert message.startswith("1 of 2 audits failed: broken (ConfigError:")
+    assert "windw" in message and "credit-race" not in message
+    assert attempts["n"] == 2  # the nightly path retried the database step
+    runs = list_runs(make_engine(db_url))
+    assert runs[["audit_name", "status"]].values.tolist() == [["credit-race", "succeeded"]]
+
+
+def test_periods_cover_the_whole_range_by_calendar():
+    """It steps by calendar days or months and always ends at the range's end."""
+    from biasaudit.flows.backfill import parse_period, periods
+
+    start, end = datetime(2026, 1, 31, tzinfo=UTC), datetime(2026, 5, 15, tzinfo=UTC)
+    months = periods(start, end, parse_period("1mo"))
+    assert [m.date().isoformat() for m in months] == [
+        "2026-01-31",
+        "2026-02-28",
+        "2026-03-31",
+        "2026-04-30",
+        "2026-05-15",
+    ]
+    weeks = periods(start, start + timedelta(days=14), parse_period("7d"))
+    assert [(m - start).days for m in weeks] == [0, 7, 14]
+    assert periods(start, start, parse_period("1d")) == [start]
+    for bad in ("0d", "1w", "mo", "-1d"):
+        with pytest.raises(ValueError):
+            parse_period(bad)
+
+
+def test_cli_prints_data_as_text_and_exports_runs(tmp_path):
+    """It prints group names such as '[/]' and '[bold]x' as they are, exports a run's results as
+    CSV and JSON, and lists quarantined rows with their rule."""
+    from biasaudit.flows.demo import END
+
+    url = f"sqlite:///{tmp_path / 'markup.db'}"
+    upgrade(url)
+    rng = np.random.default_rng(3)
+    frame = period(rng, 0, 0.0, n=2000)
+    frame["race"] = frame["race"].map({"White": "[/]", "Black": "[bold]x", "Asian": "Asian"})
+    frame.loc[frame.index[:3], "y_pred"] = 7  # quarantined by the run's validation? no: by load
+    load_predictions(make_engine(url), frame, ["race"], "markup.csv")
+    config = tmp_path / "m.toml"
+    config.write_text('[[audits]]\nname = "m"\nmodel = "m"\nattributes = ["race"]\n')
+    run_id = run_audit("m", str(config), url, END)["run_id"]
+    runner = CliRunner()
+    shown = runner.invoke(app, ["history", str(run_id), "--db", url])
+    assert shown.exit_code == 0, shown.output
+    assert "[/]" in shown.output and "[bold]x" in shown.output
+    exported = runner.invoke(app, ["history", str(run_id), "--db", url, "--format", "csv"])
+    table = pd.read_csv(io.StringIO(exported.output))
+    assert exported.exit_code == 0 and set(table["group_name"]) >= {"[/]", "[bold]x", "Asian"}
+    assert set(table["run_id"]) == {run_id}
+    records = json.loads(
+        runner.invoke(app, ["history", str(run_id), "--db", url, "--format", "json"]).output
+    )
+    assert len(records) == len(table)
+    quarantined = runner.invoke(app, ["quarantine", "--load", "--db", url, "--format", "json"])
+    rows = json.loads(quarantined.output)
+    assert len(rows) == 3 and {r["column_name"] for r in rows} == {"y_pred"}
+    assert all(r["rule"] for r in rows) and all(r["run_id"] is None for r in rows)
+    listed = runner.invoke(app, ["quarantine", str(run_id), "--db", url])
+    assert listed.exit_code == 0 and "no quarantined rows" in listed.output

@@ -281,3 +281,46 @@ def test_killing_the_cli_leaves_no_prefect_server(tmp_path):
             os.killpg(cli.pid, signal.SIGKILL)
         for pid in _children(cli.pid):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_handled_error_gives_short_logs_and_one_error_line(prefect_server, tmp_path):
+    """It fails an audit of an empty window with one `error:` line and exit 1, and Prefect's own
+    log lines about it stay one line each, with no traceback (unless --debug)."""
+    url = f"sqlite:///{tmp_path / 'short.db'}"
+    _demo_database(url)
+    env = _client_env(prefect_server)
+    args = [str(BIN / "biasaudit"), "run", "credit-race", "-c", str(DEMO_CONFIG), "--db", url]
+    short = subprocess.run(
+        [*args, "--as-of", "2001-01-01"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    output = short.stdout + short.stderr
+    assert short.returncode == 1, output
+    assert "Traceback" not in output and len(output.splitlines()) < 15, output
+    errors = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "no predictions of model 'credit-scorer'" in errors[0], output
+    debug = subprocess.run(
+        [args[0], "--debug", *args[1:], "--as-of", "2001-01-01"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert debug.returncode != 0 and "Traceback" in debug.stdout + debug.stderr
+    ok = subprocess.run(
+        [*args, "--as-of", END.isoformat()],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "flagged" in ok.stdout and "report: " in ok.stdout
+    report = Path(ok.stdout.split("report: ")[1].split()[0])
+    assert report.exists()
