@@ -491,3 +491,68 @@ def test_operator_can_release_an_abandoned_run(db_url):
     again = runner.invoke(app, ["abandon", str(run_id), "--db", db_url])
     assert again.exit_code == 1 and "is not running" in again.output
     assert run_audit("credit-race", str(DEMO_CONFIG), db_url, END)["new"]  # nothing to wait for
+
+
+# ---- timeouts ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def silent_server():
+    """A TCP server on 127.0.0.1 that accepts connections and never says a word."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    accepted, stop = [], threading.Event()
+
+    def accept():
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield listener.getsockname()[1]
+    stop.set()
+    thread.join(timeout=5)
+    for connection in accepted:
+        connection.close()
+    listener.close()
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_silent_server_fails_the_run_after_retries(silent_server, monkeypatch):
+    """It fails a run against a server that accepts but never answers after the connect timeout
+    and the retries, instead of hanging."""
+    from biasaudit.flows.stages import RETRIES
+
+    monkeypatch.setenv("BIASAUDIT_CONNECT_TIMEOUT_SECONDS", "1")
+    url = f"postgresql://postgres@127.0.0.1:{silent_server}/none"
+    started = time.monotonic()
+    with pytest.raises(OperationalError, match="timeout|timed out"):
+        audit_flow("credit-race", str(DEMO_CONFIG), url, END)
+    elapsed = time.monotonic() - started
+    # 1 + RETRIES connection attempts of about a second each, plus short backoffs (conftest)
+    assert RETRIES * 1.0 <= elapsed < 60
+
+
+def test_statement_timeout_ends_a_long_statement(postgres_server_url, monkeypatch):
+    """It ends a statement that runs longer than BIASAUDIT_STATEMENT_TIMEOUT_SECONDS with an
+    OperationalError (retried as transient), on PostgreSQL."""
+    from biasaudit.db.retry import is_transient
+
+    monkeypatch.setenv("BIASAUDIT_STATEMENT_TIMEOUT_SECONDS", "1")
+    engine = make_engine(postgres_server_url)
+    started = time.monotonic()
+    with (
+        pytest.raises(OperationalError, match="statement timeout") as error,
+        engine.connect() as connection,
+    ):
+        connection.execute(text("SELECT pg_sleep(10)"))
+    assert time.monotonic() - started < 5 and is_transient(error.value)
+    engine.dispose()
