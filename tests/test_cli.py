@@ -250,3 +250,26 @@ def test_version_and_plain_help():
     helps = runner.invoke(app, ["history", "--help"]).output
     assert "--db URL" in helps and "--format FORMAT" in helps and "[RUN]" in helps
     assert "INTEGER" not in helps and "TEXT" not in helps and "╭" not in helps
+
+
+def test_passwords_stay_out_of_output_and_flow_parameters(postgres_server_url, monkeypatch):
+    """It hands Prefect a reference instead of a URL with a password, resolves the reference from
+    the environment, and shows such URLs with the password hidden."""
+    from biasaudit.db.engine import URL_ENV, database_url, flow_url, safe_url
+
+    monkeypatch.delenv(URL_ENV, raising=False)
+    secret = f"postgresql://audit:{PASSWORD}@db.internal:5432/audits"
+    assert flow_url(secret) == f"env:{URL_ENV}" and database_url(f"env:{URL_ENV}") == secret
+    assert flow_url("sqlite:///a.db") == "sqlite:///a.db" and flow_url(None) is None
+    assert safe_url(secret) == "postgresql://audit:***@db.internal:5432/audits"
+    monkeypatch.delenv(URL_ENV)
+    _one_line_error(
+        runner.invoke(app, ["history", "--db", f"env:{URL_ENV}"]), f"${URL_ENV} is not set"
+    )
+    # PostgreSQL here trusts any password: a real upgrade with one, whose output hides it.
+    from sqlalchemy.engine import make_url
+
+    url = make_url(postgres_server_url).set(password=PASSWORD)
+    result = runner.invoke(app, ["db", "upgrade", "--db", url.render_as_string(False)])
+    assert result.exit_code == 0, result.output
+    assert "postgres:***@" in result.output and PASSWORD not in result.output
