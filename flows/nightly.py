@@ -101,7 +101,14 @@ def with_task_runner(
         runner: Any = (
             DaskTaskRunner(address=address)
             if address
-            else DaskTaskRunner(cluster_kwargs={"n_workers": workers, "threads_per_worker": 1})
+            else DaskTaskRunner(
+                # dashboard on any free port: 8787 may be taken by another cluster on the machine
+                cluster_kwargs={
+                    "n_workers": workers,
+                    "threads_per_worker": 1,
+                    "dashboard_address": ":0",
+                }
+            )
         )
         return nightly_flow.with_options(task_runner=runner)
     raise ValueError(f"task runner must be 'threads' or 'dask', not {kind!r}")
