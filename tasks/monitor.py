@@ -125,7 +125,7 @@ def bet(w_k, w_d, w_v, tol, side, v_max=V_MAX):
 def cs_bet(n_pairs, s_d, s_v, k, alpha):
     """The confidence sequence's predictable plug-in bet, constant over a night's k pairs."""
     total = n_pairs + k
-    var = (s_v - np.where(n_pairs > 0, s_d**2 / np.maximum(n_pairs, 1.0), 0.0) + PRIOR_PAIRS / 4)
+    var = s_v - np.where(n_pairs > 0, s_d**2 / np.maximum(n_pairs, 1.0), 0.0) + PRIOR_PAIRS / 4
     var = var / (n_pairs + PRIOR_PAIRS)
     with np.errstate(divide="ignore"):
         lam = np.sqrt(2 * np.log(2 / alpha) / (var * total * np.log1p(total)))
@@ -367,12 +367,15 @@ def increment_counts(
         outcome_increment = np.zeros(len(outcomes), dtype=int)
     # Outcome set to 0 for every decision row: tn/fp cells hold the decisions, so ppr and pnr
     # are the shares of predicted positives and negatives among all predictions.
-    options = dict(
-        attributes=attributes, intersections=intersections, reference_groups=reference_groups
-    )
+    options = {
+        "attributes": attributes,
+        "intersections": intersections,
+        "reference_groups": reference_groups,
+    }
     parts = [
-        _pair_rates(decisions.assign(y_true=0.0), decision_increment, metrics=free, **options)
-        .assign(unlabelled_group=0, unlabelled_reference=0),
+        _pair_rates(
+            decisions.assign(y_true=0.0), decision_increment, metrics=free, **options
+        ).assign(unlabelled_group=0, unlabelled_reference=0),
         _pair_rates(outcomes, outcome_increment, metrics=labelled, **options),
     ]
     parts = [p for p in parts if not p.empty]
@@ -386,8 +389,12 @@ def increment_counts(
 
 def empty_state() -> pd.DataFrame:
     """Monitor state of an audit with no run yet."""
-    return pd.DataFrame({**{k: pd.Series(dtype=str) for k in KEYS},
-                         **{c: pd.Series(dtype=float) for c in STATE_COLUMNS}})
+    return pd.DataFrame(
+        {
+            **{k: pd.Series(dtype=str) for k in KEYS},
+            **{c: pd.Series(dtype=float) for c in STATE_COLUMNS},
+        }
+    )
 
 
 OUTPUT_FIELDS = [

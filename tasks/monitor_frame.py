@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-
 from biasaudit.tasks.increments import as_of_schedule
 from biasaudit.tasks.monitor import (
     COUNT_FIELDS,
@@ -48,7 +47,7 @@ def replay_increments(
     if label_time_column is not None:
         arrival = _naive_utc(frame[label_time_column])
         due = runs[np.minimum(outcome, len(runs) - 1)]
-        labelled &= np.isnat(arrival) | (arrival <= due)
+        labelled = labelled & (np.isnat(arrival) | (arrival <= due))
     return decision, outcome, labelled
 
 
@@ -123,9 +122,13 @@ def replay_counts(counts: pd.DataFrame, schedule, settings: Settings) -> pd.Data
         for c in OUTPUT_FIELDS:
             outputs[c][t] = out[c]
     t, k = np.nonzero(active)
-    result = keys.iloc[k].reset_index(drop=True).assign(
-        **{c: table[t, k, i] for i, c in enumerate(fields_)},
-        **{c: outputs[c][t, k] for c in OUTPUT_FIELDS},
+    result = (
+        keys.iloc[k]
+        .reset_index(drop=True)
+        .assign(
+            **{c: table[t, k, i] for i, c in enumerate(fields_)},
+            **{c: outputs[c][t, k] for c in OUTPUT_FIELDS},
+        )
     )
     result = result.astype({"crossed": bool, "alarm": bool})
     result.insert(0, "as_of", np.asarray(schedule)[t])

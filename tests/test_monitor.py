@@ -6,8 +6,6 @@ import itertools
 
 import numpy as np
 import pytest
-from scipy import stats
-
 from biasaudit.tasks.detection import unfairness_test
 from biasaudit.tasks.monitor import (
     GRID,
@@ -20,6 +18,7 @@ from biasaudit.tasks.monitor import (
     psi_e,
     step,
 )
+from scipy import stats
 
 
 def test_fan_inequality_holds_on_a_fine_grid():
@@ -39,7 +38,10 @@ def _arrangement_average(rows_g, rows_r, lam, tol, side):
     for pg in itertools.permutations(rows_g):
         for pr in itertools.permutations(rows_r):
             z = np.array(
-                [np.mean(pg[i * a : (i + 1) * a]) - np.mean(pr[i * b : (i + 1) * b]) for i in range(k)]
+                [
+                    np.mean(pg[i * a : (i + 1) * a]) - np.mean(pr[i * b : (i + 1) * b])
+                    for i in range(k)
+                ]
             )
             zs.append(z[0])
             wealth.append(np.prod(1 + lam * (side * z - tol)))
@@ -78,8 +80,19 @@ def test_night_e_value_has_mean_at_most_one_on_the_null_boundary(n_g, n_r, p_r, 
         assert mean <= 1 + 1e-12
 
 
-def _simulate(shift, replays, nights, seed, tol=0.0, share=0.05, volume=1000, p=0.3, at=100,
-              drift=False, settings=None):
+def _simulate(
+    shift,
+    replays,
+    nights,
+    seed,
+    tol=0.0,
+    share=0.05,
+    volume=1000,
+    p=0.3,
+    at=100,
+    drift=False,
+    settings=None,
+):
     """First night each replay's e-process crosses 1/α (−1: never) and the fixed-window
     (30 nights, tasks.detection.unfairness_test) test's first rejection, from night ``at``
     on when a shift is injected."""
@@ -95,7 +108,9 @@ def _simulate(shift, replays, nights, seed, tol=0.0, share=0.05, volume=1000, p=
     for t in range(nights):
         state, out = step(state, x_g[t], n_g[t], x_r[t], n_r[t], settings)
         first = np.where((first < 0) & out["crossed"] & (t >= from_night), t, first)
-    total = [np.cumsum(np.vstack([np.zeros((1, replays)), a]), axis=0) for a in (x_g, n_g, x_r, n_r)]
+    total = [
+        np.cumsum(np.vstack([np.zeros((1, replays)), a]), axis=0) for a in (x_g, n_g, x_r, n_r)
+    ]
     window = np.full(replays, -1)
     for t in range(nights):
         lo = max(0, t - 29)
@@ -206,8 +221,9 @@ def test_e_bh_controls_fdr_of_monitor_alarms_under_dependence():
         n = rng.multinomial(600, shares, size=replays)
         x = rng.binomial(n, rates)
         x_r, n_r = np.repeat(x[:, :1], 5, axis=1), np.repeat(n[:, :1], 5, axis=1)
-        state, out = step(state, x[:, 1:].ravel(), n[:, 1:].ravel(), x_r.ravel(), n_r.ravel(),
-                          settings)
+        state, out = step(
+            state, x[:, 1:].ravel(), n[:, 1:].ravel(), x_r.ravel(), n_r.ravel(), settings
+        )
         alarm = e_bh(out["e_process"].reshape(replays, 5), alpha)
         fdp[t] = (alarm & null).sum(1) / np.maximum(alarm.sum(1), 1)
     fdr = fdp.mean(axis=1)
