@@ -259,6 +259,9 @@ def history(
         str | None, typer.Option(help="With RUN_ID: one metric; alone: its time series")
     ] = None,
     format_: Annotated[str, typer.Option("--format", help="table, csv or json")] = "table",
+    monitor: Annotated[
+        bool, typer.Option("--monitor", help="Monitored runs: trajectory per comparison")
+    ] = False,
     db: DbOption = None,
 ) -> None:
     """List stored runs, show one run's results, or print a metric's time series (one row per run)."""
@@ -267,6 +270,17 @@ def history(
     if format_ not in ("table", "csv", "json"):
         _fail("--format is table, csv or json")
     engine = _engine(db)
+    if monitor:
+        from biasaudit.db.monitor import monitor_trajectory
+
+        trajectory = monitor_trajectory(engine, audit, model, attribute, group, None, metric)
+        if format_ != "table":
+            _emit(trajectory, format_)
+        elif trajectory.empty:
+            console.print("no monitored runs match")
+        else:
+            _print_frame(trajectory, title="monitor: e-process and confidence sequence per run")
+        return
     if run_id is None and metric is not None:
         _print_series(engine, metric, attribute, group, audit, model, since, until, format_)
         return
@@ -448,6 +462,42 @@ def backfill(
     import pandas as pd
 
     _print_frame(pd.DataFrame(outcomes), title=f"backfill of {audit}")
+
+
+@app.command()
+def backtest(
+    audit: Annotated[str, typer.Argument(help="Name of the audit in the configuration")],
+    from_: Annotated[str, typer.Option("--from", help="First as-of date (ISO)")],
+    to: Annotated[str, typer.Option("--to", help="Last as-of date (ISO)")],
+    format_: Annotated[
+        str, typer.Option("--format", help="table (summary), csv or json (every night)")
+    ] = "table",
+    config: ConfigOption = None,
+    db: DbOption = None,
+) -> None:
+    """What nightly monitored runs would have said from --from to --to (nothing is written)."""
+    from biasaudit.db.engine import database_url
+    from biasaudit.flows.monitoring import backtest as replay
+    from biasaudit.schemas.config import load_config
+
+    path = config or os.environ.get("BIASAUDIT_CONFIG", "biasaudit.toml")
+    configured = load_config(Path(path)).get(audit)
+    nights = replay(database_url(db), configured, _date(from_), _date(to))
+    if format_ != "table":
+        _emit(nights, format_)
+        return
+    keys = ["attribute", "group_name", "reference", "metric"]
+    last = nights.sort_values("as_of").groupby(keys).tail(1).set_index(keys)
+    first = nights[nights["alarm"]].groupby(keys)["as_of"].min()
+    summary = last[["nights", "e_process", "cs_low", "cs_high", "crossed"]].assign(
+        first_alarm=first
+    )
+    console.print(
+        f"backtest of {audit}: {nights['as_of'].nunique()} nightly runs, "
+        f"{int(first.size)} of {len(last)} comparisons alarmed (e-BH, alpha "
+        f"{configured.thresholds.alpha})"
+    )
+    _print_frame(summary.reset_index(), title="monitor at the last night; first e-BH alarm")
 
 
 @app.command()
