@@ -188,3 +188,12 @@ def test_monitor_frame_equals_nightly_runs(label_delay):
     b = nightly[a.columns].sort_values(keys).reset_index(drop=True)
     pd.testing.assert_frame_equal(a, b, check_dtype=False)
     assert a["alarm"].any()  # group c's selection rate differs: the monitor finds it
+
+
+def test_two_valued_attribute_is_one_comparison():
+    """Of a two-valued attribute, f vs rest and m vs rest are one hypothesis: monitored once."""
+    frame = _predictions(5, days=2)
+    counts = increment_counts(frame, frame, attributes=["race", "sex"], metrics=["ppr"])
+    sexes = counts[counts["attribute"] == "sex"]
+    assert sexes["group_name"].tolist() == ["f"]
+    assert len(counts[counts["attribute"] == "race"]) == 3
