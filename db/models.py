@@ -282,7 +282,7 @@ class ComparisonResult(RunResult, Base):
     overlapping: Mapped[bool | None] = mapped_column(Boolean)
 
 
-class MonitorResult(Comparison, Base):
+class MonitorResult(GroupVsReference, Base):
     """One monitored comparison after one run's increment (tasks.monitor): the increment's
     counts, its e-value, the running e-process and confidence sequence, the alarms, and the
     state the next run continues from (issue 16)."""

@@ -251,7 +251,7 @@ UNLABELLED_FIELDS = ["unlabelled_group", "unlabelled_reference"]
 def monitored_metrics(metrics) -> list[str]:
     """Rate metrics to monitor (SPEC ids; default ppr, tpr and fpr)."""
     from biasaudit.schemas.metric_ids import canonical_metric
-    from biasaudit.tasks.detection import RATE_METRICS
+    from biasaudit.schemas.metric_ids import RATE_METRICS
 
     names = [canonical_metric(m) for m in (metrics or DEFAULT_METRICS)]
     rates = [m for m in dict.fromkeys(names) if m in RATE_METRICS]

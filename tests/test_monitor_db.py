@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from biasaudit.db import monitor as db_monitor
 from biasaudit.db.engine import make_engine
-from biasaudit.db.history import previous_run, run_results
+from biasaudit.db.history import previous_as_of_run, run_results
 from biasaudit.db.load import load_predictions
 from biasaudit.db.models import ComparisonResult
 from biasaudit.flows.audit import run_audit
@@ -107,7 +107,7 @@ def test_previous_is_the_previous_as_of_and_overlaps_are_not_tested(db_url, tmp_
     early = run_audit("mon", config, db_url, START + timedelta(days=5))["run_id"]
     backfilled = run_audit("mon", config, db_url, START + timedelta(days=7))["run_id"]
     engine = make_engine(db_url)
-    assert previous_run(engine, "mon", "m", START + timedelta(days=7)).id == early
+    assert previous_as_of_run(engine, "mon", "m", START + timedelta(days=7)).id == early
     comparison = run_results(engine, ComparisonResult, backfilled)
     assert set(comparison["previous_run_id"]) == {early}
     assert not comparison["overlapping"].any() and comparison["p_value"].notna().any()
