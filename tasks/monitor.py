@@ -289,10 +289,10 @@ def _pair_rates(
     counts = with_complements(cells)
     group, reference = comparison_pairs(counts, {})
     # One hypothesis, one test (SPEC section 3): of a two-valued attribute, A vs rest and B vs
-    # rest are the same comparison; keep the first group's.
+    # rest are the same comparison; keep the first group's. A lone group has no rest to compare.
     size = group.groupby("attribute")["group_name"].transform("size")
     second = group.groupby("attribute").cumcount() > 0
-    keep = ~((size == 2) & second).to_numpy()
+    keep = ~((size == 1) | ((size == 2) & second)).to_numpy()
     group, reference = group[keep].reset_index(drop=True), reference[keep].reset_index(drop=True)
     if reference_groups:
         named = _named_pairs(counts, reference_groups)

@@ -197,3 +197,12 @@ def test_two_valued_attribute_is_one_comparison():
     sexes = counts[counts["attribute"] == "sex"]
     assert sexes["group_name"].tolist() == ["f"]
     assert len(counts[counts["attribute"] == "race"]) == 3
+
+
+def test_lone_group_has_no_comparison():
+    """An increment in which an attribute has one group only adds no comparison against an
+    empty rest (it would only enlarge the e-BH family)."""
+    frame = _predictions(6, days=1)
+    males = frame[frame["sex"] == "m"]
+    counts = increment_counts(males, males, attributes=["sex"], metrics=["ppr"])
+    assert counts.empty
