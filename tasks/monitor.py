@@ -288,11 +288,9 @@ def _pair_rates(
     cells = cells.assign(attribute=label + _FOLD + attribute, group_name=name)
     counts = with_complements(cells)
     group, reference = comparison_pairs(counts, {})
-    # One hypothesis, one test (SPEC section 3): of a two-valued attribute, A vs rest and B vs
-    # rest are the same comparison; keep the first group's. A lone group has no rest to compare.
+    # A group alone in its attribute (in this increment) has no rest to be compared with.
     size = group.groupby("attribute")["group_name"].transform("size")
-    second = group.groupby("attribute").cumcount() > 0
-    keep = ~((size == 1) | ((size == 2) & second)).to_numpy()
+    keep = (size > 1).to_numpy()
     group, reference = group[keep].reset_index(drop=True), reference[keep].reset_index(drop=True)
     if reference_groups:
         named = _named_pairs(counts, reference_groups)
@@ -418,13 +416,28 @@ OUTPUT_FIELDS = [
 ]
 
 
-def advance(arrays: dict, counts: np.ndarray, active: np.ndarray, settings: Settings):
+def mirrors(keys: pd.DataFrame) -> np.ndarray:
+    """One hypothesis, one test (SPEC section 3): of an attribute with exactly two groups seen
+    so far, A vs rest and B vs rest are the same comparison (B's e-process mirrors A's); B's is
+    kept out of the e-BH family and never alarms. ``keys``: the comparisons monitored so far."""
+    rest = keys["reference"] == "rest"
+    groups = keys[rest].groupby(["attribute", "metric"])["group_name"]
+    size = groups.transform("nunique").reindex(keys.index)
+    first = groups.transform("min").reindex(keys.index)
+    return (rest & (size == 2) & (keys["group_name"] != first)).to_numpy()
+
+
+def advance(
+    arrays: dict, counts: np.ndarray, active: np.ndarray, settings: Settings, mirror=None
+):
     """One increment on arrays: ``counts`` (rows × x_g, n_g, x_r, n_r), ``active`` the rows
-    monitored so far (others stay in their initial state and out of the e-BH family)."""
+    monitored so far (others stay in their initial state and out of the e-BH family),
+    ``mirror`` the rows kept out of the family (``mirrors``)."""
     new, out = step(arrays, *counts[:, :4].T, settings)
     start = initial_state(len(active))
     new = {c: np.where(active, new[c], start[c]) for c in STATE_COLUMNS}
-    e_process = np.where(active, out["e_process"], np.nan)
+    family = active if mirror is None else active & ~mirror
+    e_process = np.where(family, out["e_process"], np.nan)
     out = {**out, "cs_low": new["cs_low"], "cs_high": new["cs_high"], "nights": new["nights"]}
     out["alarm"] = e_bh(e_process, settings.alpha) if len(active) else np.zeros(0, bool)
     return new, out
@@ -447,8 +460,8 @@ def monitor_update(
     start = initial_state(len(merged))
     arrays = {c: np.where(fresh, start[c], merged[c].to_numpy(dtype=float)) for c in STATE_COLUMNS}
     counts = merged[COUNT_FIELDS + UNLABELLED_FIELDS].fillna(0).to_numpy(dtype=float)
-    new, out = advance(arrays, counts, np.ones(len(merged), bool), settings)
     keys = merged[KEYS].reset_index(drop=True)
+    new, out = advance(arrays, counts, np.ones(len(merged), bool), settings, mirrors(keys))
     fields_ = COUNT_FIELDS + UNLABELLED_FIELDS
     rows = keys.assign(**{c: counts[:, i] for i, c in enumerate(fields_)}, **out)
     return keys.assign(**new), rows

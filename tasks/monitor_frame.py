@@ -20,6 +20,7 @@ from biasaudit.tasks.monitor import (
     advance,
     increment_counts,
     initial_state,
+    mirrors,
 )
 
 
@@ -117,8 +118,13 @@ def replay_counts(counts: pd.DataFrame, schedule, settings: Settings) -> pd.Data
     active = np.logical_or.accumulate(present, axis=0)
     state = initial_state(size)
     outputs = {c: np.zeros((nights, size)) for c in OUTPUT_FIELDS}
+    mirror = np.zeros(size, bool)
     for t in range(nights):
-        state, out = advance(state, table[t], active[t], settings)
+        if t == 0 or (active[t] != active[t - 1]).any():  # the comparisons seen so far changed
+            seen = keys[active[t]]
+            mirror = np.zeros(size, bool)
+            mirror[seen.index[mirrors(seen)]] = True
+        state, out = advance(state, table[t], active[t], settings, mirror)
         for c in OUTPUT_FIELDS:
             outputs[c][t] = out[c]
     t, k = np.nonzero(active)

@@ -191,12 +191,19 @@ def test_monitor_frame_equals_nightly_runs(label_delay):
 
 
 def test_two_valued_attribute_is_one_comparison():
-    """Of a two-valued attribute, f vs rest and m vs rest are one hypothesis: monitored once."""
+    """Of a two-valued attribute, f vs rest and m vs rest are one hypothesis: m's mirrors f's
+    e-process and stays out of the e-BH family (it never alarms)."""
     frame = _predictions(5, days=2)
-    counts = increment_counts(frame, frame, attributes=["race", "sex"], metrics=["ppr"])
-    sexes = counts[counts["attribute"] == "sex"]
-    assert sexes["group_name"].tolist() == ["f"]
-    assert len(counts[counts["attribute"] == "race"]) == 3
+    frame.loc[frame["sex"] == "f", "y_pred"] = 1  # a huge disparity: f's comparison alarms
+    state = empty_state()
+    for _ in range(3):  # the first bet is 0 (no past): three nights of the same counts
+        counts = increment_counts(frame, frame, attributes=["race", "sex"], metrics=["ppr"])
+        state, rows = monitor_update(state, counts, Settings(tolerance=0.0))
+    sexes = rows[rows["attribute"] == "sex"].set_index("group_name")
+    assert sexes.loc["f", "e_process"] == pytest.approx(sexes.loc["m", "e_process"])
+    assert sexes.loc["f", "alarm"] and not sexes.loc["m", "alarm"]
+    race = rows[rows["attribute"] == "race"]
+    assert len(race) == 3  # three groups: three different hypotheses
 
 
 def test_lone_group_has_no_comparison():
