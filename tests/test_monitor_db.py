@@ -14,12 +14,14 @@ from biasaudit.db.engine import make_engine
 from biasaudit.db.history import previous_as_of_run, run_results
 from biasaudit.db.load import load_predictions
 from biasaudit.db.models import ComparisonResult
+from biasaudit.db.report_data import report_frames
 from biasaudit.flows.audit import run_audit
 from biasaudit.flows.cli import app
 from biasaudit.flows.monitoring import backtest
 from biasaudit.schemas.config import load_config
 from biasaudit.tasks import monitor
 from biasaudit.tasks.compare import compare_metrics, windows_overlap
+from biasaudit.tasks.report import render_html
 
 START = datetime(2026, 3, 1, tzinfo=UTC)
 KEYS = ["as_of", "attribute", "group_name", "reference", "metric"]
@@ -65,9 +67,9 @@ def test_db_state_columns_are_the_monitors():
 
 
 def test_backtest_equals_nightly_monitored_runs(db_url, tmp_path):
-    """Nightly monitored runs store per comparison the e-process, CS and alarm; a re-run at the
-    same as-of changes nothing; backtest over the same nights gives the same numbers; the
-    CLI's history --monitor and backtest show them."""
+    """Nightly monitored runs store per comparison the e-process, CS and alarm (shown in the
+    report); a re-run at the same as-of changes nothing; backtest over the same nights gives the
+    same numbers; the CLI's history --monitor and backtest show them."""
     load_predictions(make_engine(db_url), predictions(10), ["race", "sex"], "predictions")
     config = write_config(tmp_path)
     nights = [START + timedelta(days=d) for d in range(1, 11)]
@@ -79,6 +81,8 @@ def test_backtest_equals_nightly_monitored_runs(db_url, tmp_path):
     stored = db_monitor.monitor_trajectory(engine, audit="mon")
     assert stored["run_id"].nunique() == len(nights)
     assert stored.loc[stored["group_name"] == "c", "alarm"].any()
+    page = render_html(report_frames(engine, int(stored["run_id"].max())))
+    assert "Anytime-valid monitoring" in page and '<span class="flag">alarm</span>' in page
     replay = backtest(db_url, load_config(config).get("mon"), nights[0], nights[-1])
     stored["as_of"] = pd.to_datetime(stored["as_of"], utc=True)
     columns = ["e_value", "e_process", "cs_low", "cs_high", "crossed", "alarm", "n_group"]
