@@ -6,9 +6,8 @@ from __future__ import annotations
 from datetime import datetime
 
 import pandas as pd
-from sqlalchemy import Engine, select
-
 from biasaudit.db.models import AuditRun, MonitorResult
+from sqlalchemy import Engine, select
 
 # The same names as tasks.monitor.KEYS and STATE_COLUMNS (db does not import tasks; a test checks).
 KEYS = ["attribute", "group_name", "reference", "metric"]
@@ -68,9 +67,7 @@ def previous_monitor_state(
         previous = connection.execute(query).first()
         if previous is None:
             return None, None, pd.DataFrame(columns=KEYS + STATE_COLUMNS)
-        state = pd.read_sql(
-            select(*columns).where(MonitorResult.run_id == previous.id), connection
-        )
+        state = pd.read_sql(select(*columns).where(MonitorResult.run_id == previous.id), connection)
     as_of_previous = pd.Timestamp(previous.as_of)
     if as_of_previous.tzinfo is None:  # SQLite returns naive UTC
         as_of_previous = as_of_previous.tz_localize("UTC")

@@ -11,7 +11,6 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pandas as pd
-
 from biasaudit.db.engine import make_engine
 from biasaudit.db.models import MonitorResult
 from biasaudit.db.monitor import previous_monitor_state
@@ -57,9 +56,7 @@ def monitor_run(db_url: str, audit: Audit, as_of: datetime, now: datetime) -> pd
         valid = _read_valid(engine, audit, start, as_of, now)
     finally:
         engine.dispose()
-    masks = increment_masks(
-        valid["predicted_at"], valid["y_true"].notna(), previous, as_of, delay
-    )
+    masks = increment_masks(valid["predicted_at"], valid["y_true"].notna(), previous, as_of, delay)
     matured = masks.outcomes | masks.unlabelled
     outcomes = valid[matured].assign(y_true=valid["y_true"].where(masks.outcomes)[matured])
     increment = increment_counts(

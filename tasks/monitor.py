@@ -250,8 +250,7 @@ UNLABELLED_FIELDS = ["unlabelled_group", "unlabelled_reference"]
 
 def monitored_metrics(metrics) -> list[str]:
     """Rate metrics to monitor (SPEC ids; default ppr, tpr and fpr)."""
-    from biasaudit.schemas.metric_ids import canonical_metric
-    from biasaudit.schemas.metric_ids import RATE_METRICS
+    from biasaudit.schemas.metric_ids import RATE_METRICS, canonical_metric
 
     names = [canonical_metric(m) for m in (metrics or DEFAULT_METRICS)]
     rates = [m for m in dict.fromkeys(names) if m in RATE_METRICS]
@@ -427,9 +426,7 @@ def mirrors(keys: pd.DataFrame) -> np.ndarray:
     return (rest & (size == 2) & (keys["group_name"] != first)).to_numpy()
 
 
-def advance(
-    arrays: dict, counts: np.ndarray, active: np.ndarray, settings: Settings, mirror=None
-):
+def advance(arrays: dict, counts: np.ndarray, active: np.ndarray, settings: Settings, mirror=None):
     """One increment on arrays: ``counts`` (rows × x_g, n_g, x_r, n_r), ``active`` the rows
     monitored so far (others stay in their initial state and out of the e-BH family),
     ``mirror`` the rows kept out of the family (``mirrors``)."""

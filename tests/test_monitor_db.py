@@ -1,4 +1,4 @@
-"""Monitored runs in the database: stored state, backtest = nightly runs, previous as-of, overlap."""
+"""Monitored runs in the database: stored state, backtest, previous as-of, overlap."""
 
 from __future__ import annotations
 
@@ -7,21 +7,19 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
-
 from biasaudit.db import monitor as db_monitor
 from biasaudit.db.engine import make_engine
 from biasaudit.db.history import previous_as_of_run, run_results
 from biasaudit.db.load import load_predictions
 from biasaudit.db.models import ComparisonResult
-from biasaudit.db.report_data import report_frames
 from biasaudit.flows.audit import run_audit
 from biasaudit.flows.cli import app
 from biasaudit.flows.monitoring import backtest
 from biasaudit.schemas.config import load_config
 from biasaudit.tasks import monitor
 from biasaudit.tasks.compare import compare_metrics, windows_overlap
-from biasaudit.tasks.report import render_html
+from biasaudit.tasks.report import render_report
+from typer.testing import CliRunner
 
 START = datetime(2026, 3, 1, tzinfo=UTC)
 KEYS = ["as_of", "attribute", "group_name", "reference", "metric"]
@@ -81,8 +79,8 @@ def test_backtest_equals_nightly_monitored_runs(db_url, tmp_path):
     stored = db_monitor.monitor_trajectory(engine, audit="mon")
     assert stored["run_id"].nunique() == len(nights)
     assert stored.loc[stored["group_name"] == "c", "alarm"].any()
-    page = render_html(report_frames(engine, int(stored["run_id"].max())))
-    assert "Anytime-valid monitoring" in page and '<span class="flag">alarm</span>' in page
+    page = render_report(engine, int(stored["run_id"].max()))
+    assert "<h2>Monitor</h2>" in page and 'class="flag"' in page
     replay = backtest(db_url, load_config(config).get("mon"), nights[0], nights[-1])
     stored["as_of"] = pd.to_datetime(stored["as_of"], utc=True)
     columns = ["e_value", "e_process", "cs_low", "cs_high", "crossed", "alarm", "n_group"]
@@ -95,8 +93,19 @@ def test_backtest_equals_nightly_monitored_runs(db_url, tmp_path):
     )
     assert cli.exit_code == 0 and "e_process" in cli.output
     cli = CliRunner().invoke(
-        app, ["backtest", "mon", "--from", "2026-03-02", "--to", "2026-03-11", "-c", config,
-              "--db", db_url]
+        app,
+        [
+            "backtest",
+            "mon",
+            "--from",
+            "2026-03-02",
+            "--to",
+            "2026-03-11",
+            "-c",
+            config,
+            "--db",
+            db_url,
+        ],
     )
     assert cli.exit_code == 0, cli.output
     assert "comparisons alarmed" in cli.output
@@ -140,8 +149,14 @@ def test_windows_overlap(before, after, overlap):
 def test_overlapping_runs_are_not_tested():
     """compare_metrics with overlapping data reports changes and tests none."""
     before = pd.DataFrame(
-        {"attribute": ["r"], "group_name": ["g"], "metric": ["tpr"], "value": [0.5],
-         "numerator": [50.0], "denominator": [100.0]}
+        {
+            "attribute": ["r"],
+            "group_name": ["g"],
+            "metric": ["tpr"],
+            "value": [0.5],
+            "numerator": [50.0],
+            "denominator": [100.0],
+        }
     )
     after = before.assign(value=0.9, numerator=90.0)
     tested = compare_metrics(before, after, 0.05)

@@ -1,4 +1,4 @@
-"""Increments (exactly once, late labels, re-runs, backfill) and monitor_frame against nightly runs."""
+"""Increments (exactly once, late labels, re-runs, backfill); monitor_frame vs nightly runs."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def test_increments_count_each_prediction_exactly_once(times, lags, delay_days, 
     predicted = pd.Series(times)
     lag = [None if g is None else pd.Timedelta(hours=g) for g in lags[:n]]
     labelled = np.array([g is not None for g in lag])
-    arrival = pd.Series([pd.NaT if g is None else t + g for t, g in zip(times, lag)])
+    arrival = pd.Series([pd.NaT if g is None else t + g for t, g in zip(times, lag, strict=True)])
     stored: dict = {}
     for day in requests:
         for as_of in replay_plan(list(stored), T0 + day * DAY):

@@ -66,7 +66,11 @@ def upgrade() -> None:
             ondelete="CASCADE",
         ),
         sa.PrimaryKeyConstraint(
-            "run_id", "attribute", "group_name", "reference", "metric",
+            "run_id",
+            "attribute",
+            "group_name",
+            "reference",
+            "metric",
             name=op.f("pk_monitor_results"),
         ),
     )
