@@ -3,7 +3,7 @@ that a monitored run continues from, and trajectories for ``history``."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 import pandas as pd
 from biasaudit.db.models import AuditRun, MonitorResult
@@ -83,8 +83,8 @@ def monitor_trajectory(
     reference: str | None = None,
     metric: str | None = None,
 ) -> pd.DataFrame:
-    """Per succeeded monitored run (oldest first) and comparison: e-value, e-process,
-    confidence sequence and alarms."""
+    """Per succeeded monitored run (oldest first; of an as-of run more than once, the latest
+    version) and comparison: e-value, e-process, confidence sequence and alarms."""
     query = (
         select(
             AuditRun.id.label("run_id"),
@@ -110,4 +110,25 @@ def monitor_trajectory(
         if value is not None:
             query = query.where(column == value)
     with engine.connect() as connection:
-        return pd.read_sql(query, connection)
+        rows = pd.read_sql(query, connection)
+    # A backfill re-runs later as-ofs as new versions: the trajectory is the latest chain.
+    latest = rows.groupby(["audit_name", "model_id", "as_of"])["version"].transform("max")
+    return rows[rows["version"] == latest].reset_index(drop=True)
+
+
+def monitored_as_ofs(engine: Engine, audit_name: str, model_id: str) -> list[datetime]:
+    """As-ofs (UTC) of the succeeded runs of an audit and model that stored monitor results."""
+    monitored = select(MonitorResult.run_id).where(MonitorResult.run_id == AuditRun.id).exists()
+    query = (
+        select(AuditRun.as_of)
+        .where(
+            AuditRun.audit_name == audit_name,
+            AuditRun.model_id == model_id,
+            AuditRun.status == "succeeded",
+            monitored,
+        )
+        .distinct()
+    )
+    with engine.connect() as connection:
+        moments = connection.execute(query).scalars().all()
+    return sorted(m.replace(tzinfo=UTC) if m.tzinfo is None else m.astimezone(UTC) for m in moments)

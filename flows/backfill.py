@@ -8,8 +8,12 @@ recorded as a failed run and the backfill goes on.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from pathlib import Path
 
-from biasaudit.flows.audit import audit_flow
+from biasaudit.db.engine import database_url
+from biasaudit.flows.audit import audit_flow, default_config_path
+from biasaudit.flows.monitoring import backfill_plan
+from biasaudit.schemas.config import load_config
 from prefect import flow
 
 
@@ -35,8 +39,12 @@ def backfill_flow(
 ) -> list[dict]:
     """Audit ``audit_name`` as of every period from ``start`` to ``end``; returns each outcome."""
     outcomes = []
-    for as_of in periods(start, end, timedelta(days=every_days)):
-        state = audit_flow(audit_name, config_path, db_url, as_of, return_state=True)
+    plan = [(as_of, False) for as_of in periods(start, end, timedelta(days=every_days))]
+    audit = load_config(Path(config_path or default_config_path())).get(audit_name)
+    if audit.monitor is not None:  # monitored: later stored runs replay in as-of order
+        plan = backfill_plan(database_url(db_url), audit, [as_of for as_of, _ in plan])
+    for as_of, force in plan:
+        state = audit_flow(audit_name, config_path, db_url, as_of, force, return_state=True)
         if state.is_completed():
             outcomes.append({"as_of": as_of.isoformat(), **state.result()})
         else:

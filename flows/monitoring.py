@@ -8,12 +8,12 @@ history from the database in memory (tasks.monitor_frame) without writing runs.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pandas as pd
 from biasaudit.db.engine import make_engine
 from biasaudit.db.models import MonitorResult
-from biasaudit.db.monitor import previous_monitor_state
+from biasaudit.db.monitor import monitored_as_ofs, previous_monitor_state
 from biasaudit.db.source import EmptyWindow, read_predictions
 from biasaudit.schemas.config import Audit, Monitor
 from biasaudit.schemas.quarantine import split_valid
@@ -105,3 +105,25 @@ def monitor_tables(
 ) -> dict[type, pd.DataFrame]:
     """The monitor_results rows of a run, as an extra table for flows.stages.persist."""
     return {MonitorResult: monitor_run(db_url, audit, as_of, now)}
+
+
+def backfill_plan(
+    db_url: str, audit: Audit, requested: list[datetime]
+) -> list[tuple[datetime, bool]]:
+    """(as_of, force) in as-of order for a backfill of a monitored audit: the requested as-ofs
+    and every stored monitored run after the earliest of them; a stored run after the first new
+    as-of is re-run with force (its increment and state changed: a backfill replays in as-of
+    order, tasks.increments.replay_plan), earlier ones are idempotent."""
+    engine = make_engine(db_url)
+    try:
+        stored = set(monitored_as_ofs(engine, audit.name, audit.model_id))
+    finally:
+        engine.dispose()
+    requested = [
+        m.replace(tzinfo=UTC) if m.tzinfo is None else m.astimezone(UTC) for m in requested
+    ]
+    if not requested:
+        return []
+    wanted = sorted(set(requested) | {s for s in stored if s > min(requested)})
+    first_new = min((m for m in wanted if m not in stored), default=None)
+    return [(m, first_new is not None and m > first_new and m in stored) for m in wanted]

@@ -14,7 +14,7 @@ from biasaudit.db.load import load_predictions
 from biasaudit.db.models import ComparisonResult
 from biasaudit.flows.audit import run_audit
 from biasaudit.flows.cli import app
-from biasaudit.flows.monitoring import backtest
+from biasaudit.flows.monitoring import backfill_plan, backtest
 from biasaudit.schemas.config import load_config
 from biasaudit.tasks import monitor
 from biasaudit.tasks.compare import compare_metrics, windows_overlap
@@ -81,13 +81,7 @@ def test_backtest_equals_nightly_monitored_runs(db_url, tmp_path):
     assert stored.loc[stored["group_name"] == "c", "alarm"].any()
     page = render_report(engine, int(stored["run_id"].max()))
     assert "<h2>Monitor</h2>" in page and 'class="flag"' in page
-    replay = backtest(db_url, load_config(config).get("mon"), nights[0], nights[-1])
-    stored["as_of"] = pd.to_datetime(stored["as_of"], utc=True)
-    columns = ["e_value", "e_process", "cs_low", "cs_high", "crossed", "alarm", "n_group"]
-    a = stored[KEYS + columns].sort_values(KEYS).reset_index(drop=True)
-    b = replay[KEYS + columns].sort_values(KEYS).reset_index(drop=True)
-    b["as_of"] = pd.to_datetime(b["as_of"], utc=True)
-    pd.testing.assert_frame_equal(a, b, check_dtype=False, rtol=1e-9)
+    _same_numbers(stored, backtest(db_url, load_config(config).get("mon"), nights[0], nights[-1]))
     cli = CliRunner().invoke(
         app, ["history", "--monitor", "--audit", "mon", "--db", db_url, "--format", "csv"]
     )
@@ -109,6 +103,34 @@ def test_backtest_equals_nightly_monitored_runs(db_url, tmp_path):
     )
     assert cli.exit_code == 0, cli.output
     assert "comparisons alarmed" in cli.output
+
+
+def _same_numbers(stored: pd.DataFrame, replay: pd.DataFrame) -> None:
+    stored = stored.assign(as_of=pd.to_datetime(stored["as_of"], utc=True))
+    replay = replay.assign(as_of=pd.to_datetime(replay["as_of"], utc=True))
+    columns = ["e_value", "e_process", "cs_low", "cs_high", "crossed", "alarm", "n_group"]
+    a = stored[KEYS + columns].sort_values(KEYS).reset_index(drop=True)
+    b = replay[KEYS + columns].sort_values(KEYS).reset_index(drop=True)
+    pd.testing.assert_frame_equal(a, b, check_dtype=False, rtol=1e-9)
+
+
+def test_backfill_replays_later_runs_in_as_of_order(db_url, tmp_path):
+    """Nights 1, 2, 4, 5 run, then night 3 is backfilled: the plan re-runs 4 and 5 (forced, new
+    versions), and the latest chain equals a backtest of nights 1 to 5."""
+    load_predictions(make_engine(db_url), predictions(5, 200), ["race", "sex"], "predictions")
+    config = write_config(tmp_path)
+    audit = load_config(config).get("mon")
+    night = {d: START + timedelta(days=d) for d in range(1, 6)}
+    for d in (1, 2, 4, 5):
+        run_audit("mon", config, db_url, night[d])
+    plan = backfill_plan(db_url, audit, [night[3]])
+    assert plan == [(night[3], False), (night[4], True), (night[5], True)]
+    for as_of, force in plan:
+        run_audit("mon", config, db_url, as_of, force)
+    assert backfill_plan(db_url, audit, [night[2]]) == [(night[d], False) for d in (2, 3, 4, 5)]
+    stored = db_monitor.monitor_trajectory(make_engine(db_url), audit="mon")
+    assert stored["as_of"].nunique() == 5
+    _same_numbers(stored, backtest(db_url, audit, night[1], night[5]))
 
 
 def test_previous_is_the_previous_as_of_and_overlaps_are_not_tested(db_url, tmp_path):
