@@ -15,6 +15,9 @@ Example::
     y_true = "label"
     [audits.thresholds]
     max_invalid_fraction = 0.05
+    [audits.monitor]                  # optional: anytime-valid monitoring of each run's increment
+    label_delay_days = 30             # outcomes count this long after their prediction
+    metrics = ["ppr", "tpr", "fpr"]
 """
 
 from __future__ import annotations

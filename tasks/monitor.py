@@ -430,7 +430,8 @@ def advance(arrays: dict, counts: np.ndarray, active: np.ndarray, settings: Sett
     """One increment on arrays: ``counts`` (rows × x_g, n_g, x_r, n_r), ``active`` the rows
     monitored so far (others stay in their initial state and out of the e-BH family),
     ``mirror`` the rows kept out of the family (``mirrors``)."""
-    new, out = step(arrays, *counts[:, :4].T, settings)
+    x_g, n_g, x_r, n_r = counts[:, :4].T
+    new, out = step(arrays, x_g, n_g, x_r, n_r, settings)
     start = initial_state(len(active))
     new = {c: np.where(active, new[c], start[c]) for c in STATE_COLUMNS}
     family = active if mirror is None else active & ~mirror

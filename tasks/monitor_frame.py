@@ -127,15 +127,15 @@ def replay_counts(counts: pd.DataFrame, schedule, settings: Settings) -> pd.Data
         state, out = advance(state, table[t], active[t], settings, mirror)
         for c in OUTPUT_FIELDS:
             outputs[c][t] = out[c]
-    t, k = np.nonzero(active)
+    when, k = np.nonzero(active)
     result = (
         keys.iloc[k]
         .reset_index(drop=True)
         .assign(
-            **{c: table[t, k, i] for i, c in enumerate(fields_)},
-            **{c: outputs[c][t, k] for c in OUTPUT_FIELDS},
+            **{c: table[when, k, i] for i, c in enumerate(fields_)},
+            **{c: outputs[c][when, k] for c in OUTPUT_FIELDS},
         )
     )
     result = result.astype({"crossed": bool, "alarm": bool})
-    result.insert(0, "as_of", np.asarray(schedule)[t])
+    result.insert(0, "as_of", np.asarray(schedule)[when])
     return result
