@@ -22,7 +22,8 @@ bounds that logarithm below by moments of Z under random arrangement, which are 
 
 with D̂ = x_g/n_g − x_r/n_r and σ̂²_Z = p̂_g(1−p̂_g)(n_g−a)/(a(n_g−1)) + p̂_r(1−p̂_r)(n_r−b)/(b(n_r−1)).
 So E[E+_t | past] ≤ 1 under H0+ whatever the night's base rates (no nuisance parameter, valid
-under changing distributions), and k·σ̂²_Z/k² is the usual two-sample variance of D̂: the bet keeps
+under changing distributions; assumed, as by any test of rates: given the past and the night's
+sample sizes, the night's outcomes are independent within each side), and k·σ̂²_Z/k² is the usual two-sample variance of D̂: the bet keeps
 the information of both samples. H0−: U_t ≥ −tol is the same with Z → −Z.
 
 **Bets.** λ maximises the bound's growth at the exponentially weighted (half-life h nights)
