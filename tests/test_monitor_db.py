@@ -12,13 +12,14 @@ from biasaudit.db.engine import make_engine
 from biasaudit.db.history import previous_as_of_run, run_results
 from biasaudit.db.load import load_predictions
 from biasaudit.db.models import ComparisonResult
+from biasaudit.db.report_data import report_frames
 from biasaudit.flows.audit import run_audit
 from biasaudit.flows.cli import app
 from biasaudit.flows.monitoring import backfill_plan, backtest
 from biasaudit.schemas.config import load_config
 from biasaudit.tasks import monitor
 from biasaudit.tasks.compare import compare_metrics, windows_overlap
-from biasaudit.tasks.report import render_report
+from biasaudit.tasks.report import render_html
 from typer.testing import CliRunner
 
 START = datetime(2026, 3, 1, tzinfo=UTC)
@@ -79,8 +80,8 @@ def test_backtest_equals_nightly_monitored_runs(db_url, tmp_path):
     stored = db_monitor.monitor_trajectory(engine, audit="mon")
     assert stored["run_id"].nunique() == len(nights)
     assert stored.loc[stored["group_name"] == "c", "alarm"].any()
-    page = render_report(engine, int(stored["run_id"].max()))
-    assert "<h2>Monitor</h2>" in page and 'class="flag"' in page
+    page = render_html(report_frames(engine, int(stored["run_id"].max())))
+    assert "Anytime-valid monitoring" in page and '<span class="flag">alarm</span>' in page
     _same_numbers(stored, backtest(db_url, load_config(config).get("mon"), nights[0], nights[-1]))
     cli = CliRunner().invoke(
         app, ["history", "--monitor", "--audit", "mon", "--db", db_url, "--format", "csv"]
