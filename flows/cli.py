@@ -401,7 +401,7 @@ def abandon(
 def compare(
     run_id: Annotated[int, typer.Argument(help="The later run")],
     other: Annotated[
-        int | None, typer.Argument(help="The earlier run (default: the previous version)")
+        int | None, typer.Argument(help="The earlier run (default: the previous as-of)")
     ] = None,
     show_all: Annotated[
         bool, typer.Option("--all", help="Every change, not only significant")
@@ -409,23 +409,26 @@ def compare(
     format_: Annotated[str, typer.Option("--format", help="table, csv or json")] = "table",
     db: DbOption = None,
 ) -> None:
-    """What changed between two runs, and which changes are statistically significant."""
-    from biasaudit.db.history import latest_run_id, run_metrics
-    from biasaudit.tasks.compare import compare_metrics
+    """What changed between two runs, and which changes are statistically significant (runs
+    whose windows overlap share data: their changes are shown untested)."""
+    from biasaudit.db.history import previous_as_of_run, run_metrics
+    from biasaudit.tasks.compare import compare_metrics, windows_overlap
 
     engine = _engine(db)
     after = _run_or_fail(engine, run_id)
     if other is None:
-        other = latest_run_id(
-            engine, after.audit_name, after.model_id, before_version=after.version
-        )
-        if other is None:
-            _fail(
-                f"run {run_id} is the first version of {after.audit_name}: nothing to compare with"
-            )
+        previous = previous_as_of_run(engine, after.audit_name, after.model_id, after.as_of)
+        if previous is None:
+            _fail(f"run {run_id} is the first as-of of {after.audit_name}: nothing to compare with")
+        other = previous.id
     before = _run_or_fail(engine, other)
     alpha = after.config["thresholds"]["alpha"]
-    changes = compare_metrics(run_metrics(engine, other), run_metrics(engine, run_id), alpha)
+    overlapping = windows_overlap(
+        (before.window_start, before.window_end), (after.window_start, after.window_end)
+    )
+    changes = compare_metrics(
+        run_metrics(engine, other), run_metrics(engine, run_id), alpha, overlapping
+    )
     shown = changes if show_all else changes[changes["significant"] | (changes["status"] != "both")]
     if format_ != "table":
         _emit(shown, format_)
@@ -437,6 +440,7 @@ def compare(
         f"{int(changes['p_value'].notna().sum())} tested; "
         f"{int((changes['status'] == 'appeared').sum())} appeared, "
         f"{int((changes['status'] == 'vanished').sum())} vanished"
+        + ("; the two windows overlap: nothing tested" if overlapping else "")
     )
     if not shown.empty:
         _print_frame(

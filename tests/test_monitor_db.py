@@ -153,6 +153,10 @@ def test_previous_is_the_previous_as_of_and_overlaps_are_not_tested(db_url, tmp_
     last = run_audit("mon", overlapping, db_url, START + timedelta(days=12))["run_id"]
     comparison = run_results(engine, ComparisonResult, last)
     assert comparison["overlapping"].all() and comparison["p_value"].isna().all()
+    cli = CliRunner().invoke(app, ["compare", str(last), "--db", db_url])
+    assert cli.exit_code == 0 and "overlap: nothing tested" in cli.output
+    cli = CliRunner().invoke(app, ["compare", str(backfilled), "--db", db_url, "--format", "csv"])
+    assert cli.exit_code == 0, cli.output
 
 
 @pytest.mark.parametrize(
