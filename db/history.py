@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pandas as pd
@@ -222,6 +222,27 @@ def latest_run_id(
         return connection.scalar(query.order_by(AuditRun.version.desc()).limit(1))
 
 
+def previous_as_of_run(
+    engine: Engine, audit_name: str, model_id: str, as_of: datetime
+) -> AuditRun | None:
+    """The succeeded run of an audit and model with the latest as-of strictly before ``as_of``
+    (the highest version among runs of that as-of): "previous" is the previous as-of, so a
+    backfilled run is never compared with a later one."""
+    query = (
+        select(AuditRun)
+        .where(
+            AuditRun.audit_name == audit_name,
+            AuditRun.model_id == model_id,
+            AuditRun.status == "succeeded",
+            AuditRun.as_of < as_of,
+        )
+        .order_by(AuditRun.as_of.desc(), AuditRun.version.desc())
+        .limit(1)
+    )
+    with Session(engine, expire_on_commit=False) as session:
+        return session.scalar(query)
+
+
 def metric_series(
     engine: Engine,
     metric: str,
@@ -273,10 +294,37 @@ def metric_series(
 
 
 def previous_run_metrics(
-    engine: Engine, audit_name: str, model_id: str
-) -> tuple[int | None, pd.DataFrame]:
-    """The latest succeeded run of the audit and its per-group raw metrics ((None, empty) if none)."""
-    run_id = latest_run_id(engine, audit_name, model_id)
-    if run_id is None:
-        return None, pd.DataFrame()
-    return run_id, run_metrics(engine, run_id)
+    engine: Engine,
+    audit_name: str,
+    model_id: str,
+    as_of: datetime | None = None,
+    window_start: datetime | None = None,
+) -> tuple[int | None, pd.DataFrame] | tuple[int | None, pd.DataFrame, bool]:
+    """The previous run of the audit and its per-group raw metrics ((None, empty) if none).
+
+    Without ``as_of``: the latest succeeded run. With it (issue 16): the run of the previous
+    as-of (previous_as_of_run), and a third item, whether its window overlaps this run's
+    (window_start, as_of] (then the compare stage must not test the two as independent)."""
+    if as_of is None:
+        run_id = latest_run_id(engine, audit_name, model_id)
+        if run_id is None:
+            return None, pd.DataFrame()
+        return run_id, run_metrics(engine, run_id)
+    run = previous_as_of_run(engine, audit_name, model_id, as_of)
+    if run is None:
+        return None, pd.DataFrame(), False
+    overlap = _overlaps((run.window_start, run.window_end), (window_start, as_of))
+    return run.id, run_metrics(engine, run.id), overlap
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def _overlaps(before: tuple, after: tuple) -> bool:
+    """Whether two (start, end] windows share time (start None: the beginning of time); the
+    rule of tasks.compare.windows_overlap (db does not import tasks)."""
+    (start_1, end_1), (start_2, end_2) = before, after
+    return (start_1 is None or _utc(start_1) < _utc(end_2)) and (
+        start_2 is None or _utc(start_2) < _utc(end_1)
+    )

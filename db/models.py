@@ -280,3 +280,48 @@ class ComparisonResult(RunResult, Base):
     p_value: Mapped[float | None] = mapped_column(Float)
     p_adjusted: Mapped[float | None] = mapped_column(Float)
     significant: Mapped[bool] = mapped_column(Boolean)
+    # The two runs' windows share data: changes reported, not tested (issue 16).
+    overlapping: Mapped[bool | None] = mapped_column(Boolean)
+
+
+class MonitorResult(GroupVsReference, Base):
+    """One monitored comparison after one run's increment (tasks.monitor): the increment's
+    counts, its e-value, the running e-process and confidence sequence, the alarms, and the
+    state the next run continues from (issue 16)."""
+
+    __tablename__ = "monitor_results"
+
+    x_group: Mapped[float] = mapped_column(Float)
+    n_group: Mapped[float] = mapped_column(Float)
+    x_reference: Mapped[float] = mapped_column(Float)
+    n_reference: Mapped[float] = mapped_column(Float)
+    unlabelled_group: Mapped[float] = mapped_column(Float)
+    unlabelled_reference: Mapped[float] = mapped_column(Float)
+    pairs: Mapped[float] = mapped_column(Float)
+    difference: Mapped[float | None] = mapped_column(Float)
+    e_value_up: Mapped[float] = mapped_column(Float)
+    e_value_down: Mapped[float] = mapped_column(Float)
+    e_value: Mapped[float] = mapped_column(Float)
+    e_process: Mapped[float] = mapped_column(Float)
+    crossed: Mapped[bool] = mapped_column(Boolean)
+    alarm: Mapped[bool] = mapped_column(Boolean)
+    cs_low: Mapped[float] = mapped_column(Float)
+    cs_high: Mapped[float] = mapped_column(Float)
+    nights: Mapped[float] = mapped_column(Float)
+    # State (tasks.monitor.STATE_COLUMNS other than nights, cs_low, cs_high).
+    log_m_up: Mapped[float] = mapped_column(Float)
+    log_m_down: Mapped[float] = mapped_column(Float)
+    w_k: Mapped[float] = mapped_column(Float)
+    w_d: Mapped[float] = mapped_column(Float)
+    w_v: Mapped[float] = mapped_column(Float)
+    n_pairs: Mapped[float] = mapped_column(Float)
+    s_d: Mapped[float] = mapped_column(Float)
+    s_v: Mapped[float] = mapped_column(Float)
+    cs_a: Mapped[float] = mapped_column(Float)
+    cs_b: Mapped[float] = mapped_column(Float)
+    cs_c: Mapped[float] = mapped_column(Float)
+    cs_dq: Mapped[float] = mapped_column(Float)
+    cs_eq: Mapped[float] = mapped_column(Float)
+    # The increment this run consumed: (previous_as_of, as_of] and the previous run continued.
+    previous_run_id: Mapped[int | None] = mapped_column(BigInteger)
+    previous_as_of: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

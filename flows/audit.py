@@ -142,11 +142,22 @@ def execute_audit(
                 audit.attributes,
                 audit.intersections,
             )
-        previous = call(stages.previous_run, url, audit.name, audit.model_id)
+        previous = call(  # the previous as-of, and whether its window overlaps (issue 16)
+            stages.previous_run, url, audit.name, audit.model_id, record.as_of, record.window_start
+        )
         result = audit_counts(counts, audit, previous=previous, run=_stages_as(call, timings))
         record.summary = dict(result.summary)
+        monitoring = {}
+        if audit.monitor is not None:  # issue 16: this run's increment, anytime-valid alarms
+            from biasaudit.flows.monitoring import monitor_tables
+
+            with _timed(timings, "monitor"):
+                task = stages.database_task(monitor_tables)
+                monitoring = call(task, url, audit, record.as_of, record.started_at)
         with _timed(timings, "persist"):
-            run_id, new = call(stages.persist, url, run_id, record, result, quarantine, force)
+            run_id, new = call(
+                stages.persist, url, run_id, record, result, quarantine, force, monitoring
+            )
     except Exception as exc:
         call(stages.record_failure, url, run_id, record, f"{type(exc).__name__}: {exc}", quarantine)
         raise

@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from pathlib import Path
 
 import pandas as pd
-from biasaudit.flows.audit import audit_flow
+from biasaudit.db.engine import database_url
+from biasaudit.flows.audit import audit_flow, default_config_path
 from biasaudit.flows.logs import install_short_errors, one_line
+from biasaudit.flows.monitoring import backfill_plan
+from biasaudit.schemas.config import load_audit
 from prefect import flow
 
 _PERIOD = re.compile(r"^\s*(\d+)\s*(d|mo)\s*$")
@@ -57,8 +61,12 @@ def backfill_flow(
     """Audit ``audit_name`` as of every period from ``start`` to ``end``; returns each outcome."""
     install_short_errors()
     outcomes = []
-    for as_of in periods(start, end, parse_period(every)):
-        state = audit_flow(audit_name, config_path, db_url, as_of, return_state=True)
+    plan = [(as_of, False) for as_of in periods(start, end, parse_period(every))]
+    audit = load_audit(Path(config_path or default_config_path()), audit_name)
+    if audit.monitor is not None:  # monitored: later stored runs replay in as-of order
+        plan = backfill_plan(database_url(db_url), audit, [as_of for as_of, _ in plan])
+    for as_of, force in plan:
+        state = audit_flow(audit_name, config_path, db_url, as_of, force, return_state=True)
         if state.is_completed():
             outcomes.append({"as_of": as_of.isoformat(), **state.result()})
         else:

@@ -620,6 +620,9 @@ def history(
         typer.Option(metavar="METRIC", help="With RUN: one metric; alone: its time series"),
     ] = None,
     format_: FormatOption = "table",
+    monitor: Annotated[
+        bool, typer.Option("--monitor", help="Monitored runs: trajectory per comparison")
+    ] = False,
     db: DbOption = None,
 ) -> None:
     """List stored runs, show or export one run's results, or print a metric's time series."""
@@ -631,6 +634,17 @@ def history(
     first, last = _date(since, "--since"), _date(until, "--until")
     metric = _metric(metric) if metric is not None else None
     engine = _engine(db)
+    if monitor:
+        from biasaudit.db.monitor import monitor_trajectory
+
+        trajectory = monitor_trajectory(engine, audit, model, attribute, group, None, metric)
+        if format_ != "table":
+            _emit(trajectory, format_)
+        elif trajectory.empty:
+            console.print("no monitored runs match")
+        else:
+            _print_frame(trajectory, title="monitor: e-process and confidence sequence per run")
+        return
     if run_id is None and metric is not None:
         _print_series(engine, metric, attribute, group, audit, model, first, last, format_)
         return
@@ -765,7 +779,7 @@ def abandon(
 def compare(
     run_id: Annotated[int, typer.Argument(help="The later run")],
     other: Annotated[
-        int | None, typer.Argument(help="The earlier run (default: the previous version)")
+        int | None, typer.Argument(help="The earlier run (default: the previous as-of)")
     ] = None,
     show_all: Annotated[
         bool, typer.Option("--all", help="Every change, not only significant")
@@ -773,24 +787,27 @@ def compare(
     format_: FormatOption = "table",
     db: DbOption = None,
 ) -> None:
-    """What changed between two runs, and which changes are statistically significant."""
-    from biasaudit.db.history import latest_run_id, run_metrics
-    from biasaudit.tasks.compare import compare_metrics
+    """What changed between two runs, and which changes are statistically significant (runs
+    whose windows overlap share data: their changes are shown untested)."""
+    from biasaudit.db.history import previous_as_of_run, run_metrics
+    from biasaudit.tasks.compare import compare_metrics, windows_overlap
 
     _check_format(format_)
     engine = _engine(db)
     after = _run_or_fail(engine, run_id)
     if other is None:
-        other = latest_run_id(
-            engine, after.audit_name, after.model_id, before_version=after.version
-        )
-        if other is None:
-            _fail(
-                f"run {run_id} is the first version of {after.audit_name}: nothing to compare with"
-            )
+        previous = previous_as_of_run(engine, after.audit_name, after.model_id, after.as_of)
+        if previous is None:
+            _fail(f"run {run_id} is the first as-of of {after.audit_name}: nothing to compare with")
+        other = previous.id
     before = _run_or_fail(engine, other)
     alpha = after.config["thresholds"]["alpha"]
-    changes = compare_metrics(run_metrics(engine, other), run_metrics(engine, run_id), alpha)
+    overlapping = windows_overlap(
+        (before.window_start, before.window_end), (after.window_start, after.window_end)
+    )
+    changes = compare_metrics(
+        run_metrics(engine, other), run_metrics(engine, run_id), alpha, overlapping
+    )
     shown = changes if show_all else changes[changes["significant"] | (changes["status"] != "both")]
     if format_ != "table":
         _emit(shown, format_)
@@ -802,6 +819,7 @@ def compare(
         f"{int(changes['p_value'].notna().sum())} tested; "
         f"{int((changes['status'] == 'appeared').sum())} appeared, "
         f"{int((changes['status'] == 'vanished').sum())} vanished"
+        + ("; the two windows overlap: nothing tested" if overlapping else "")
     )
     if not shown.empty:
         _print_frame(
@@ -850,6 +868,48 @@ def backfill(
             f"{len(failed)} of {len(outcomes)} periods failed (first: {failed[0]['as_of']}: "
             f"{failed[0]['error']})"
         )
+
+
+@app.command()
+def backtest(
+    audit: Annotated[
+        str, typer.Argument(metavar="AUDIT", help="Name of the audit in the configuration")
+    ],
+    from_: Annotated[str, typer.Option("--from", metavar="DATE", help="First as-of date (ISO)")],
+    to: Annotated[str, typer.Option("--to", metavar="DATE", help="Last as-of date (ISO)")],
+    format_: Annotated[
+        str,
+        typer.Option(
+            "--format", metavar="FORMAT", help="table (summary), csv or json (every night)"
+        ),
+    ] = "table",
+    config: ConfigOption = None,
+    db: DbOption = None,
+) -> None:
+    """What nightly monitored runs would have said from --from to --to (nothing is written)."""
+    from biasaudit.db.engine import database_url
+    from biasaudit.flows.audit import default_config_path
+    from biasaudit.flows.monitoring import backtest as replay
+    from biasaudit.schemas.config import load_audit
+
+    _check_format(format_)
+    configured = load_audit(Path(config or default_config_path()), audit)
+    nights = replay(database_url(db), configured, _date(from_, "--from"), _date(to, "--to"))
+    if format_ != "table":
+        _emit(nights, format_)
+        return
+    keys = ["attribute", "group_name", "reference", "metric"]
+    last = nights.sort_values("as_of").groupby(keys).tail(1).set_index(keys)
+    first = nights[nights["alarm"]].groupby(keys)["as_of"].min()
+    summary = last[["nights", "e_process", "cs_low", "cs_high", "crossed"]].assign(
+        first_alarm=first
+    )
+    _say(
+        f"backtest of {audit}: {nights['as_of'].nunique()} nightly runs, "
+        f"{int(first.size)} of {len(last)} comparisons alarmed (e-BH, alpha "
+        f"{configured.thresholds.alpha})"
+    )
+    _print_frame(summary.reset_index(), title="monitor at the last night; first e-BH alarm")
 
 
 @app.command()

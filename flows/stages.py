@@ -69,10 +69,17 @@ def scan(db_url: str, audit: Audit, start: datetime | None, end: datetime, now: 
 
 
 @database_task
-def previous_run(db_url: str, audit_name: str, model_id: str) -> tuple[int | None, pd.DataFrame]:
-    """The previous run of the audit and its per-group metrics, for the compare stage."""
+def previous_run(
+    db_url: str,
+    audit_name: str,
+    model_id: str,
+    as_of: datetime | None = None,
+    window_start: datetime | None = None,
+) -> tuple[int | None, pd.DataFrame] | tuple[int | None, pd.DataFrame, bool]:
+    """The previous run of the audit and its per-group metrics, for the compare stage (with
+    ``as_of``: the run of the previous as-of, and whether its window overlaps this run's)."""
     with engine_scope(db_url) as engine:
-        return previous_run_metrics(engine, audit_name, model_id)
+        return previous_run_metrics(engine, audit_name, model_id, as_of, window_start)
 
 
 @database_task
@@ -83,10 +90,13 @@ def persist(
     result: AuditResult,
     quarantine: pd.DataFrame,
     force: bool = False,
+    extra: dict[type, pd.DataFrame] | None = None,
 ) -> tuple[int, bool]:
-    """Commit the results as the next version; returns (run id, whether it is new)."""
+    """Commit the results (and ``extra`` tables, e.g. monitor_results) as the next version;
+    returns (run id, whether it is new)."""
+    tables = {**result_tables(result), **(extra or {})}
     with engine_scope(db_url) as engine:
-        saved = save_run(engine, run_id, record, result_tables(result), quarantine, force=force)
+        saved = save_run(engine, run_id, record, tables, quarantine, force=force)
     release_run(run_id)
     return saved
 

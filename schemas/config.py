@@ -15,6 +15,9 @@ Example::
     y_true = "label"
     [audits.thresholds]
     max_invalid_fraction = 0.05
+    [audits.monitor]                  # optional: anytime-valid monitoring of each run's increment
+    label_delay_days = 30             # outcomes count this long after their prediction
+    metrics = ["ppr", "tpr", "fpr"]
 """
 
 from __future__ import annotations
@@ -93,6 +96,22 @@ class Scan(BaseModel):
     chunk_rows: Annotated[int, Field(ge=1000, le=50_000_000)] = 200_000
 
 
+class Monitor(BaseModel):
+    """Anytime-valid monitoring of each run's increment (SPEC section 7, tasks.monitor): outcomes
+    count ``label_delay_days`` after their prediction; bets forget with ``half_life`` runs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    label_delay_days: Annotated[float, Field(ge=0.0)] = 0.0
+    metrics: list[str] = ["ppr", "tpr", "fpr"]
+    half_life: Annotated[float, Field(gt=0.0)] = 7.0
+
+    @field_validator("metrics")
+    @classmethod
+    def _metrics(cls, value: list[str]) -> list[str]:
+        return list(dict.fromkeys(canonical_metric(name) for name in value))
+
+
 class Audit(BaseModel):
     """One audit: which model's predictions, from where, over which window, by which groups."""
 
@@ -115,6 +134,7 @@ class Audit(BaseModel):
     thresholds: Thresholds = Thresholds()
     smoothing: Smoothing = Smoothing()
     scan: Scan = Scan()
+    monitor: Monitor | None = None  # issue 16: monitored audits
 
     @field_validator("window")
     @classmethod

@@ -4,6 +4,12 @@ For every attribute, group and metric of two runs: both estimates, the change, a
 metrics, the two-sample test of the two runs' counts (tasks.detection.unfairness_test with
 U_tol = 0: the Agresti-Caffo test that the rate moved), with Benjamini-Hochberg adjusted p-values
 across all the tests of the comparison; groups that appeared or vanished are listed as such.
+
+Two runs are tested against each other only when their data are disjoint (SPEC section 7):
+overlapping windows (the last 30 days tonight and last night share 29 days) are dependent
+samples, and a two-independent-samples test between them is invalid (blind in practice). For
+overlapping runs the changes are reported untested (``status`` still says both, ``p_value`` is
+empty and ``overlapping`` is set). "Previous" is the run with the previous as-of.
 """
 
 from __future__ import annotations
@@ -18,9 +24,25 @@ KEYS = ["attribute", "group_name", "metric"]
 NUMBERS = ["value_before", "value_after", "change", "p_value", "p_adjusted"]
 
 
-def compare_metrics(before: pd.DataFrame, after: pd.DataFrame, alpha: float) -> pd.DataFrame:
+def windows_overlap(before: tuple, after: tuple) -> bool:
+    """Whether two (start, end] windows share time (a start of None is the beginning of time)."""
+    (start_1, end_1), (start_2, end_2) = before, after
+    starts_before_end_2 = start_1 is None or _utc(start_1) < _utc(end_2)
+    starts_before_end_1 = start_2 is None or _utc(start_2) < _utc(end_1)
+    return starts_before_end_2 and starts_before_end_1
+
+
+def _utc(moment):
+    stamp = pd.Timestamp(moment)
+    return stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
+
+
+def compare_metrics(
+    before: pd.DataFrame, after: pd.DataFrame, alpha: float, overlapping: bool = False
+) -> pd.DataFrame:
     """Outer comparison of two runs' per-group metrics (columns KEYS, value, numerator,
-    denominator); ``status`` is 'both', 'appeared' or 'vanished'."""
+    denominator); ``status`` is 'both', 'appeared' or 'vanished'. With ``overlapping`` (the
+    runs share data) nothing is tested."""
     columns = KEYS + ["value", "numerator", "denominator"]
     merged = before[columns].merge(
         after[columns], on=KEYS, how="outer", suffixes=("_before", "_after"), indicator=True
@@ -29,7 +51,8 @@ def compare_metrics(before: pd.DataFrame, after: pd.DataFrame, alpha: float) -> 
         {"both": "both", "left_only": "vanished", "right_only": "appeared"}
     )
     testable = (
-        (status == "both")
+        (not overlapping)
+        & (status == "both")
         & merged["metric"].isin(RATE_METRICS)
         & (merged["denominator_before"] > 0)
         & (merged["denominator_after"] > 0)
@@ -53,23 +76,30 @@ def compare_metrics(before: pd.DataFrame, after: pd.DataFrame, alpha: float) -> 
             "p_value": p,
             "p_adjusted": adjusted,
             "significant": testable & (adjusted < alpha),
+            "overlapping": overlapping,
         }
     )
 
 
 def compare_with_previous(
-    previous: tuple[int | None, pd.DataFrame], metrics: pd.DataFrame, alpha: float
+    previous: tuple[int | None, pd.DataFrame] | tuple[int | None, pd.DataFrame, bool],
+    metrics: pd.DataFrame,
+    alpha: float,
 ) -> pd.DataFrame:
-    """This run's group metrics against the previous run's (empty when there is none)."""
-    previous_run_id, before = previous
+    """This run's group metrics against the previous run's (empty when there is none); untested
+    where the two runs' windows overlap (``previous``'s optional third item, from
+    db.history.previous_run_metrics with an as-of)."""
+    previous_run_id, before, *overlap = previous
     if previous_run_id is None:
         return pd.DataFrame(
             {
                 **{k: pd.Series(dtype=str) for k in [*KEYS, "status"]},
                 **{c: pd.Series(dtype=float) for c in NUMBERS},
                 "significant": pd.Series(dtype=bool),
+                "overlapping": pd.Series(dtype=bool),
                 "previous_run_id": pd.Series(dtype="int64"),
             }
         )
     after = metrics[metrics["subset"] == "group"]
-    return compare_metrics(before, after, alpha).assign(previous_run_id=previous_run_id)
+    changes = compare_metrics(before, after, alpha, overlapping=bool(overlap and overlap[0]))
+    return changes.assign(previous_run_id=previous_run_id)

@@ -1,0 +1,466 @@
+"""Monitor stage: anytime-valid monitoring of nightly increments (SPEC section 7).
+
+Every comparison (a group against its rest of population or a named reference) and rate metric
+is monitored on disjoint increments: night t brings x_g,t successes among n_g,t predictions of the
+group and x_r,t among n_r,t of the reference. U_t = p_g,t − p_r,t (group minus reference, the sign
+of the detection stage's T = e_group − e_reference).
+
+**Per-night e-value by betting on block differences.** Within a night, pair the k = min(n_g, n_r)
+rows of the smaller side with disjoint blocks of a = n_g // k group rows and b = n_r // k
+reference rows: the pair statistic Z = (mean of a group rows) − (mean of b reference rows) lies in
+[−1, 1] and E[Z] = U_t (Chugg, Cortes-Gomez, Wilder and Ramdas 2023 bet on such paired
+differences; block means keep the efficiency of the larger side). For H0+: U_t ≤ tol, the wealth
+of a constant bet λ (chosen from past nights only) is Π_i (1 + λ(Z_i − tol)), an e-value for every
+fixed arrangement of rows into pairs. Its average over a uniformly random arrangement is an
+e-value too, and depends on the night's counts only; exp of its expected logarithm is smaller
+(Jensen), and the Fan-Grama-Liu inequality log(1 + vy) ≥ vy − ψ_E(v)y² (y ≥ −1, v ∈ [0, 1),
+ψ_E(v) = −log(1 − v) − v; Waudby-Smith and Ramdas 2024, eq. for the predictable-mixture bound)
+bounds that logarithm below by moments of Z under random arrangement, which are closed form
+(sampling without replacement):
+
+    log E+_t = k·[λ(D̂ − tol) − ψ_E(v)/(1 + tol)²·(σ̂²_Z + (D̂ − tol)²)],   v = λ(1 + tol),
+
+with D̂ = x_g/n_g − x_r/n_r and σ̂²_Z = p̂_g(1−p̂_g)(n_g−a)/(a(n_g−1)) + p̂_r(1−p̂_r)(n_r−b)/(b(n_r−1)).
+So E[E+_t | past] ≤ 1 under H0+ whatever the night's base rates (no nuisance parameter, valid
+under changing distributions; assumed, as by any test of rates: given the past and the night's
+sample sizes, the night's outcomes are independent within each side), and k·σ̂²_Z/k² is the usual two-sample variance of D̂: the bet keeps
+the information of both samples. H0−: U_t ≥ −tol is the same with Z → −Z.
+
+**Bets.** λ maximises the bound's growth at the exponentially weighted (half-life h nights)
+moments of past nights: with r = max(0, μ̂)(1 + tol)/m̂₂, v = min(r/(1 + r), v_max) (the bound's
+stationary point; GRAPA's λ = μ/m₂ for small r, Waudby-Smith and Ramdas 2024, section 5.3).
+Forgetting lets the bet follow a change; any predictable bet keeps validity.
+
+**e-process and alarm.** M±_t = Π_s E±_s are test supermartingales under H0±; under H0: |U_t| ≤
+tol both are, so M_t = (M+_t + M−_t)/2 is one, and by Ville's inequality
+P(sup_t M_t ≥ 1/α) ≤ α: ``crossed`` when M_t ≥ 1/α, at any number of looks. Across comparisons,
+e-BH (Wang and Ramdas 2022, definition 2) applied at each night to the e-process values (each an
+e-value at any stopping time) controls the FDR at α under arbitrary dependence; under the global
+null a rejection needs mean_k M_k,t ≥ 1/α, itself a test supermartingale, so P(any alarm in the
+whole sequence) ≤ α.
+
+**Confidence sequence for U** (constant U; Waudby-Smith and Ramdas 2024, hedged capital process,
+with the predictable plug-in bet λ_t = min(λ_max, sqrt(2 log(2/α)/(σ̂²_{t−1} N_t log(1 + N_t))))
+over N_t pairs): for each u, log K±_t(u) ≥ Σ_s k_s[±λ_s(D̂_s − u) − γ_s λ_s²(σ̂²_s + (D̂_s − u)²)] with
+γ_s = ψ_E(2λ_s)/(2λ_s)² (Z − u ≥ −2), a quadratic in u with five running sums; the CS is
+{u : (K+_t(u) + K−_t(u))/2 < 1/α} on a grid (bounds rounded outward), intersected over time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+import pandas as pd
+
+# State carried from one increment to the next, per monitored comparison and metric.
+STATE_COLUMNS = [
+    "nights",  # increments seen
+    "log_m_up",  # log M+ (H0+: U <= tol)
+    "log_m_down",  # log M- (H0-: U >= -tol)
+    "w_k",  # exponentially weighted pairs (bet estimation)
+    "w_d",  # ... weighted sum of k * D
+    "w_v",  # ... weighted sum of k * (var + D^2)
+    "n_pairs",  # pairs so far (confidence sequence)
+    "s_d",  # sum of k * D
+    "s_v",  # sum of k * (var + D^2)
+    "cs_a",  # sum k*lam
+    "cs_b",  # sum k*lam*D
+    "cs_c",  # sum k*lam^2*gamma
+    "cs_dq",  # sum k*lam^2*gamma*D
+    "cs_eq",  # sum k*lam^2*gamma*(var + D^2)
+    "cs_low",  # running intersection of the CS
+    "cs_high",
+]
+PRIOR_PAIRS = 4.0  # pseudo-pairs of second moment 1/4 that keep early bets small
+V_MAX = 0.8  # largest bet fraction v = λ(1 + tol) of the test
+CS_LAMBDA_MAX = 0.25  # largest bet of the confidence sequence (so that λ(Z − u) ≥ −1/2)
+GRID = np.linspace(-1.0, 1.0, 801)
+
+
+def psi_e(v):
+    """ψ_E(v) = −log(1 − v) − v (Fan, Grama and Liu 2015; Waudby-Smith and Ramdas 2024)."""
+    v = np.asarray(v, dtype=float)
+    return -np.log1p(-v) - v
+
+
+def _fan_factor(v):
+    """ψ_E(v)/v², continuous at v = 0 (limit 1/2)."""
+    v = np.asarray(v, dtype=float)
+    safe = np.where(v > 1e-6, v, 0.5)
+    return np.where(v > 1e-6, psi_e(safe) / safe**2, 0.5 + v / 3.0)
+
+
+def pair_moments(x_g, n_g, x_r, n_r):
+    """Pairs k, observed difference D̂ and variance σ̂²_Z of one pair's block difference under a
+    uniformly random arrangement of the night's rows (sampling without replacement)."""
+    x_g, n_g, x_r, n_r = (np.asarray(v, dtype=float) for v in (x_g, n_g, x_r, n_r))
+    k = np.minimum(n_g, n_r)
+    safe_k = np.maximum(k, 1.0)
+    a, b = np.floor(n_g / safe_k), np.floor(n_r / safe_k)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p_g = np.where(n_g > 0, x_g / np.maximum(n_g, 1.0), 0.0)
+        p_r = np.where(n_r > 0, x_r / np.maximum(n_r, 1.0), 0.0)
+        fpc_g = np.where(n_g > 1, (n_g - a) / (np.maximum(a, 1.0) * (n_g - 1)), 0.0)
+        fpc_r = np.where(n_r > 1, (n_r - b) / (np.maximum(b, 1.0) * (n_r - 1)), 0.0)
+    var = p_g * (1 - p_g) * fpc_g + p_r * (1 - p_r) * fpc_r
+    d = np.where(k > 0, p_g - p_r, 0.0)
+    return k, d, np.where(k > 0, var, 0.0)
+
+
+def log_e_value(k, d, var, lam, tol, side):
+    """log of the night's e-value for H0+ (side=+1: U ≤ tol) or H0− (side=−1: U ≥ −tol)."""
+    mean = side * d - tol
+    v = lam * (1.0 + tol)
+    return k * (lam * mean - _fan_factor(v) * lam**2 * (var + mean**2))
+
+
+def bet(w_k, w_d, w_v, tol, side, v_max=V_MAX):
+    """Bet λ for one side from exponentially weighted past moments (module docstring)."""
+    mean = side * w_d - tol * w_k
+    second = w_v - 2 * side * tol * w_d + tol**2 * w_k + PRIOR_PAIRS / 4.0
+    r = np.maximum(mean, 0.0) * (1.0 + tol) / second
+    return np.minimum(r / (1.0 + r), v_max) / (1.0 + tol)
+
+
+def cs_bet(n_pairs, s_d, s_v, k, alpha):
+    """The confidence sequence's predictable plug-in bet, constant over a night's k pairs."""
+    total = n_pairs + k
+    var = s_v - np.where(n_pairs > 0, s_d**2 / np.maximum(n_pairs, 1.0), 0.0) + PRIOR_PAIRS / 4
+    var = var / (n_pairs + PRIOR_PAIRS)
+    with np.errstate(divide="ignore"):
+        lam = np.sqrt(2 * np.log(2 / alpha) / (var * total * np.log1p(total)))
+    return np.where(total > 0, np.minimum(lam, CS_LAMBDA_MAX), 0.0)
+
+
+def cs_log_capital(state: dict, grid=GRID):
+    """log K+ and log K− of every comparison (rows) at every u of ``grid`` (columns)."""
+    u = np.asarray(grid)[None, :]
+    linear = state["cs_b"][:, None] - state["cs_a"][:, None] * u
+    quad = state["cs_eq"][:, None] - 2 * u * state["cs_dq"][:, None] + u**2 * state["cs_c"][:, None]
+    return linear - quad, -linear - quad
+
+
+def cs_bounds(state: dict, alpha: float, grid=GRID):
+    """Bounds of {u : (K+(u) + K−(u))/2 < 1/α}, rounded outward to the grid's spacing."""
+    up, down = cs_log_capital(state, grid)
+    accepted = np.logaddexp(up, down) - np.log(2) < np.log(1 / alpha)
+    step = grid[1] - grid[0]
+    any_ = accepted.any(axis=1)
+    first = np.argmax(accepted, axis=1)
+    last = len(grid) - 1 - np.argmax(accepted[:, ::-1], axis=1)
+    low = np.where(any_, np.maximum(grid[first] - step, -1.0), np.nan)
+    high = np.where(any_, np.minimum(grid[last] + step, 1.0), np.nan)
+    return low, high
+
+
+def initial_state(size: int) -> dict:
+    """State of comparisons never seen: wealth 1, no history, CS [−1, 1]."""
+    state = {c: np.zeros(size) for c in STATE_COLUMNS}
+    state["cs_low"] = np.full(size, -1.0)
+    state["cs_high"] = np.full(size, 1.0)
+    return state
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Options of the monitor: tolerance, level α, bet half-life (nights), CS grid."""
+
+    tolerance: float = 0.05
+    alpha: float = 0.05
+    half_life: float = 7.0
+    v_max: float = V_MAX
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+
+def step(state: dict, x_g, n_g, x_r, n_r, settings: Settings, grid=GRID):
+    """One increment for every comparison (arrays aligned with the state's rows).
+
+    Returns the new state and the night's outputs: pairs, difference, per-side and combined
+    e-values, the e-process M_t and whether it crossed 1/α. Pure: the state is not modified.
+    """
+    tol, alpha = settings.tolerance, settings.alpha
+    k, d, var = pair_moments(x_g, n_g, x_r, n_r)
+    lam_up = bet(state["w_k"], state["w_d"], state["w_v"], tol, +1, settings.v_max)
+    lam_down = bet(state["w_k"], state["w_d"], state["w_v"], tol, -1, settings.v_max)
+    log_e_up = log_e_value(k, d, var, lam_up, tol, +1)
+    log_e_down = log_e_value(k, d, var, lam_down, tol, -1)
+    new = {name: np.array(value, dtype=float) for name, value in state.items()}
+    log_m_before = np.logaddexp(state["log_m_up"], state["log_m_down"]) - np.log(2)
+    new["log_m_up"] = state["log_m_up"] + log_e_up
+    new["log_m_down"] = state["log_m_down"] + log_e_down
+    log_m = np.logaddexp(new["log_m_up"], new["log_m_down"]) - np.log(2)
+    rho = 2.0 ** (-1.0 / settings.half_life)
+    new["w_k"] = rho * state["w_k"] + k
+    new["w_d"] = rho * state["w_d"] + k * d
+    new["w_v"] = rho * state["w_v"] + k * (var + d**2)
+    lam = cs_bet(state["n_pairs"], state["s_d"], state["s_v"], k, alpha)
+    gamma = _fan_factor(2 * lam)
+    new["n_pairs"] = state["n_pairs"] + k
+    new["s_d"] = state["s_d"] + k * d
+    new["s_v"] = state["s_v"] + k * (var + d**2)
+    new["cs_a"] = state["cs_a"] + k * lam
+    new["cs_b"] = state["cs_b"] + k * lam * d
+    new["cs_c"] = state["cs_c"] + k * lam**2 * gamma
+    new["cs_dq"] = state["cs_dq"] + k * lam**2 * gamma * d
+    new["cs_eq"] = state["cs_eq"] + k * lam**2 * gamma * (var + d**2)
+    low, high = cs_bounds(new, alpha, grid)
+    new["cs_low"] = np.fmax(state["cs_low"], low)
+    new["cs_high"] = np.fmin(state["cs_high"], high)
+    new["nights"] = state["nights"] + 1
+    out = {
+        "pairs": k,
+        "difference": np.where(k > 0, d, np.nan),
+        "e_value_up": np.exp(log_e_up),
+        "e_value_down": np.exp(log_e_down),
+        "e_value": np.exp(log_m - log_m_before),
+        "e_process": np.exp(np.minimum(log_m, 700.0)),
+        "crossed": log_m >= np.log(1 / alpha),
+    }
+    return new, out
+
+
+def e_bh(e_values, alpha: float) -> np.ndarray:
+    """e-BH rejections along the last axis (Wang and Ramdas 2022): with K e-values sorted
+    e_(1) ≥ e_(2) ≥ ..., reject the k* largest, k* = max{k : e_(k) ≥ K/(α k)}. NaN: no test."""
+    e = np.asarray(e_values, dtype=float)
+    valid = ~np.isnan(e)
+    size = valid.sum(axis=-1, keepdims=True)
+    filled = np.where(valid, e, -np.inf)
+    order = np.argsort(-filled, axis=-1, kind="stable")
+    ranked = np.take_along_axis(filled, order, axis=-1)
+    ks = np.arange(1, e.shape[-1] + 1)
+    passes = ranked * ks * alpha >= size
+    k_star = np.where(passes.any(axis=-1), e.shape[-1] - np.argmax(passes[..., ::-1], axis=-1), 0)
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.broadcast_to(ks - 1, order.shape).copy(), axis=-1)
+    return valid & (rank < k_star[..., None])
+
+
+# --- frames: the core the flow and monitor_frame share --------------------------------------
+
+KEYS = ["attribute", "group_name", "reference", "metric"]
+LABEL_FREE = ("ppr", "pnr")  # decisions only: counted from every prediction of the period
+DEFAULT_METRICS = ("ppr", "tpr", "fpr")
+COUNT_FIELDS = ["x_group", "n_group", "x_reference", "n_reference"]
+UNLABELLED_FIELDS = ["unlabelled_group", "unlabelled_reference"]
+
+
+def monitored_metrics(metrics) -> list[str]:
+    """Rate metrics to monitor (SPEC ids; default ppr, tpr and fpr)."""
+    from biasaudit.schemas.metric_ids import RATE_METRICS, canonical_metric
+
+    names = [canonical_metric(m) for m in (metrics or DEFAULT_METRICS)]
+    rates = [m for m in dict.fromkeys(names) if m in RATE_METRICS]
+    if not rates:
+        raise ValueError(f"no rate metric among {list(names)}: monitoring needs rates x/n")
+    return rates
+
+
+_NIGHT = "__increment__"  # replay key folded into the attribute name, split off afterwards
+_FOLD = "\x1f"
+
+
+def _pair_rates(
+    valid, increment, attributes, intersections, reference_groups, metrics
+) -> pd.DataFrame:
+    """x and n of group and reference for every comparison and metric, from the audit's own
+    count functions (tasks.counts.cell_counts, with_complements, comparison_pairs and
+    tasks.metrics.CATALOGUE), for every increment label of ``increment`` (one per row) at once:
+    the label is folded into the attribute, so complements and references stay per increment."""
+    from biasaudit.schemas.config import INTERSECTION_SEP
+    from biasaudit.schemas.frames import COUNT_COLUMNS
+    from biasaudit.tasks.counts import cell_counts, comparison_pairs, with_complements
+    from biasaudit.tasks.metrics import CATALOGUE
+
+    columns = ["increment", *KEYS, *COUNT_FIELDS, *UNLABELLED_FIELDS]
+    if valid.empty or not metrics:
+        return pd.DataFrame(columns=columns)
+    tagged = valid.assign(**{_NIGHT: np.asarray(increment)})
+    combos = [[_NIGHT, a] for a in attributes] + [[_NIGHT, *c] for c in intersections]
+    cells = cell_counts(tagged, [], combos)
+    parts = cells["group_name"].str.split(INTERSECTION_SEP, n=1, regex=False)
+    label, name = parts.str[0], parts.str[1]
+    attribute = cells["attribute"].str.slice(len(_NIGHT + INTERSECTION_SEP))
+    cells = cells.assign(attribute=label + _FOLD + attribute, group_name=name)
+    counts = with_complements(cells)
+    group, reference = comparison_pairs(counts, {})
+    # A group alone in its attribute (in this increment) has no rest to be compared with.
+    size = group.groupby("attribute")["group_name"].transform("size")
+    keep = (size > 1).to_numpy()
+    group, reference = group[keep].reset_index(drop=True), reference[keep].reset_index(drop=True)
+    if reference_groups:
+        named = _named_pairs(counts, reference_groups)
+        group = pd.concat([group, named[0]], ignore_index=True)
+        reference = pd.concat([reference, named[1]], ignore_index=True)
+    mine = {c: group[c].to_numpy(dtype=float) for c in COUNT_COLUMNS}
+    theirs = {c: reference[c].to_numpy(dtype=float) for c in COUNT_COLUMNS}
+    parts = group["attribute"].str.split(_FOLD, n=1, regex=False)
+    label, attribute = parts.str[0], parts.str[1]
+    keys = pd.DataFrame(
+        {
+            "increment": label.to_numpy(),
+            "attribute": attribute.to_numpy(),
+            "group_name": group["group_name"].to_numpy(),
+            "reference": group["reference"].to_numpy(),
+        }
+    )
+    blocks = []
+    for metric in metrics:
+        _, x_g, n_g, _ = CATALOGUE[metric](mine)
+        _, x_r, n_r, _ = CATALOGUE[metric](theirs)
+        blocks.append(
+            keys.assign(
+                metric=metric,
+                x_group=x_g,
+                n_group=n_g,
+                x_reference=x_r,
+                n_reference=n_r,
+                unlabelled_group=group["n_unlabelled"].to_numpy(),
+                unlabelled_reference=reference["n_unlabelled"].to_numpy(),
+            )
+        )
+    return pd.concat(blocks, ignore_index=True)[columns]
+
+
+def _named_pairs(counts: pd.DataFrame, reference_groups: dict[str, str]):
+    """Comparisons with named reference groups, for all folded increments at once: the rule of
+    tasks.counts.comparison_pairs (every other group of the attribute against the named one),
+    skipping increments in which the named group has no predictions."""
+    from biasaudit.tasks.counts import CELL_COLUMNS
+
+    groups = counts[counts["subset"] == "group"].drop(columns="subset")
+    original = groups["attribute"].str.split(_FOLD, n=1, regex=False).str[1]
+    wanted = original.map(reference_groups)
+    is_ref = groups["group_name"] == wanted
+    refs = groups[is_ref].drop(columns="group_name")
+    others = groups[wanted.notna() & ~is_ref]
+    pairs = others.merge(refs, on="attribute", suffixes=("", "_ref"))
+    name = pairs["attribute"].str.split(_FOLD, n=1, regex=False).str[1].map(reference_groups)
+    group = pairs[list(others.columns)].assign(reference=name)
+    reference = pairs[[f"{c}_ref" for c in CELL_COLUMNS]].set_axis(CELL_COLUMNS, axis=1)
+    return group, reference
+
+
+def increment_counts(
+    decisions: pd.DataFrame,
+    outcomes: pd.DataFrame,
+    *,
+    attributes,
+    intersections=(),
+    reference_groups=None,
+    metrics=None,
+    decision_increment=None,
+    outcome_increment=None,
+) -> pd.DataFrame:
+    """Counts of increments per comparison and metric (columns ``increment``, KEYS,
+    COUNT_FIELDS and UNLABELLED_FIELDS): label-free metrics from ``decisions`` (every prediction
+    of the period, outcome ignored), the others from ``outcomes`` (matured predictions; y_true
+    missing where the label had not arrived, counted as unlabelled). ``*_increment`` label each
+    row's increment (a replay counts all its nights in one pass); by default one increment "0".
+    """
+    names = monitored_metrics(metrics)
+    free = [m for m in names if m in LABEL_FREE]
+    labelled = [m for m in names if m not in LABEL_FREE]
+    if decision_increment is None:
+        decision_increment = np.zeros(len(decisions), dtype=int)
+    if outcome_increment is None:
+        outcome_increment = np.zeros(len(outcomes), dtype=int)
+    # Outcome set to 0 for every decision row: tn/fp cells hold the decisions, so ppr and pnr
+    # are the shares of predicted positives and negatives among all predictions.
+    options = {
+        "attributes": attributes,
+        "intersections": intersections,
+        "reference_groups": reference_groups,
+    }
+    parts = [
+        _pair_rates(
+            decisions.assign(y_true=0.0), decision_increment, metrics=free, **options
+        ).assign(unlabelled_group=0, unlabelled_reference=0),
+        _pair_rates(outcomes, outcome_increment, metrics=labelled, **options),
+    ]
+    parts = [p for p in parts if not p.empty]
+    if not parts:
+        return pd.DataFrame(columns=["increment", *KEYS, *COUNT_FIELDS, *UNLABELLED_FIELDS])
+    frame = pd.concat(parts, ignore_index=True)
+    fields_ = COUNT_FIELDS + UNLABELLED_FIELDS
+    frame[fields_] = frame[fields_].fillna(0).astype(float)
+    return frame
+
+
+def empty_state() -> pd.DataFrame:
+    """Monitor state of an audit with no run yet."""
+    return pd.DataFrame(
+        {
+            **{k: pd.Series(dtype=str) for k in KEYS},
+            **{c: pd.Series(dtype=float) for c in STATE_COLUMNS},
+        }
+    )
+
+
+OUTPUT_FIELDS = [
+    "pairs",
+    "difference",
+    "e_value_up",
+    "e_value_down",
+    "e_value",
+    "e_process",
+    "crossed",
+    "cs_low",
+    "cs_high",
+    "nights",
+    "alarm",
+]
+
+
+def mirrors(keys: pd.DataFrame) -> np.ndarray:
+    """One hypothesis, one test (SPEC section 3): of an attribute with exactly two groups seen
+    so far, A vs rest and B vs rest are the same comparison (B's e-process mirrors A's); B's is
+    kept out of the e-BH family and never alarms. ``keys``: the comparisons monitored so far."""
+    rest = keys["reference"] == "rest"
+    groups = keys[rest].groupby(["attribute", "metric"])["group_name"]
+    size = groups.transform("nunique").reindex(keys.index)
+    first = groups.transform("min").reindex(keys.index)
+    return (rest & (size == 2) & (keys["group_name"] != first)).to_numpy()
+
+
+def advance(arrays: dict, counts: np.ndarray, active: np.ndarray, settings: Settings, mirror=None):
+    """One increment on arrays: ``counts`` (rows × x_g, n_g, x_r, n_r), ``active`` the rows
+    monitored so far (others stay in their initial state and out of the e-BH family),
+    ``mirror`` the rows kept out of the family (``mirrors``)."""
+    x_g, n_g, x_r, n_r = counts[:, :4].T
+    new, out = step(arrays, x_g, n_g, x_r, n_r, settings)
+    start = initial_state(len(active))
+    new = {c: np.where(active, new[c], start[c]) for c in STATE_COLUMNS}
+    family = active if mirror is None else active & ~mirror
+    e_process = np.where(family, out["e_process"], np.nan)
+    out = {**out, "cs_low": new["cs_low"], "cs_high": new["cs_high"], "nights": new["nights"]}
+    out["alarm"] = e_bh(e_process, settings.alpha) if len(active) else np.zeros(0, bool)
+    return new, out
+
+
+def monitor_update(
+    state: pd.DataFrame, increment: pd.DataFrame, settings: Settings
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The monitor's core, shared by the flow, ``monitor_frame`` and ``backtest``: one increment.
+
+    ``state``: the previous run's state (KEYS + STATE_COLUMNS, ``empty_state()`` at first);
+    ``increment``: ``increment_counts`` of this run. Comparisons absent from the increment keep
+    their e-process (e-value 1); new ones start at wealth 1. Returns the new state and the run's
+    rows: counts, difference, e-values, e-process, confidence sequence, ``crossed`` (M ≥ 1/α)
+    and ``alarm`` (e-BH across all the run's comparisons and metrics at level α).
+    """
+    increment = increment[KEYS + COUNT_FIELDS + UNLABELLED_FIELDS]
+    merged = state[KEYS + STATE_COLUMNS].merge(increment, on=KEYS, how="outer", sort=True)
+    fresh = merged["nights"].isna().to_numpy()
+    start = initial_state(len(merged))
+    arrays = {c: np.where(fresh, start[c], merged[c].to_numpy(dtype=float)) for c in STATE_COLUMNS}
+    counts = merged[COUNT_FIELDS + UNLABELLED_FIELDS].fillna(0).to_numpy(dtype=float)
+    keys = merged[KEYS].reset_index(drop=True)
+    new, out = advance(arrays, counts, np.ones(len(merged), bool), settings, mirrors(keys))
+    fields_ = COUNT_FIELDS + UNLABELLED_FIELDS
+    rows = keys.assign(**{c: counts[:, i] for i, c in enumerate(fields_)}, **out)
+    return keys.assign(**new), rows

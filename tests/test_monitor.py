@@ -1,0 +1,231 @@
+"""Anytime-valid monitor (tasks/monitor.py; SPEC section 7): enumeration and simulation."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from biasaudit.tasks.detection import unfairness_test
+from biasaudit.tasks.monitor import (
+    GRID,
+    Settings,
+    cs_log_capital,
+    e_bh,
+    initial_state,
+    log_e_value,
+    pair_moments,
+    psi_e,
+    step,
+)
+from scipy import stats
+
+
+def test_fan_inequality_holds_on_a_fine_grid():
+    """It uses log(1 + vy) ≥ vy − ψ_E(v)y² for y ≥ −1, v ∈ [0, 1) (Fan, Grama and Liu 2015)."""
+    v = np.linspace(0.0, 0.99, 100)[:, None]
+    y = np.concatenate([np.linspace(-1, 3, 2001), [10.0, 100.0]])[None, :]
+    assert (np.log1p(v * y) - (v * y - psi_e(v) * y**2) >= -1e-12).all()
+
+
+def _arrangement_average(rows_g, rows_r, lam, tol, side):
+    """Exact mean over all orderings of the rows of the wealth Π(1 + λ(s·Z_i − tol)) of the
+    block pairs, and the mean and variance of one pair's Z (brute force)."""
+    n_g, n_r = len(rows_g), len(rows_r)
+    k = min(n_g, n_r)
+    a, b = n_g // k, n_r // k
+    wealth, zs = [], []
+    for pg in itertools.permutations(rows_g):
+        for pr in itertools.permutations(rows_r):
+            z = np.array(
+                [
+                    np.mean(pg[i * a : (i + 1) * a]) - np.mean(pr[i * b : (i + 1) * b])
+                    for i in range(k)
+                ]
+            )
+            zs.append(z[0])
+            wealth.append(np.prod(1 + lam * (side * z - tol)))
+    return np.mean(wealth), np.mean(zs), np.var(zs)
+
+
+@pytest.mark.parametrize(
+    "rows_g, rows_r",
+    [((1, 0), (1, 1, 0, 0, 0)), ((1, 1, 0, 0, 0), (1, 0)), ((1, 0, 1), (0, 0, 1)), ((1,), (0, 1))],
+)
+@pytest.mark.parametrize("lam, tol, side", [(0.3, 0.0, 1), (0.6, 0.05, 1), (0.5, 0.1, -1)])
+def test_night_e_value_is_below_the_arrangement_average(rows_g, rows_r, lam, tol, side):
+    """The closed-form e-value is at most the exact random-arrangement wealth (Jensen + Fan), and
+    pair_moments' variance is the brute-force variance of a pair's block difference."""
+    average, mean_z, var_z = _arrangement_average(rows_g, rows_r, lam, tol, side)
+    k, d, var = pair_moments(sum(rows_g), len(rows_g), sum(rows_r), len(rows_r))
+    assert d == pytest.approx(mean_z)
+    assert var == pytest.approx(var_z)
+    assert np.exp(log_e_value(k, d, var, lam, tol, side)) <= average + 1e-12
+
+
+@pytest.mark.parametrize("n_g, n_r", [(1, 1), (3, 7), (10, 40), (25, 25), (40, 6)])
+@pytest.mark.parametrize("p_r", [0.02, 0.3, 0.6, 0.9])
+@pytest.mark.parametrize("tol, v", [(0.0, 0.3), (0.0, 0.8), (0.05, 0.8), (0.2, 0.5)])
+def test_night_e_value_has_mean_at_most_one_on_the_null_boundary(n_g, n_r, p_r, tol, v):
+    """E[E+] ≤ 1 at U = tol and E[E−] ≤ 1 at U = −tol, by exact enumeration of both binomials."""
+    lam = v / (1 + tol)
+    x_g, x_r = np.meshgrid(np.arange(n_g + 1), np.arange(n_r + 1), indexing="ij")
+    for side in (1, -1):
+        p_g = p_r + side * tol
+        if not 0 <= p_g <= 1:
+            continue
+        weight = stats.binom.pmf(x_g, n_g, p_g) * stats.binom.pmf(x_r, n_r, p_r)
+        k, d, var = pair_moments(x_g, n_g, x_r, n_r)
+        mean = (weight * np.exp(log_e_value(k, d, var, lam, tol, side))).sum()
+        assert mean <= 1 + 1e-12
+
+
+def _simulate(
+    shift,
+    replays,
+    nights,
+    seed,
+    tol=0.0,
+    share=0.05,
+    volume=1000,
+    p=0.3,
+    at=100,
+    drift=False,
+    settings=None,
+):
+    """First night each replay's e-process crosses 1/α (−1: never) and the fixed-window
+    (30 nights, tasks.detection.unfairness_test) test's first rejection, from night ``at``
+    on when a shift is injected."""
+    rng = np.random.default_rng(seed)
+    settings = settings or Settings(tolerance=tol, alpha=0.05)
+    n_g = rng.binomial(volume, share, size=(nights, replays))
+    n_r = volume - n_g
+    base = p + (0.2 * np.sin(np.arange(nights) / 20.0)[:, None] if drift else 0.0)
+    p_g = np.clip(base + tol + np.where(np.arange(nights)[:, None] >= at, shift, 0.0), 0, 1)
+    x_g, x_r = rng.binomial(n_g, p_g), rng.binomial(n_r, np.broadcast_to(base, (nights, replays)))
+    state, first = initial_state(replays), np.full(replays, -1)
+    from_night = at if shift else 0
+    for t in range(nights):
+        state, out = step(state, x_g[t], n_g[t], x_r[t], n_r[t], settings)
+        first = np.where((first < 0) & out["crossed"] & (t >= from_night), t, first)
+    total = [
+        np.cumsum(np.vstack([np.zeros((1, replays)), a]), axis=0) for a in (x_g, n_g, x_r, n_r)
+    ]
+    window = np.full(replays, -1)
+    for t in range(nights):
+        lo = max(0, t - 29)
+        x1, n1, x2, n2 = (c[t + 1] - c[lo] for c in (total[2], total[3], total[0], total[1]))
+        _, p_value = unfairness_test(x1, n1, x2, n2, tol)
+        window = np.where((window < 0) & (p_value < 0.05) & (t >= from_night), t, window)
+    return first, window, state
+
+
+def _upper(count, n, level=0.999):
+    return stats.binomtest(int(count), n).proportion_ci(level).high
+
+
+@pytest.mark.parametrize("tol, drift", [(0.0, False), (0.05, False), (0.0, True)])
+def test_fair_year_false_alarm_is_at_most_alpha(tol, drift):
+    """A fair model (on the null boundary U = tol, with drifting base rates too) watched every
+    night for a year: P(any alarm) ≤ α within Monte Carlo error; the fixed-window nightly test
+    at the same α alarms far more often."""
+    replays = 300
+    first, window, _ = _simulate(0.0, replays, 365, seed=11, tol=tol, drift=drift)
+    alarms = (first >= 0).sum()
+    assert stats.binomtest(int(alarms), replays, 0.05, alternative="greater").pvalue > 0.001
+    assert (window >= 0).mean() > 0.5
+
+
+def test_injected_shift_is_detected_within_weeks():
+    """A 0.10 shift in a 5% group on night 100: detected in every replay, median delay within
+    three times the (invalid) fixed-window test's."""
+    first, window, _ = _simulate(0.10, 100, 160, seed=5)
+    assert (first >= 100).all()
+    delay, window_delay = first - 100, np.where(window >= 0, window - 100, 60)
+    assert np.median(delay) <= 3 * max(np.median(window_delay), 1)
+    assert np.median(delay) < 25
+
+
+@pytest.mark.parametrize("u, share", [(0.0, 0.05), (0.1, 0.3), (-0.25, 0.5)])
+def test_confidence_sequence_covers_at_all_nights(u, share):
+    """Time-uniform coverage: P(U outside the CS at some night) ≤ α (simulation), and the CS
+    narrows as increments accumulate."""
+    rng = np.random.default_rng(3)
+    replays, nights, p_r = 300, 200, 0.4
+    settings = Settings(alpha=0.1)
+    state = initial_state(replays)
+    missed = np.zeros(replays, bool)
+    for _ in range(nights):
+        n_g = rng.binomial(200, share, replays)
+        n_r = 200 - n_g
+        state, _ = step(
+            state, rng.binomial(n_g, p_r + u), n_g, rng.binomial(n_r, p_r), n_r, settings
+        )
+        missed |= (state["cs_low"] > u) | (state["cs_high"] < u)
+    assert stats.binomtest(int(missed.sum()), replays, 0.1, alternative="greater").pvalue > 0.001
+    assert np.median(state["cs_high"] - state["cs_low"]) < 0.1
+
+
+def test_cs_capital_is_the_product_of_nightly_bounds():
+    """The CS's running sums reproduce Σ_s k_s[λ_s(D̂_s − u) − γ_s λ_s²(σ̂²_s + (D̂_s − u)²)]."""
+    from biasaudit.tasks.monitor import _fan_factor, cs_bet
+
+    rng = np.random.default_rng(0)
+    state, settings, direct = initial_state(1), Settings(), np.zeros(len(GRID))
+    for _ in range(30):
+        n_g, n_r = rng.integers(0, 40), rng.integers(1, 90)
+        x_g, x_r = rng.binomial(n_g, 0.3), rng.binomial(n_r, 0.5)
+        k, d, var = pair_moments(x_g, n_g, x_r, n_r)
+        lam = cs_bet(state["n_pairs"], state["s_d"], state["s_v"], k, 0.05)[0]
+        gamma = _fan_factor(2 * lam)
+        direct += k * (lam * (d - GRID) - gamma * lam**2 * (var + (d - GRID) ** 2))
+        state, _ = step(state, [x_g], [n_g], [x_r], [n_r], settings)
+    up, _ = cs_log_capital(state)
+    assert np.allclose(up[0], direct)
+
+
+def _e_bh_brute(e, alpha):
+    k = len(e)
+    ranked = sorted(e, reverse=True)
+    k_star = max([j for j in range(1, k + 1) if ranked[j - 1] >= k / (alpha * j)], default=0)
+    threshold = ranked[k_star - 1] if k_star else np.inf
+    chosen = np.argsort(-np.asarray(e), kind="stable")[:k_star]
+    out = np.zeros(k, bool)
+    out[chosen] = True
+    assert all(e[i] >= threshold for i in chosen)
+    return out
+
+
+def test_e_bh_matches_its_definition():
+    """e-BH rejects the k* largest e-values, k* = max{k : e_(k) ≥ K/(αk)} (brute force)."""
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        e = np.exp(rng.normal(1.0, 2.0, size=rng.integers(1, 15)))
+        assert (e_bh(e, 0.1) == _e_bh_brute(list(e), 0.1)).all()
+    assert e_bh(np.array([np.nan, 100.0, 1.0]), 0.05).tolist() == [False, True, False]
+
+
+def test_e_bh_controls_fdr_of_monitor_alarms_under_dependence():
+    """Five groups compared with one named reference share its data (dependent e-processes):
+    the FDR of the nightly e-BH alarms stays ≤ α at every night (simulation: 3 null groups,
+    2 shifted)."""
+    rng = np.random.default_rng(8)
+    replays, nights, alpha = 200, 120, 0.1
+    shares = np.array([0.3, 0.25, 0.2, 0.1, 0.1, 0.05])  # group 0 is the reference
+    rates = np.array([0.3, 0.3, 0.3, 0.3, 0.4, 0.45])
+    null = np.array([True, True, True, False, False])
+    settings = Settings(tolerance=0.0, alpha=alpha)
+    state = initial_state(replays * 5)
+    fdp = np.zeros((nights, replays))
+    for t in range(nights):
+        n = rng.multinomial(600, shares, size=replays)
+        x = rng.binomial(n, rates)
+        x_r, n_r = np.repeat(x[:, :1], 5, axis=1), np.repeat(n[:, :1], 5, axis=1)
+        state, out = step(
+            state, x[:, 1:].ravel(), n[:, 1:].ravel(), x_r.ravel(), n_r.ravel(), settings
+        )
+        alarm = e_bh(out["e_process"].reshape(replays, 5), alpha)
+        fdp[t] = (alarm & null).sum(1) / np.maximum(alarm.sum(1), 1)
+    fdr = fdp.mean(axis=1)
+    assert fdr.max() <= alpha + 3 * np.sqrt(alpha / replays)
+    assert alarm[:, 4].mean() > 0.8  # the 0.15 shift is found

@@ -1,0 +1,192 @@
+"""Monitored runs in the database: stored state, backtest, previous as-of, overlap."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pandas as pd
+import pytest
+from biasaudit.db import monitor as db_monitor
+from biasaudit.db.engine import make_engine
+from biasaudit.db.history import previous_as_of_run, run_results
+from biasaudit.db.load import load_predictions
+from biasaudit.db.models import ComparisonResult
+from biasaudit.db.report_data import report_frames
+from biasaudit.flows.audit import run_audit
+from biasaudit.flows.cli import app
+from biasaudit.flows.monitoring import backfill_plan, backtest
+from biasaudit.schemas.config import load_config
+from biasaudit.tasks import monitor
+from biasaudit.tasks.compare import compare_metrics, windows_overlap
+from biasaudit.tasks.report import render_html
+from typer.testing import CliRunner
+
+START = datetime(2026, 3, 1, tzinfo=UTC)
+KEYS = ["as_of", "attribute", "group_name", "reference", "metric"]
+
+
+def predictions(days: int, per_day: int = 400, seed: int = 4) -> pd.DataFrame:
+    """Nightly predictions; group 'c' (10%) is selected more often; 20% of labels missing."""
+    rng = np.random.default_rng(seed)
+    n = days * per_day
+    race = rng.choice(["a", "b", "c"], n, p=[0.6, 0.3, 0.1])
+    y_true = rng.binomial(1, 0.4, n).astype(float)
+    y_true[rng.random(n) < 0.2] = np.nan
+    return pd.DataFrame(
+        {
+            "prediction_id": [f"p{i}" for i in range(n)],
+            "model_id": "m",
+            "model_version": "1",
+            "predicted_at": START + pd.to_timedelta(rng.uniform(0, days, n), unit="D"),
+            "y_true": y_true,
+            "y_pred": rng.binomial(1, np.where(race == "c", 0.55, 0.3)),
+            "race": race,
+            "sex": rng.choice(["F", "M"], n),
+        }
+    )
+
+
+def write_config(tmp_path, window="all") -> str:
+    path = tmp_path / "monitored.toml"
+    path.write_text(
+        f'[[audits]]\nname = "mon"\nmodel = "m"\nwindow = "{window}"\n'
+        'attributes = ["race", "sex"]\nmetrics = ["ppr", "tpr", "fpr"]\n'
+        'reference_groups = { race = "a" }\n'
+        "[audits.thresholds]\ntolerance = 0.0\nbootstrap_replicates = 100\n"
+        '[audits.monitor]\nlabel_delay_days = 2\nmetrics = ["ppr", "tpr", "fpr"]\n'
+    )
+    return str(path)
+
+
+def test_db_state_columns_are_the_monitors():
+    """db.monitor reads exactly the state tasks.monitor carries (db does not import tasks)."""
+    assert db_monitor.STATE_COLUMNS == monitor.STATE_COLUMNS
+    assert db_monitor.KEYS == monitor.KEYS
+
+
+def test_backtest_equals_nightly_monitored_runs(db_url, tmp_path):
+    """Nightly monitored runs store per comparison the e-process, CS and alarm (shown in the
+    report); a re-run at the same as-of changes nothing; backtest over the same nights gives the
+    same numbers; the CLI's history --monitor and backtest show them."""
+    load_predictions(make_engine(db_url), predictions(10), ["race", "sex"], "predictions")
+    config = write_config(tmp_path)
+    nights = [START + timedelta(days=d) for d in range(1, 11)]
+    for as_of in nights:
+        run_audit("mon", config, db_url, as_of)
+    again = run_audit("mon", config, db_url, nights[-1])
+    assert not again["new"]
+    engine = make_engine(db_url)
+    stored = db_monitor.monitor_trajectory(engine, audit="mon")
+    assert stored["run_id"].nunique() == len(nights)
+    assert stored.loc[stored["group_name"] == "c", "alarm"].any()
+    page = render_html(report_frames(engine, int(stored["run_id"].max())))
+    assert "Anytime-valid monitoring" in page and '<span class="flag">alarm</span>' in page
+    _same_numbers(stored, backtest(db_url, load_config(config).get("mon"), nights[0], nights[-1]))
+    cli = CliRunner().invoke(
+        app, ["history", "--monitor", "--audit", "mon", "--db", db_url, "--format", "csv"]
+    )
+    assert cli.exit_code == 0 and "e_process" in cli.output
+    cli = CliRunner().invoke(
+        app,
+        [
+            "backtest",
+            "mon",
+            "--from",
+            "2026-03-02",
+            "--to",
+            "2026-03-11",
+            "-c",
+            config,
+            "--db",
+            db_url,
+        ],
+    )
+    assert cli.exit_code == 0, cli.output
+    assert "comparisons alarmed" in cli.output
+
+
+def _same_numbers(stored: pd.DataFrame, replay: pd.DataFrame) -> None:
+    stored = stored.assign(as_of=pd.to_datetime(stored["as_of"], utc=True))
+    replay = replay.assign(as_of=pd.to_datetime(replay["as_of"], utc=True))
+    columns = ["e_value", "e_process", "cs_low", "cs_high", "crossed", "alarm", "n_group"]
+    a = stored[KEYS + columns].sort_values(KEYS).reset_index(drop=True)
+    b = replay[KEYS + columns].sort_values(KEYS).reset_index(drop=True)
+    pd.testing.assert_frame_equal(a, b, check_dtype=False, rtol=1e-9)
+
+
+def test_backfill_replays_later_runs_in_as_of_order(db_url, tmp_path):
+    """Nights 1, 2, 4, 5 run, then night 3 is backfilled: the plan re-runs 4 and 5 (forced, new
+    versions), and the latest chain equals a backtest of nights 1 to 5."""
+    load_predictions(make_engine(db_url), predictions(5, 200), ["race", "sex"], "predictions")
+    config = write_config(tmp_path)
+    audit = load_config(config).get("mon")
+    night = {d: START + timedelta(days=d) for d in range(1, 6)}
+    for d in (1, 2, 4, 5):
+        run_audit("mon", config, db_url, night[d])
+    plan = backfill_plan(db_url, audit, [night[3]])
+    assert plan == [(night[3], False), (night[4], True), (night[5], True)]
+    for as_of, force in plan:
+        run_audit("mon", config, db_url, as_of, force)
+    assert backfill_plan(db_url, audit, [night[2]]) == [(night[d], False) for d in (2, 3, 4, 5)]
+    stored = db_monitor.monitor_trajectory(make_engine(db_url), audit="mon")
+    assert stored["as_of"].nunique() == 5
+    _same_numbers(stored, backtest(db_url, audit, night[1], night[5]))
+
+
+def test_previous_is_the_previous_as_of_and_overlaps_are_not_tested(db_url, tmp_path):
+    """A backfilled run compares with the run before its as-of, not the highest version; runs
+    whose windows overlap are reported untested, disjoint ones are tested."""
+    load_predictions(make_engine(db_url), predictions(12, 150), ["race", "sex"], "predictions")
+    config = write_config(tmp_path, window="last_day")
+    late = run_audit("mon", config, db_url, START + timedelta(days=10))["run_id"]
+    early = run_audit("mon", config, db_url, START + timedelta(days=5))["run_id"]
+    backfilled = run_audit("mon", config, db_url, START + timedelta(days=7))["run_id"]
+    engine = make_engine(db_url)
+    assert previous_as_of_run(engine, "mon", "m", START + timedelta(days=7)).id == early
+    comparison = run_results(engine, ComparisonResult, backfilled)
+    assert set(comparison["previous_run_id"]) == {early}
+    assert not comparison["overlapping"].any() and comparison["p_value"].notna().any()
+    assert late != backfilled
+    overlapping = write_config(tmp_path, window="last_3_days")
+    run_audit("mon", overlapping, db_url, START + timedelta(days=11))
+    last = run_audit("mon", overlapping, db_url, START + timedelta(days=12))["run_id"]
+    comparison = run_results(engine, ComparisonResult, last)
+    assert comparison["overlapping"].all() and comparison["p_value"].isna().all()
+    cli = CliRunner().invoke(app, ["compare", str(last), "--db", db_url])
+    assert cli.exit_code == 0 and "overlap: nothing tested" in cli.output
+    cli = CliRunner().invoke(app, ["compare", str(backfilled), "--db", db_url, "--format", "csv"])
+    assert cli.exit_code == 0, cli.output
+
+
+@pytest.mark.parametrize(
+    "before, after, overlap",
+    [
+        ((None, START), (START, START + timedelta(1)), False),
+        ((START - timedelta(30), START), (START - timedelta(29), START + timedelta(1)), True),
+        ((None, START), (None, START + timedelta(1)), True),
+        ((START, START + timedelta(1)), (START - timedelta(5), START), False),
+    ],
+)
+def test_windows_overlap(before, after, overlap):
+    """(start, end] windows overlap when each starts before the other ends."""
+    assert windows_overlap(before, after) is overlap
+
+
+def test_overlapping_runs_are_not_tested():
+    """compare_metrics with overlapping data reports changes and tests none."""
+    before = pd.DataFrame(
+        {
+            "attribute": ["r"],
+            "group_name": ["g"],
+            "metric": ["tpr"],
+            "value": [0.5],
+            "numerator": [50.0],
+            "denominator": [100.0],
+        }
+    )
+    after = before.assign(value=0.9, numerator=90.0)
+    tested = compare_metrics(before, after, 0.05)
+    untested = compare_metrics(before, after, 0.05, overlapping=True)
+    assert tested["significant"].all() and not untested["significant"].any()
+    assert untested["p_value"].isna().all() and untested["change"].iloc[0] == pytest.approx(0.4)
