@@ -5,6 +5,8 @@ The public API::
     import biasaudit
     result = biasaudit.audit_frame(frame, attributes=["race"], reference_groups={"race": "White"})
 
+``monitor_frame`` replays a history of predictions as nightly increments and returns, per night
+and comparison, the e-process, the confidence sequence and the alarm (the monitored flow's core).
 ``audit_frame`` validates a DataFrame with the flow's Pandera schema and runs the same audit core
 (``biasaudit.tasks.core.audit_counts``) as the Prefect flow; the result's frames have the columns
 of the result tables. The repository root is this package: ``biasaudit.flows`` (Prefect flows and
@@ -14,5 +16,6 @@ configuration, metric ids) and ``biasaudit.db`` (tables, migrations, persistence
 
 from biasaudit.tasks.api import audit_frame
 from biasaudit.tasks.core import AuditResult, audit_counts
+from biasaudit.tasks.monitor_frame import monitor_frame
 
-__all__ = ["AuditResult", "audit_counts", "audit_frame"]
+__all__ = ["AuditResult", "audit_counts", "audit_frame", "monitor_frame"]
