@@ -28,14 +28,15 @@ PLANNING_COLUMNS = [
     "group_name",
     "reference",
     "metric",
-    "disparity",
-    "n_group",
-    "n_reference",
+    "difference",
+    "size_group",
+    "size_reference",
     "needed",
     "needed_neyman",
     "achieved_power",
     "verdict",
     "bias_n",
+    "reason",
 ]
 META_COLUMNS = [
     "attribute",
@@ -49,6 +50,7 @@ META_COLUMNS = [
     "interval_high",
     "mm_diff",
     "mm_ratio",
+    "reason",
 ]
 
 RUN_COLUMNS = [

@@ -135,6 +135,9 @@ class GroupCount(RunResult, Base):
     fn: Mapped[int] = mapped_column(BigInteger)
     tn: Mapped[int] = mapped_column(BigInteger)
     n_unlabelled: Mapped[int] = mapped_column(BigInteger)
+    # the unlabelled predictions by decision (y_pred 1 / 0); NULL in runs before migration 0009
+    unlabelled_pos: Mapped[int | None] = mapped_column(BigInteger)
+    unlabelled_neg: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class MetricResult(RunResult, Base):
@@ -180,9 +183,12 @@ class MatchResult(GroupVsReference, Base):
     percentile: Mapped[float | None] = mapped_column(Float)
     percentile_approx: Mapped[float | None] = mapped_column(Float)
     p_value: Mapped[float | None] = mapped_column(Float)
+    # Benjamini-Hochberg across the run's MATCH tests
+    p_adjusted: Mapped[float | None] = mapped_column(Float)
     # 'exact', or the approximation ('normal', 'beta') used above the exact-sum size limit
     method: Mapped[str | None] = mapped_column(String(8))
-    undefined_reason: Mapped[str | None] = mapped_column(String(128))
+    # why there is no p-value (undefined metric, reference too small, min_group_size, repeat)
+    reason: Mapped[str | None] = mapped_column(Text)
 
 
 class TwoGroupResult(GroupVsReference, Base):
@@ -199,10 +205,11 @@ class DetectionResult(GroupVsReference, Base):
 
     __tablename__ = "detection_results"
 
-    x_group: Mapped[float | None] = mapped_column(Float)
-    n_group: Mapped[float | None] = mapped_column(Float)
-    x_reference: Mapped[float | None] = mapped_column(Float)
-    n_reference: Mapped[float | None] = mapped_column(Float)
+    # the rate's counts x/d in the group and in the reference
+    numerator_group: Mapped[float | None] = mapped_column(Float)
+    denominator_group: Mapped[float | None] = mapped_column(Float)
+    numerator_reference: Mapped[float | None] = mapped_column(Float)
+    denominator_reference: Mapped[float | None] = mapped_column(Float)
     difference: Mapped[float | None] = mapped_column(Float)
     mean: Mapped[float | None] = mapped_column(Float)
     sd: Mapped[float | None] = mapped_column(Float)
@@ -215,8 +222,11 @@ class DetectionResult(GroupVsReference, Base):
     z: Mapped[float | None] = mapped_column(Float)
     p_value: Mapped[float | None] = mapped_column(Float)
     p_adjusted: Mapped[float | None] = mapped_column(Float)
+    # 'exact' (unconditional) or 'normal': which p-value of tasks.twosample
+    test: Mapped[str | None] = mapped_column(String(8))
     flagged: Mapped[bool] = mapped_column(Boolean)
-    undefined_reason: Mapped[str | None] = mapped_column(String(128))
+    # why there is no test (zero denominator, min_group_size, repeat of a two-valued comparison)
+    reason: Mapped[str | None] = mapped_column(Text)
 
 
 class PlanningResult(GroupVsReference, Base):
@@ -226,17 +236,25 @@ class PlanningResult(GroupVsReference, Base):
 
     value_group: Mapped[float | None] = mapped_column(Float)
     value_reference: Mapped[float | None] = mapped_column(Float)
-    disparity: Mapped[float | None] = mapped_column(Float)
+    difference: Mapped[float | None] = mapped_column(Float)
     ratio: Mapped[float | None] = mapped_column(Float)
     tau: Mapped[float | None] = mapped_column(Float)
-    n_group: Mapped[float] = mapped_column(Float)
-    n_reference: Mapped[float] = mapped_column(Float)
+    # valid predictions of the group and the reference, and the rate's denominators
+    size_group: Mapped[float] = mapped_column(Float)
+    size_reference: Mapped[float] = mapped_column(Float)
+    denominator_group: Mapped[float | None] = mapped_column(Float)
+    denominator_reference: Mapped[float | None] = mapped_column(Float)
+    # the multiplicity-adjusted level at which detection's test is planned (α/m)
+    level: Mapped[float | None] = mapped_column(Float)
     needed: Mapped[float | None] = mapped_column(Float)
     needed_neyman: Mapped[float | None] = mapped_column(Float)
     neyman_share_group: Mapped[float | None] = mapped_column(Float)
     achieved_power: Mapped[float | None] = mapped_column(Float)
+    # 'exact' (enumeration of the exact test's rejection region) or 'normal'
+    power_method: Mapped[str | None] = mapped_column(String(8))
     verdict: Mapped[str] = mapped_column(String(64))
     bias_n: Mapped[float | None] = mapped_column(Float)
+    reason: Mapped[str | None] = mapped_column(Text)
 
 
 class MetaMetricResult(Base):
@@ -264,6 +282,8 @@ class MetaMetricResult(Base):
     interval_low: Mapped[float | None] = mapped_column(Float)
     interval_high: Mapped[float | None] = mapped_column(Float)
     level: Mapped[float] = mapped_column(Float)
+    # groups left out and values left undefined, with why
+    reason: Mapped[str | None] = mapped_column(Text)
 
 
 class ComparisonResult(RunResult, Base):

@@ -73,17 +73,43 @@ class Thresholds(BaseModel):
     stale_run_hours: Annotated[float, Field(gt=0.0, le=24.0 * 365)] = 6.0
     # Bootstrap replicates of the meta-metric stage's double-corrected variance interval.
     bootstrap_replicates: Annotated[int, Field(ge=100, le=100_000)] = 1000
-    # Disparity the planning stage sizes the audit for; None: the observed disparity.
-    planning_tau: Annotated[float, Field(gt=0.0, lt=1.0)] | None = None
+    # Disparity worth detecting: planning reports the power of detection's test against it
+    # (SPEC section 2: a configured τ > tolerance, never the observed gap). None: tolerance + 0.05.
+    planning_tau: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    # MATCH runs only where the reference has this many times the group's predictions (its
+    # reference rates are estimated; benchmarks/calibration.py chose 50).
+    match_reference_ratio: Annotated[float, Field(ge=0.0)] = 50.0
+
+    @model_validator(mode="after")
+    def _tau_above_tolerance(self) -> Thresholds:
+        if self.planning_tau is not None and self.planning_tau <= self.tolerance:
+            raise ValueError(
+                f"planning_tau ({self.planning_tau}) must exceed tolerance ({self.tolerance}): "
+                "it is the disparity beyond the tolerance that the audit should detect"
+            )
+        return self
+
+    @property
+    def planning_disparity(self) -> float:
+        """τ of the planning stage: planning_tau, or 0.05 beyond the tolerance when unset."""
+        return self.planning_tau if self.planning_tau is not None else min(1.0, self.tolerance + 0.05)
 
 
 class Smoothing(BaseModel):
-    """Cross-Prior Smoothing weight λ and additive pseudo-count α (SPEC section 4)."""
+    """Cross-Prior Smoothing weight λ and additive pseudo-count (SPEC section 4)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     cps_lambda: Annotated[float, Field(ge=0.0, le=1e6)] = 5.0
-    additive_alpha: Annotated[float, Field(ge=0.0, le=1e6)] = 1.0
+    # Pseudo-count added to every cell (1 = add-one); the former key additive_alpha is accepted.
+    additive_pseudocount: Annotated[
+        float,
+        Field(
+            ge=0.0,
+            le=1e6,
+            validation_alias=AliasChoices("additive_pseudocount", "additive_alpha"),
+        ),
+    ] = 1.0
 
 
 class Scan(BaseModel):

@@ -91,6 +91,12 @@ COUNTS = pa.DataFrameSchema(
     _keys(
         **{c: pa.Column("int64", pa.Check.ge(0)) for c in COUNT_COLUMNS},
         n_unlabelled=pa.Column("int64", pa.Check.ge(0)),
+        unlabelled_pos=pa.Column("int64", pa.Check.ge(0)),
+        unlabelled_neg=pa.Column("int64", pa.Check.ge(0)),
+    ),
+    checks=pa.Check(
+        lambda df: df["n_unlabelled"] == df["unlabelled_pos"] + df["unlabelled_neg"],
+        name="unlabelled_split",
     ),
     unique=["attribute", "group_name", "subset"],
     name="counts",
@@ -144,8 +150,9 @@ MATCH = _result(
         "n": pa.Column("int64", pa.Check.ge(0)),
         "percentile": pa.Column(float, _PROBABILITY, nullable=True),
         "p_value": pa.Column(float, _PROBABILITY, nullable=True),
+        "p_adjusted": pa.Column(float, _PROBABILITY, nullable=True),
         "method": pa.Column(nullable=True),
-        "undefined_reason": pa.Column(nullable=True),
+        "reason": pa.Column(nullable=True),
     },
     list(_COMPARISON_KEYS),
 )
@@ -160,7 +167,8 @@ DETECTION = _result(
         "p_value": pa.Column(float, _PROBABILITY, nullable=True),
         "p_adjusted": pa.Column(float, _PROBABILITY, nullable=True),
         "flagged": pa.Column(bool),
-        "undefined_reason": pa.Column(nullable=True),
+        "test": pa.Column(nullable=True),
+        "reason": pa.Column(nullable=True),
     },
     list(_COMPARISON_KEYS),
 )
@@ -170,7 +178,9 @@ PLANNING = _result(
         **_COMPARISON_KEYS,
         "needed": pa.Column(float, pa.Check.ge(0), nullable=True),
         "achieved_power": pa.Column(float, _PROBABILITY, nullable=True),
+        "level": pa.Column(float, _PROBABILITY, nullable=True),
         "verdict": pa.Column(str),
+        "reason": pa.Column(nullable=True),
     },
     list(_COMPARISON_KEYS),
 )
@@ -187,6 +197,7 @@ METAMETRICS = _result(
         "attribute": pa.Column(str),
         "metric": pa.Column(str, pa.Check.isin(list(METRIC_IDS))),
         "k": pa.Column("int64", pa.Check.ge(0)),
+        "reason": pa.Column(nullable=True),
     },
     ["attribute", "metric"],
 )

@@ -7,10 +7,12 @@ JOINT_RATIO = ("tpr", "fnr", "fpr", "tnr", "ppv", "fdr", "npv", "for")
 OTHER = ("f1", "f1s", "mcc", "pt", "mb")
 TWO_GROUP = ("ofi", "te")
 METRIC_IDS = BINOMIAL + JOINT_RATIO + OTHER + TWO_GROUP
-# Rates (a count over a count): the metrics that detection, planning and meta-metrics test.
+# Metrics that are a rate x/d of two counts: the ones detection, planning and meta-metrics test.
 RATE_METRICS = BINOMIAL + JOINT_RATIO
+# Rates that need no label (SPEC section 6): computed from every valid prediction, labelled or not.
+LABEL_FREE = ("ppr", "pnr")
 
-# The four margins, named as the reasons print them.
+# The four margins of the labelled confusion matrix, named as the reasons print them.
 MARGINS = {
     "tp+fn": ("tp", "fn", "no actual positives"),
     "fp+tn": ("fp", "tn", "no actual negatives"),
@@ -37,6 +39,28 @@ JOINT_RATIO_CELLS = {
     "npv": ("tn", "fn+tn"),
     "for": ("fn", "fn+tn"),
 }
+# Unlabelled predictions, split by decision (count columns beside tp, fp, fn, tn): they enter the
+# label-free rates only, PPR = (tp + fp + unlabelled_pos)/(n + unlabelled_pos + unlabelled_neg).
+UNLABELLED_COLUMNS = ("unlabelled_pos", "unlabelled_neg")
+LABEL_FREE_CELLS = {"ppr": "unlabelled_pos", "pnr": "unlabelled_neg"}
+
+
+def rate_cells(metric: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(numerator columns, denominator columns) of a rate metric in a counts frame.
+
+    Binomial metrics divide by n = tp+fp+fn+tn, joint-ratio metrics by their margin; PPR and PNR
+    also count the unlabelled predictions with the same decision, over every valid prediction.
+    """
+    if metric in BINOMIAL_CELLS:
+        numerator, denominator = BINOMIAL_CELLS[metric], ("tp", "fp", "fn", "tn")
+        if metric in LABEL_FREE_CELLS:
+            return (*numerator, LABEL_FREE_CELLS[metric]), (*denominator, *UNLABELLED_COLUMNS)
+        return numerator, denominator
+    if metric in JOINT_RATIO_CELLS:
+        cell, margin = JOINT_RATIO_CELLS[metric]
+        return (cell,), MARGINS[margin][:2]
+    raise ValueError(f"{metric!r} is not a rate metric; rates: {', '.join(RATE_METRICS)}")
+
 
 SYNONYMS = {
     "accuracy": "acc",

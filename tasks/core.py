@@ -25,13 +25,13 @@ from biasaudit.schemas.frames import validate_frame
 from biasaudit.schemas.metric_ids import RATE_METRICS
 from biasaudit.schemas.quarantine import QUARANTINE_COLUMNS
 from biasaudit.tasks.compare import compare_with_previous
-from biasaudit.tasks.counts import comparison_pairs
+from biasaudit.tasks.counts import comparison_pairs, completeness_warnings, label_completeness
 from biasaudit.tasks.detection import detect
 from biasaudit.tasks.match import MATCH_METRICS, match_test
 from biasaudit.tasks.metametrics import attribute_meta_metrics
-from biasaudit.tasks.metrics import CATALOGUE, compute_metrics, pair_metrics, two_group_metrics
+from biasaudit.tasks.metrics import CATALOGUE, compute_metrics, two_group_metrics
 from biasaudit.tasks.planning import plan
-from biasaudit.tasks.smoothing import smoothed_counts
+from biasaudit.tasks.smoothing import mark_empty_groups, smoothed_counts
 
 Runner = Callable[..., Any]
 
@@ -84,10 +84,19 @@ def smoothed_metrics(
     return pd.concat(
         [
             compute_metrics(cps, names).assign(estimator="cps"),
-            compute_metrics(additive, names).assign(estimator="additive"),
+            mark_empty_groups(compute_metrics(additive, names), groups).assign(
+                estimator="additive"
+            ),
         ],
         ignore_index=True,
     )
+
+
+def group_sizes(counts: pd.DataFrame) -> pd.DataFrame:
+    """Valid predictions (labelled or not) of every group: attribute, group_name, size."""
+    groups = counts[counts["subset"] == "group"]
+    size = groups[["tp", "fp", "fn", "tn", "n_unlabelled"]].sum(axis=1)
+    return groups[["attribute", "group_name"]].assign(size=size.to_numpy())
 
 
 def run_summary(
@@ -110,7 +119,15 @@ def run_summary(
         "undefined_metrics": len(undefined),
         "undefined_by_metric": undefined.groupby("metric").size().astype(int).to_dict(),
         "match_tests": int(match["p_value"].notna().sum()),
-        "match_below_alpha": int((match["p_value"] < alpha).sum()),
+        "match_below_alpha": int((match["p_adjusted"] < alpha).sum()),  # after BH
+        "groups_below_min_size": sorted(
+            {
+                f"{r.attribute}={r.group_name}"
+                for r in detection.itertuples()
+                if isinstance(r.reason, str) and r.reason.startswith("group size")
+            }
+        ),
+        "label_completeness_warnings": completeness_warnings(label_completeness(counts, alpha)),
         "detection_tests": int(detection["p_value"].notna().sum()),
         "underpowered": int(planning["verdict"].str.startswith("underpowered").sum()),
         "significant_changes": (
@@ -141,32 +158,48 @@ def audit_counts(
     thresholds, smoothing = audit.thresholds, audit.smoothing
     rates = [m for m in audit.metrics if m in RATE_METRICS]
     group, reference = run("pairs", comparison_pairs, counts, audit.reference_groups)
-    pair = run("pair metrics", pair_metrics, group, reference, rates)
     metrics = run("metrics", group_metrics, counts, audit.metrics)
     two_group = run("two-group metrics", two_group_metrics, group, reference)
     two_group = two_group[two_group["metric"].isin(audit.metrics)].reset_index(drop=True)
     comparison = run("compare", compare_with_previous, previous, metrics, thresholds.alpha)
     match = run(
-        "match", match_test, group, reference, [m for m in audit.metrics if m in MATCH_METRICS]
+        "match",
+        match_test,
+        group,
+        reference,
+        [m for m in audit.metrics if m in MATCH_METRICS],
+        thresholds.match_reference_ratio,
+        thresholds.min_group_size,
     )
     planning = run(
         "planning",
         plan,
         group,
         reference,
-        pair,
-        thresholds.planning_tau,
+        rates,
+        thresholds.planning_disparity,
         thresholds.alpha,
         thresholds.power,
+        thresholds.tolerance,
+        thresholds.min_group_size,
     )
-    detection = run("detection", detect, pair, thresholds.tolerance, thresholds.alpha)
+    detection = run(
+        "detection",
+        detect,
+        group,
+        reference,
+        rates,
+        thresholds.tolerance,
+        thresholds.alpha,
+        thresholds.min_group_size,
+    )
     smoothed = run(
         "smoothing",
         smoothed_metrics,
         counts[counts["subset"] == "group"],
         audit.metrics,
         smoothing.cps_lambda,
-        smoothing.additive_alpha,
+        smoothing.additive_pseudocount,
     )
     metametrics = run(
         "meta-metrics",
@@ -176,6 +209,8 @@ def audit_counts(
         thresholds.bootstrap_replicates,
         1 - thresholds.alpha,
         bootstrap_seed(counts),
+        group_sizes(counts),
+        thresholds.min_group_size,
     )
     summary = run_summary(
         counts, metrics, match, detection, planning, comparison, thresholds.alpha

@@ -3,7 +3,9 @@
 One row per (attribute, group, subset): ``subset='group'`` counts the group itself and
 ``subset='rest'`` its rest-of-population complement (the attribute's total minus the group). Each
 configured intersection (e.g. race x sex) is one more attribute. Rows whose outcome is still unknown
-(y_true NULL) count only in ``n_unlabelled``.
+(y_true NULL) are not in tp, fp, fn, tn: they count in ``unlabelled_pos`` or ``unlabelled_neg`` by
+their decision (y_pred 1 or 0), and in ``n_unlabelled`` (their sum), so that the label-free rates
+PPR and PNR use every valid prediction (SPEC section 6).
 """
 
 from __future__ import annotations
@@ -12,17 +14,20 @@ import numpy as np
 import pandas as pd
 from biasaudit.schemas.config import INTERSECTION_SEP
 from biasaudit.schemas.frames import COUNT_COLUMNS, COUNTS
+from biasaudit.schemas.metric_ids import UNLABELLED_COLUMNS
+from scipy import stats
 
-# Cell code 2*y_true + y_pred: tn=0, fp=1, fn=2, tp=3; 4 = outcome unknown.
-_CELLS = ["tn", "fp", "fn", "tp", "n_unlabelled"]
-CELL_COLUMNS = COUNT_COLUMNS + ["n_unlabelled"]
+# Cell code 2*y_true + y_pred: tn=0, fp=1, fn=2, tp=3; outcome unknown: 4 + y_pred.
+_CELLS = ["tn", "fp", "fn", "tp", "unlabelled_neg", "unlabelled_pos"]
+CELL_COLUMNS = [*COUNT_COLUMNS, *UNLABELLED_COLUMNS, "n_unlabelled"]
 
 
 def cell_codes(y_true: pd.Series, y_pred: pd.Series) -> np.ndarray:
     """The confusion cell of each prediction (see _CELLS)."""
     truth = y_true.to_numpy(dtype="float64")
-    code = 2 * np.nan_to_num(truth, nan=0.0).astype(np.int8) + y_pred.to_numpy(dtype=np.int8)
-    return np.where(np.isnan(truth), 4, code).astype(np.int8)
+    decision = y_pred.to_numpy(dtype=np.int8)
+    code = 2 * np.nan_to_num(truth, nan=0.0).astype(np.int8) + decision
+    return np.where(np.isnan(truth), 4 + decision, code).astype(np.int8)
 
 
 def group_counts(valid: pd.DataFrame, attributes: list[str], intersections: list[list[str]]):
@@ -47,8 +52,9 @@ def cell_counts(valid: pd.DataFrame, attributes: list[str], intersections: list[
             .groupby(columns + ["cell"], observed=True, sort=True)["n"]
             .sum()
         )
-        grouped = grouped.unstack("cell", fill_value=0).reindex(columns=range(5), fill_value=0)
+        grouped = grouped.unstack("cell", fill_value=0).reindex(columns=range(6), fill_value=0)
         grouped.columns = _CELLS
+        grouped["n_unlabelled"] = grouped["unlabelled_pos"] + grouped["unlabelled_neg"]
         grouped = grouped[CELL_COLUMNS].astype("int64")
         labels = grouped.index.to_frame(index=False).astype(str)
         names = labels.iloc[:, 0].str.cat(labels.iloc[:, 1:], sep=INTERSECTION_SEP)
@@ -110,3 +116,69 @@ def comparison_pairs(
     group = pd.concat(left, ignore_index=True)
     reference = pd.concat(right, ignore_index=True)
     return group, reference[CELL_COLUMNS]
+
+
+def label_completeness(
+    counts: pd.DataFrame, alpha: float = 0.05, min_gap: float = 0.05
+) -> pd.DataFrame:
+    """Per group: labelled share of all valid predictions, overall and by decision (SPEC section 6).
+
+    Per attribute, three chi-square tests of homogeneity (scipy.stats.chi2_contingency) of
+    labelled/unlabelled x group: over all predictions, among predicted positives and among
+    predicted negatives; ``p_value`` is the smallest, Bonferroni-adjusted for the three, and
+    ``uneven`` says it is below ``alpha`` and the shares of that attribute's groups differ by more
+    than ``min_gap`` in one of the three (a gap that matters, not only one a large audit can
+    see): error-rate metrics (which use labelled rows only) are then biased by who receives a
+    label, while PPR and PNR (every prediction) are not.
+    """
+    groups = counts[counts["subset"] == "group"] if "subset" in counts else counts
+    pos_labelled = (groups["tp"] + groups["fp"]).to_numpy(float)
+    neg_labelled = (groups["fn"] + groups["tn"]).to_numpy(float)
+    pos_all = pos_labelled + groups["unlabelled_pos"].to_numpy(float)
+    neg_all = neg_labelled + groups["unlabelled_neg"].to_numpy(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frame = groups[["attribute", "group_name"]].assign(
+            predictions=pos_all + neg_all,
+            labelled=pos_labelled + neg_labelled,
+            completeness=(pos_labelled + neg_labelled) / (pos_all + neg_all),
+            completeness_predicted_pos=pos_labelled / pos_all,
+            completeness_predicted_neg=neg_labelled / neg_all,
+        )
+    p_values, gaps = {}, {}
+    for attribute, part in frame.groupby("attribute", sort=False):
+        shares = part[["completeness", "completeness_predicted_pos", "completeness_predicted_neg"]]
+        gaps[attribute] = float(np.nan_to_num((shares.max() - shares.min()).max()))
+        index = part.index
+        tables = [
+            (part["labelled"], part["predictions"]),
+            (pd.Series(pos_labelled, groups.index)[index], pd.Series(pos_all, groups.index)[index]),
+            (pd.Series(neg_labelled, groups.index)[index], pd.Series(neg_all, groups.index)[index]),
+        ]
+        p_values[attribute] = min(3 * _homogeneity(*t) for t in tables)
+    p = frame["attribute"].map(p_values).clip(upper=1.0)
+    gap = frame["attribute"].map(gaps)
+    return frame.assign(p_value=p, uneven=(p < alpha) & (gap > min_gap)).reset_index(drop=True)
+
+
+def _homogeneity(labelled: pd.Series, total: pd.Series) -> float:
+    """p-value of the chi-square test that the labelled share is the same in every group."""
+    keep = total.to_numpy() > 0
+    table = np.stack([labelled.to_numpy()[keep], (total - labelled).to_numpy()[keep]], axis=1)
+    if len(table) < 2 or (table.sum(axis=0) == 0).any():
+        return 1.0  # one group, or nobody (or everybody) labelled: nothing can differ
+    return float(stats.chi2_contingency(table, correction=False).pvalue)
+
+
+def completeness_warnings(completeness: pd.DataFrame) -> list[str]:
+    """One line per attribute whose label completeness differs between groups beyond chance."""
+    lines = []
+    for attribute, part in completeness[completeness["uneven"]].groupby("attribute", sort=True):
+        shares = ", ".join(
+            f"{r.group_name} {r.completeness:.0%}" for r in part.itertuples() if r.predictions > 0
+        )
+        lines.append(
+            f"label completeness differs between {attribute} groups (chi-square p "
+            f"{part['p_value'].iloc[0]:.2g}): {shares}; error-rate metrics are biased by who "
+            "gets a label"
+        )
+    return lines

@@ -23,16 +23,31 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from biasaudit.schemas.frames import COUNT_COLUMNS
-from biasaudit.schemas.metric_ids import BINOMIAL_CELLS, JOINT_RATIO_CELLS, MARGINS
+from biasaudit.schemas.metric_ids import (
+    BINOMIAL_CELLS,
+    JOINT_RATIO_CELLS,
+    MARGINS,
+    UNLABELLED_COLUMNS,
+    rate_cells,
+)
+from biasaudit.tasks.multiplicity import bh_adjust
+from biasaudit.tasks.rates import comparison_reasons
 from scipy import stats
 
 MATCH_METRICS = (*BINOMIAL_CELLS, "mb", *JOINT_RATIO_CELLS)
 _WINDOW_SD = 8  # binomial mass beyond 8 standard deviations (+5) is below 1e-15
 EXACT_LIMIT = 20_000  # expected denominator count above which MB and JRMs use the approximation
+# MATCH runs where the reference has at least this many times the group's predictions
+# (benchmarks/calibration.py: size <= 0.0525 at α = 0.05 there, 0.18 at a ratio of 0.8).
+MIN_REFERENCE_RATIO = 50.0
+COUNT_FIELDS = [*COUNT_COLUMNS, *UNLABELLED_COLUMNS, "n_unlabelled"]
 
 
 def _cells(frame: pd.DataFrame) -> dict[str, np.ndarray]:
-    return {c: frame[c].to_numpy(dtype="int64") for c in COUNT_COLUMNS}
+    return {
+        c: frame[c].to_numpy(dtype="int64") if c in frame else np.zeros(len(frame), "int64")
+        for c in (*COUNT_COLUMNS, *UNLABELLED_COLUMNS)
+    }
 
 
 def _mixture(n: np.ndarray, q: np.ndarray, cut, r: np.ndarray):
@@ -120,30 +135,44 @@ def match_test(
     reference: pd.DataFrame,
     metrics=MATCH_METRICS,
     exact_limit: float = EXACT_LIMIT,
+    min_reference_ratio: float = MIN_REFERENCE_RATIO,
+    min_group_size: int = 0,
 ) -> pd.DataFrame:
     """MATCH percentiles of each group row against the aligned reference row.
 
     Returns the group's key columns with ``metric``, ``n``, ``percentile``, ``percentile_approx``,
-    ``p_value`` (two-sided), ``method`` and ``undefined_reason``. Binomial metrics are always exact
-    (one CDF). For MB and the joint-ratio metrics the exact sum runs over a window of the
+    ``p_value`` (two-sided), ``p_adjusted`` (Benjamini-Hochberg across every MATCH test made),
+    ``method`` and ``reason``. Binomial metrics are always exact (one CDF; PPR and PNR over every
+    valid prediction). For MB and the joint-ratio metrics the exact sum runs over a window of the
     denominator count and costs O(sd) per group; where that count is expected above
     ``exact_limit``, ``percentile`` and ``p_value`` come from the approximation (``method`` says
     which), whose error there is below about 0.003 (Berry-Esseen).
+
+    MATCH treats the reference's rates as exact. They are estimated, so a test of a group of n
+    against a reference of n_ref has variance inflated by 1 + n/n_ref and its size exceeds α
+    (0.18 for a group that is 55% of the data). It is run only where n_ref >=
+    ``min_reference_ratio``·n (MIN_REFERENCE_RATIO, chosen by benchmarks/calibration.py); other
+    rows, groups below ``min_group_size`` and repeats of a two-valued attribute's comparison
+    (tasks.rates) carry the reason instead of a p-value.
     """
     g, ref = _cells(group), _cells(reference)
-    n = sum(g.values())
-    n_ref = sum(ref.values())
+    n = sum(g[c] for c in COUNT_COLUMNS)
+    n_ref = sum(ref[c] for c in COUNT_COLUMNS)
     with np.errstate(divide="ignore", invalid="ignore"):
         p = {c: ref[c] / n_ref for c in COUNT_COLUMNS}
-    keys = group.drop(columns=COUNT_COLUMNS + ["n_unlabelled"], errors="ignore").reset_index(
-        drop=True
-    )
+    keys = group.drop(columns=COUNT_FIELDS, errors="ignore").reset_index(drop=True)
+    skipped = comparison_reasons(group, reference, min_group_size)
     blocks = []
     for metric in metrics:
         reason = np.full(len(group), None, dtype=object)
+        size, size_ref = n, n_ref
         if metric in BINOMIAL_CELLS:
-            a, b = BINOMIAL_CELLS[metric]
-            lower, upper, approx = _binomial(g[a] + g[b], n, p[a] + p[b])
+            numerator, denominator = rate_cells(metric)
+            k, size = sum(g[c] for c in numerator), sum(g[c] for c in denominator)
+            size_ref = sum(ref[c] for c in denominator)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rate = sum(ref[c] for c in numerator) / size_ref
+            lower, upper, approx = _binomial(k, size, rate)
             exact, approximate = np.ones(len(group), bool), "normal"
         elif metric == "mb":
             exact = n * (p["fp"] + p["fn"]) <= exact_limit
@@ -161,21 +190,37 @@ def match_test(
             reason = np.where(
                 (d_obs > 0) & (ref[a] + ref[b] == 0), f"{margin} = 0 in reference", reason
             )
-        reason = np.where(n == 0, "n = 0 in group", reason)
-        reason = np.where(n_ref == 0, "empty reference", reason)
-        defined = reason == None
-        # Sums of many binomial terms can exceed 1 by rounding: probabilities stay in [0, 1].
+        reason = np.where(size == 0, "n = 0 in group", reason)
+        reason = np.where(size_ref == 0, "empty reference", reason)
+        small_ref = pd.isna(reason) & (size_ref < min_reference_ratio * size)
+        reason = np.where(
+            small_ref,
+            [
+                f"reference {int(r)} < {min_reference_ratio:g} x group {int(m)}: its rates are "
+                "not known well enough for MATCH"
+                for r, m in zip(np.broadcast_to(size_ref, n.shape), np.broadcast_to(size, n.shape))
+            ]
+            if small_ref.any()
+            else None,
+            reason,
+        )
+        reason = np.where(pd.isna(skipped), reason, skipped)
+        defined = pd.isna(reason)
         lower = np.clip(np.where(exact, lower, approx[0]), 0.0, 1.0)
         upper = np.clip(np.where(exact, upper, approx[1]), 0.0, 1.0)
         blocks.append(
             keys.assign(
                 metric=metric,
-                n=n,
+                n=size,
                 percentile=np.where(defined, lower, np.nan),
                 percentile_approx=np.where(defined, np.clip(approx[0], 0.0, 1.0), np.nan),
                 p_value=np.where(defined, _two_sided(lower, upper), np.nan),
                 method=np.where(exact, "exact", approximate),
-                undefined_reason=reason,
+                reason=reason,
             )
         )
-    return pd.concat(blocks, ignore_index=True)
+    out = pd.concat(blocks, ignore_index=True)
+    out.insert(out.columns.get_loc("p_value") + 1, "p_adjusted", bh_adjust(out["p_value"]))
+    reason = out["reason"].astype(object)
+    out["reason"] = reason.where(reason.notna(), None)
+    return out

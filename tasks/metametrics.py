@@ -3,14 +3,21 @@
 Lum et al., "De-biasing 'bias' measurement" (debiasing-bias-measurement.txt; SPEC section 5). For
 base-metric values Y_1..Y_K (e.g. each group's TPR), the six meta-metrics of the paper's table 1
 are all biased upward when groups are small (its section 4). The corrected variance (eq. 2)
-max(0, var(Y) − (1/K)Σ σ̂²_k), σ̂²_k = Y_k(1 − Y_k)/n_k, is unbiased before truncation; its
-bootstrap needs the double correction of section 5.3, σ̂²*_k = 2Y*_k(1 − Y*_k)/n_k − Y*_k(1 − Y*_k)/n_k²,
-for percentile intervals that cover.
+max(0, var(Y) − (1/K)Σ σ̂²_k) uses σ̂²_k = Y_k(1 − Y_k)/(n_k − 1), unbiased for the sampling
+variance μ_k(1 − μ_k)/n_k (the paper's plug-in Y_k(1 − Y_k)/n_k has expectation
+μ_k(1 − μ_k)(n_k − 1)/n_k² and under-corrects; a group with n_k = 1 has no estimate and is left
+out, with the reason). Its bootstrap needs the double correction of section 5.3, re-derived for
+this estimator: within a replicate, Y*(1 − Y*)/(n − 1) estimates the replicate's sampling variance
+and Y*(1 − Y*)·n/(n − 1)² the original's, so σ̂²*_k = Y*_k(1 − Y*_k)(2n_k − 1)/(n_k − 1)² (the
+paper's 2Y*(1 − Y*)/n − Y*(1 − Y*)/n² with n − 1 for n).
 
 The bootstrap resamples counts, never rows: in the paper's model (1), X_k ~ Binomial(n_k, μ_k), so
-resampling group k's n_k outcomes with replacement is exactly X*_k ~ Binomial(n_k, Y_k). For a
-confusion-matrix rate, n_k is the metric's denominator count (its positives for TPR, ...), held
-fixed as the paper's derivation holds it.
+resampling group k's n_k outcomes is X*_k ~ Binomial(n_k, Y_k). A group observed at 0 or 1 would
+never vary across replicates, and the interval would ignore its uncertainty (coverage 0.25-0.6
+with one group of 2-5 among six): such a group is drawn from the adjusted proportion
+(x_k + 1/2)/(n_k + 1) instead (coverage >= 0.99 there, and still ~0.93 in the paper's table-3
+scenario, where adjusting every group would cost it 0.15; benchmarks/calibration.py). For a
+confusion-matrix rate, n_k is the metric's denominator count (its positives for TPR, ...).
 """
 
 from __future__ import annotations
@@ -24,41 +31,56 @@ Method = Literal["uncorrected", "corrected", "double"]
 META_METRICS = ("mm_diff", "mm_ratio", "max_abs_diff", "mad", "var", "gei")
 
 
-def meta_metrics(values, alpha: float = 2.0) -> dict[str, float]:
+def meta_metrics(values, gei_exponent: float = 2.0) -> dict[str, float]:
     """The six meta-metrics of table 1 over the values of K groups (naive, i.e. uncorrected).
 
-    max − min; max/min (the plain ratio the paper defines, not its code's +0.05 version; inf when
-    min = 0); max_k |Y_k − Ȳ|; mean absolute deviation (1/K)Σ|Y_k − Ȳ|; variance
-    (1/(K − 1))Σ(Y_k − Ȳ)²; generalised entropy index (1/(K α(α − 1)))Σ[(Y_k/Ȳ)^α − 1], α ∉ {0, 1}.
+    max − min; max/min (the plain ratio the paper defines, not its code's +0.05 version; NaN when
+    min = 0, see meta_metric_reasons); max_k |Y_k − Ȳ|; mean absolute deviation (1/K)Σ|Y_k − Ȳ|;
+    variance (1/(K − 1))Σ(Y_k − Ȳ)²; generalised entropy index (1/(K a(a − 1)))Σ[(Y_k/Ȳ)^a − 1]
+    with exponent a = ``gei_exponent`` not in {0, 1} (NaN when Ȳ = 0).
     """
-    if alpha in (0, 1):
-        raise ValueError("the generalised entropy index needs alpha not in {0, 1}")
+    if gei_exponent in (0, 1):
+        raise ValueError("the generalised entropy index needs an exponent not in {0, 1}")
     y = np.asarray(values, dtype=float)
     if y.size < 2:
         raise ValueError("meta-metrics need at least two groups")
-    mean = y.mean()
+    mean, a = y.mean(), gei_exponent
     with np.errstate(divide="ignore", invalid="ignore"):
         return {
             "mm_diff": float(y.max() - y.min()),
-            "mm_ratio": float(y.max() / y.min()) if y.min() > 0 else float("inf"),
+            "mm_ratio": float(y.max() / y.min()) if y.min() > 0 else float("nan"),
             "max_abs_diff": float(np.abs(y - mean).max()),
             "mad": float(np.abs(y - mean).mean()),
             "var": float(y.var(ddof=1)),
-            "gei": float(((y / mean) ** alpha - 1).sum() / (y.size * alpha * (alpha - 1))),
+            "gei": float(((y / mean) ** a - 1).sum() / (y.size * a * (a - 1)))
+            if mean > 0
+            else float("nan"),
         }
 
 
+def meta_metric_reasons(values) -> list[str]:
+    """Why meta_metrics leaves a value undefined: the ratio at min = 0, the GEI at mean = 0."""
+    y = np.asarray(values, dtype=float)
+    reasons = []
+    if y.min() <= 0:
+        reasons.append("mm_ratio undefined: min = 0")
+    if y.mean() <= 0:
+        reasons.append("gei undefined: mean = 0")
+    return reasons
+
+
 def _correction(y, n, method: Method):
-    """(1/K)Σ σ̂²_k along the last axis for the single or double correction."""
-    plug_in = y * (1 - y) / n
+    """(1/K)Σ σ̂²_k along the last axis for the single or double correction (module doc)."""
     if method == "corrected":
-        return plug_in.mean(axis=-1)
-    return (2 * plug_in - y * (1 - y) / n**2).mean(axis=-1)
+        return (y * (1 - y) / (n - 1)).mean(axis=-1)
+    return (y * (1 - y) * (2 * n - 1) / (n - 1) ** 2).mean(axis=-1)
 
 
 def corrected_variance(values, totals) -> float:
-    """Eq. 2: max(0, var(Y) − (1/K)Σ Y_k(1 − Y_k)/n_k), unbiased for the between-group variance."""
+    """Eq. 2 with the unbiased σ̂²_k: max(0, var(Y) − (1/K)Σ Y_k(1 − Y_k)/(n_k − 1)), n_k >= 2."""
     y, n = np.asarray(values, float), np.asarray(totals, float)
+    if np.any(n < 2):
+        raise ValueError("every group needs n >= 2 for a variance estimate")
     return float(max(0.0, y.var(ddof=1) - _correction(y, n, "corrected")))
 
 
@@ -80,19 +102,22 @@ def bootstrap_variance_interval(
 ) -> tuple[float, float, float]:
     """(point estimate, low, high): percentile bootstrap interval of the between-group variance.
 
-    Each replicate draws X*_k ~ Binomial(n_k, Y_k) for all groups at once (a (n_boot, K) array).
-    The point estimate is the uncorrected variance for ``uncorrected`` and the corrected variance
-    (eq. 2) otherwise; within replicates the correction is single or double (section 5.3).
+    Each replicate draws X*_k ~ Binomial(n_k, Y_k) for all groups at once (a (n_boot, K) array),
+    with (x_k + 1/2)/(n_k + 1) for Y_k where Y_k is 0 or 1 (module doc). The point estimate is the uncorrected variance for
+    ``uncorrected`` and the corrected variance (eq. 2) otherwise; within replicates the
+    correction is single or double (section 5.3, re-derived with n − 1). Every n_k must be >= 2.
     """
     if method not in ("uncorrected", "corrected", "double"):
         raise ValueError(f"method must be uncorrected, corrected or double, not {method!r}")
     x, n = np.asarray(successes, float), np.asarray(totals, float)
     if x.shape != n.shape or x.ndim != 1 or x.size < 2:
         raise ValueError("successes and totals must be 1-d arrays of the same length >= 2")
-    if np.any(n <= 0) or np.any((x < 0) | (x > n)):
-        raise ValueError("every group needs 0 <= successes <= totals and totals > 0")
+    if np.any(n < 2) or np.any((x < 0) | (x > n)):
+        raise ValueError("every group needs 0 <= successes <= totals and totals >= 2")
     y = x / n
-    draws = np.random.default_rng(seed).binomial(n.astype(np.int64), y, size=(n_boot, y.size)) / n
+    resample = np.where((x == 0) | (x == n), (x + 0.5) / (n + 1), y)
+    rng = np.random.default_rng(seed)
+    draws = rng.binomial(n.astype(np.int64), resample, size=(n_boot, y.size)) / n
     replicates = _estimate(draws, n, method)
     low, high = np.quantile(replicates, [(1 - level) / 2, (1 + level) / 2])
     point = _estimate(y, n, "corrected" if method == "double" else method)
@@ -100,29 +125,59 @@ def bootstrap_variance_interval(
 
 
 def attribute_meta_metrics(
-    metrics: pd.DataFrame, rates: list[str], n_boot: int, level: float, seed: int
+    metrics: pd.DataFrame,
+    rates: list[str],
+    n_boot: int,
+    level: float,
+    seed: int,
+    group_sizes: pd.DataFrame | None = None,
+    min_group_size: int = 0,
 ) -> pd.DataFrame:
     """Per attribute and rate metric: naive meta-metrics, corrected variance, double-corrected
-    interval, the number of groups and their sizes (groups where the metric is undefined are left
-    out and counted)."""
+    interval, the number of groups and their sizes, and ``reason``.
+
+    Left out, counted in ``k_undefined`` and named in ``reason``: groups where the metric is
+    undefined, groups with a denominator of 1 (no variance estimate) and groups with fewer valid
+    predictions than ``min_group_size`` (``group_sizes``: attribute, group_name, size).
+    """
     groups = metrics[(metrics["subset"] == "group") & metrics["metric"].isin(rates)]
+    if group_sizes is not None and min_group_size > 0:
+        groups = groups.merge(group_sizes, on=["attribute", "group_name"], how="left")
     rows = []
     for (attribute, metric), part in groups.groupby(["attribute", "metric"], sort=True):
+        why = []
         defined = part[part["value"].notna()]
+        if len(defined) < len(part):
+            why.append(f"{len(part) - len(defined)} undefined")
+        single = defined["denominator"] < 2
+        if single.any():
+            why.append(f"{int(single.sum())} with denominator 1 (no variance estimate)")
+            defined = defined[~single]
+        if "size" in defined and min_group_size > 0:
+            small = defined["size"] < min_group_size
+            if small.any():
+                why.append(f"{int(small.sum())} below min_group_size {min_group_size}")
+                defined = defined[~small]
         row = {
             "attribute": attribute,
             "metric": metric,
             "k": len(defined),
             "k_undefined": len(part) - len(defined),
         }
+        reasons = [f"groups left out: {', '.join(why)}"] if why else []
         if len(defined) >= 2:
             sizes = defined["denominator"].to_numpy()
             row.update(meta_metrics(defined["value"]))
+            reasons += meta_metric_reasons(defined["value"])
             row["corrected_var"] = corrected_variance(defined["value"], sizes)
             _, row["interval_low"], row["interval_high"] = bootstrap_variance_interval(
                 defined["numerator"], sizes, n_boot=n_boot, level=level, seed=seed
             )
             row.update(n_min=sizes.min(), n_median=float(np.median(sizes)), n_max=sizes.max())
+        else:
+            reasons.append("fewer than two groups to compare")
+        row["reason"] = "; ".join(reasons) or None
         rows.append(row)
-    frame = pd.DataFrame(rows) if rows else pd.DataFrame(columns=["attribute", "metric", "k"])
+    columns = ["attribute", "metric", "k", "reason"]
+    frame = pd.DataFrame(rows) if rows else pd.DataFrame(columns=columns)
     return frame.astype({"attribute": str, "metric": str, "k": "int64"}).assign(level=level)

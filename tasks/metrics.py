@@ -1,4 +1,4 @@
-"""Metrics: the confusion-matrix metric catalogue of ../shared/SPEC.md section 1.
+"""Metrics stage: the confusion-matrix metric catalogue of ../shared/SPEC.md section 1.
 
 Definitions follow Briscoe et al., "Algorithmic Accountability in Small Data"
 (small-data-metrics-match-cps.txt), appendix B. Every value carries its numerator and denominator;
@@ -19,8 +19,10 @@ from biasaudit.schemas.metric_ids import (
     BINOMIAL_CELLS,
     JOINT_RATIO,
     JOINT_RATIO_CELLS,
+    LABEL_FREE_CELLS,
     MARGINS,
     OTHER,
+    UNLABELLED_COLUMNS,
     canonical_metric,
 )
 
@@ -30,6 +32,8 @@ Result = tuple[
 ]  # value, numerator, denominator, reason
 
 EMPTY = "n = 0 (empty group)"
+# Columns of a counts frame that are counts, not keys.
+COUNT_FIELDS = [*COUNT_COLUMNS, *UNLABELLED_COLUMNS, "n_unlabelled"]
 
 
 def _margin(c: Cells, name: str) -> np.ndarray:
@@ -57,10 +61,17 @@ def _reasons(conditions: Iterable[tuple[np.ndarray, str]], size: int) -> np.ndar
     return out
 
 
-def _binomial(a: str, b: str) -> Callable[[Cells], Result]:
+def _binomial(a: str, b: str, unlabelled: str | None = None) -> Callable[[Cells], Result]:
+    """(a + b)/n; for PPR and PNR (``unlabelled`` given) over every valid prediction: the
+    unlabelled ones with the same decision join the numerator, all unlabelled the denominator."""
+
     def metric(c: Cells) -> Result:
         n = c["tp"] + c["fp"] + c["fn"] + c["tn"]
-        return _divide(c[a] + c[b], n, _reasons([(n == 0, EMPTY)], n.size))
+        num = c[a] + c[b]
+        if unlabelled is not None:
+            n = n + c["unlabelled_pos"] + c["unlabelled_neg"]
+            num = num + c[unlabelled]
+        return _divide(num, n, _reasons([(n == 0, EMPTY)], n.size))
 
     return metric
 
@@ -98,7 +109,10 @@ def mcc(c: Cells) -> Result:
 def pt(c: Cells) -> Result:
     """Prevalence threshold (sqrt(TPR·FPR) − FPR)/(TPR − FPR); undefined also where TPR = FPR.
 
-    TPR = FPR is tested exactly by cross-multiplication (TP·(FP+TN) = FP·(TP+FN)).
+    Computed as the algebraically equal sqrt(FPR)/(sqrt(TPR) + sqrt(FPR)) (divide numerator and
+    denominator by sqrt(TPR) − sqrt(FPR)), which has no cancellation: stable for counts near 1e9,
+    where the textbook form loses every digit as TPR → FPR. TPR = FPR is tested exactly by
+    cross-multiplication (TP·(FP+TN) = FP·(TP+FN)) in integers where the counts are integers.
     """
     pos, neg = _margin(c, "tp+fn"), _margin(c, "fp+tn")
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -107,11 +121,21 @@ def pt(c: Cells) -> Result:
         [
             (pos == 0, _margin_reason("tp+fn")),
             (neg == 0, _margin_reason("fp+tn")),
-            ((pos > 0) & (neg > 0) & (c["tp"] * neg == c["fp"] * pos), "tpr = fpr"),
+            ((pos > 0) & (neg > 0) & _equal_products(c["tp"], neg, c["fp"], pos), "tpr = fpr"),
         ],
         pos.size,
     )
-    return _divide(np.sqrt(tpr * fpr) - fpr, tpr - fpr, reason)
+    root_fpr = np.sqrt(fpr)
+    return _divide(root_fpr, np.sqrt(tpr) + root_fpr, reason)
+
+
+def _equal_products(a, b, c, d) -> np.ndarray:
+    """a·b == c·d, exactly: in Python integers where all four are whole numbers, else in floats."""
+    values = np.stack([a, b, c, d])
+    if np.all(np.isfinite(values)) and np.all(values == np.round(values)):
+        whole = [[int(v) for v in row] for row in values]
+        return np.array([w * x == y * z for w, x, y, z in zip(*whole)], dtype=bool)
+    return a * b == c * d
 
 
 def mb(c: Cells) -> Result:
@@ -121,7 +145,7 @@ def mb(c: Cells) -> Result:
 
 
 CATALOGUE: dict[str, Callable[[Cells], Result]] = {
-    **{m: _binomial(*BINOMIAL_CELLS[m]) for m in BINOMIAL},
+    **{m: _binomial(*BINOMIAL_CELLS[m], LABEL_FREE_CELLS.get(m)) for m in BINOMIAL},
     **{m: _joint_ratio(*JOINT_RATIO_CELLS[m]) for m in JOINT_RATIO},
     **dict(zip(OTHER, (f1, f1s, mcc, pt, mb))),
 }
@@ -133,14 +157,18 @@ def compute_metrics(counts: pd.DataFrame, metrics: Iterable[str] | None = None) 
 
     Columns: the input's key columns (all but the counts), then ``metric``, ``value``,
     ``numerator``, ``denominator`` and ``undefined_reason`` (None where the value is defined).
-    Counts may be floats (smoothed confusion matrices).
+    Counts may be floats (smoothed confusion matrices). PPR and PNR count the unlabelled
+    predictions (columns ``unlabelled_pos``, ``unlabelled_neg``, 0 where absent) too.
     """
     names = GROUP_METRICS if metrics is None else [canonical_metric(m) for m in metrics]
     unknown = [m for m in names if m not in CATALOGUE]
     if unknown:
         raise ValueError(f"{unknown} are two-group metrics: use two_group_metrics")
-    cells = {c: counts[c].to_numpy(dtype="float64") for c in COUNT_COLUMNS}
-    keys = counts.drop(columns=COUNT_COLUMNS + ["n_unlabelled"], errors="ignore")
+    cells = {
+        c: counts[c].to_numpy(dtype="float64") if c in counts else np.zeros(len(counts))
+        for c in COUNT_COLUMNS + list(UNLABELLED_COLUMNS)
+    }
+    keys = counts.drop(columns=COUNT_FIELDS, errors="ignore")
     keys = keys.reset_index(drop=True)
     blocks = []
     for name in dict.fromkeys(names):
@@ -186,7 +214,7 @@ def two_group_metrics(group: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFr
     )
     with np.errstate(divide="ignore", invalid="ignore"):
         te = a["fn"] / a["fp"] - b["fn"] / b["fp"]
-    keys = group.drop(columns=COUNT_COLUMNS + ["n_unlabelled"], errors="ignore")
+    keys = group.drop(columns=COUNT_FIELDS, errors="ignore")
     keys = keys.reset_index(drop=True)
     blocks = [
         keys.assign(

@@ -22,6 +22,13 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
+from biasaudit.tasks.rates import comparison_rates
+from biasaudit.tasks.twosample import (
+    is_exact,
+    normal_power,
+    rejection_probability,
+    rejection_region,
+)
 from scipy import optimize, stats
 
 
@@ -139,68 +146,137 @@ def achieved_power(tau, var1, n1, var2, n2, u_tol=0.0, alpha=0.05):
         return stats.norm.cdf((np.asarray(tau, float) - u_tol) / sigma_u - _z(1 - alpha / 2))
 
 
+PLAN_EXACT_CELLS = 250_000  # exact power (enumeration) where d_group·d_reference is at most this
+
+
+def detection_power(
+    p_group, d_group, p_reference, d_reference, tolerance: float, level: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Power of detection's two-sided test (tasks.twosample) at true rates, and its method.
+
+    Exact (the rejection region of the exact unconditional test, summed under the binomials)
+    where d_group·d_reference <= PLAN_EXACT_CELLS and the test is exact; otherwise the normal
+    power of the same statistic (tasks.twosample.normal_power) at the same level.
+    """
+    arrays = np.broadcast_arrays(
+        *(np.asarray(v, dtype="float64") for v in (p_group, d_group, p_reference, d_reference))
+    )
+    p_g, d_g, p_r, d_r = (a.ravel() for a in arrays)
+    power = normal_power(p_g, d_g, p_r, d_r, tolerance, level)
+    exact = is_exact(d_g, d_r) & (d_g * d_r <= PLAN_EXACT_CELLS) & (d_g > 0) & (d_r > 0)
+    regions: dict[tuple[int, int], np.ndarray] = {}
+    for i in np.flatnonzero(exact):
+        key = (int(d_g[i]), int(d_r[i]))
+        if key not in regions:
+            regions[key] = rejection_region(*key, tolerance, level)
+        power[i] = rejection_probability(regions[key], p_g[i], p_r[i])[0]
+    shape = arrays[0].shape
+    return power.reshape(shape), np.where(exact, "exact", "normal").reshape(shape)
+
+
+def _verdict(tested: bool, achieved: float, factor: float, power: float) -> str:
+    """'enough data' when detection's test has the power, else by how much data falls short."""
+    if not tested:
+        return "not tested"
+    if achieved >= power:
+        return "enough data"
+    if np.isfinite(factor) and factor > 1:
+        return "underpowered by a factor " + (f"{factor:.1f}" if factor < 1e6 else f"{factor:.2g}")
+    return f"underpowered (power {achieved:.2f})"
+
+
 def plan(
     group: pd.DataFrame,
     reference: pd.DataFrame,
-    pair: tuple[pd.DataFrame, pd.DataFrame],
-    tau: float | None,
+    metrics: list[str],
+    tau: float,
     alpha: float,
     power: float,
+    tolerance: float = 0.0,
+    min_group_size: int = 0,
 ) -> pd.DataFrame:
-    """Needed against available predictions for every rate metric of every comparison.
+    """Power of detection's test, and predictions needed, for every rate metric of every comparison.
 
-    ``group`` and ``reference`` are the comparisons' aligned counts, ``pair`` their rate metrics
-    (tasks.metrics.pair_metrics).
-
-    Group 1 is the reference, group 2 the group; U = M_group − M_reference. τ is the configured
-    disparity to detect, or the observed |U| when none is configured. ``needed`` is the total n of
-    both groups at their actual shares, ``needed_neyman`` under the Neyman allocation; the verdict
-    compares ``needed`` with the predictions available. ``bias_n`` is the bias measure N of eq. 1
-    (one-sided, at the audit's α and power) beside the difference and the ratio.
+    Group 1 is the reference, group 2 the group; U = M_group − M_reference. The test is the one
+    detection runs (SPEC section 2, "what the planning stage must report"): H1: |U| > tolerance,
+    two-sided, at the level the multiplicity procedure demands of a lone discovery, α/m for the m
+    comparisons detection tests (Benjamini-Hochberg's threshold for its first rejection), with
+    the same variance. τ is the configured disparity worth detecting, in either direction: the
+    reported power is the smaller of the powers at M_group = M_reference ± τ. Rates are floored
+    for the variance, M = (x + 1/2)/(d + 1), so a group of one or two is never "enough data".
+    ``needed`` is the total n of both groups at their actual shares (audit tutorial eq. 2 at the
+    same level and tolerance), ``needed_neyman`` under the Neyman allocation; ``bias_n`` is the
+    bias measure N of eq. 1 of the observed rates (one-sided, at α and power) beside the
+    difference and the ratio. Comparisons detection does not test carry its ``reason``.
     """
-    keys = ["attribute", "group_name", "reference"]
-    mine, theirs = pair
-    rates = mine["metric"].unique()
-    cells = ["tp", "fp", "fn", "tn"]
-    n2 = np.tile(group[cells].sum(axis=1).to_numpy(float), len(rates))
-    n1 = np.tile(reference[cells].sum(axis=1).to_numpy(float), len(rates))
-    m2, m1 = mine["value"].to_numpy(), theirs["value"].to_numpy()
-    var2 = variance_from_counts(mine["numerator"], mine["denominator"], n2)
-    var1 = variance_from_counts(theirs["numerator"], theirs["denominator"], n1)
-    disparity = m2 - m1
-    effect = np.abs(disparity) if tau is None else np.full_like(disparity, tau)
-    needed = allocation_sample_size(var1, var2, effect, n1 / (n1 + n2), 0.0, alpha, power).n
-    neyman = neyman_sample_size(var1, var2, effect, 0.0, alpha, power)
+    if tau is None or not tolerance < tau <= 1:
+        raise ValueError(f"tau must be a configured disparity in (tolerance, 1], not {tau!r}")
+    keys = ["attribute", "group_name", "reference", "metric"]
+    rates = comparison_rates(group, reference, metrics, min_group_size)
+    x2, d2 = rates["numerator_group"].to_numpy(), rates["denominator_group"].to_numpy()
+    x1, d1 = rates["numerator_reference"].to_numpy(), rates["denominator_reference"].to_numpy()
+    n2, n1 = rates["size_group"].to_numpy(), rates["size_reference"].to_numpy()
+    reason = rates["reason"].to_numpy(dtype=object)
+    tested = pd.isna(reason)
+    family = max(int(tested.sum()), 1)
+    level = alpha / family
+    with np.errstate(divide="ignore", invalid="ignore"):
+        m2, m1 = x2 / d2, x1 / d1
+        ratio = np.where(m1 > 0, m2 / m1, np.nan)
+    floor1 = (x1 + 0.5) / (d1 + 1)
+    up, down = np.minimum(floor1 + tau, 1.0), np.maximum(floor1 - tau, 0.0)
+    powers, methods, needs, neymans = [], [], [], []
+    for target in (up, down):
+        feasible = np.abs(target - floor1) >= tau - 1e-12
+        pw, method = detection_power(target, d2, floor1, d1, tolerance, level)
+        powers.append(np.where(feasible, pw, np.inf))
+        methods.append(method)
+        # per-observation variances σ²_M = M(1 − M)·n/d (the tutorial's table 1 for every rate)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            var2 = target * (1 - target) * n2 / d2
+            var1 = floor1 * (1 - floor1) * n1 / d1
+        share1 = n1 / (n1 + n2)
+        needs.append(
+            np.where(
+                feasible,
+                allocation_sample_size(var1, var2, tau, share1, tolerance, level, power).n,
+                -np.inf,
+            )
+        )
+        neymans.append(neyman_sample_size(var1, var2, tau, tolerance, level, power))
+    lower = powers[1] < powers[0]
+    achieved = np.where(lower, powers[1], powers[0])
+    method = np.where(lower, methods[1], methods[0])
+    needed = np.maximum(needs[0], needs[1])
+    neyman = np.where(needs[1] > needs[0], neymans[1].n, neymans[0].n)
+    neyman_share = np.where(needs[1] > needs[0], 1 - neymans[1].p1, 1 - neymans[0].p1)
     available = n1 + n2
-    defined = np.isfinite(needed) & np.isfinite(m1) & np.isfinite(m2)
     with np.errstate(divide="ignore", invalid="ignore"):
         factor = needed / available
-        ratio = np.where(m1 > 0, m2 / m1, np.nan)
-    verdict = np.where(
-        ~defined,
-        np.where(effect == 0, "no disparity to detect", "undefined metric"),
-        np.where(
-            factor <= 1,
-            "enough data",
-            np.char.add("underpowered by a factor ", np.char.mod("%.1f", np.nan_to_num(factor))),
-        ),
-    )
-    return mine[keys + ["metric"]].assign(
+    verdict = np.array([_verdict(t, pw, f, power) for t, pw, f in zip(tested, achieved, factor)])
+
+    def shown(values):
+        return np.where(tested, values, np.nan)
+
+    return rates[keys].assign(
         value_group=m2,
         value_reference=m1,
-        disparity=disparity,
+        difference=m2 - m1,
         ratio=ratio,
-        tau=effect,
-        n_group=n2,
-        n_reference=n1,
-        needed=np.where(defined, needed, np.nan),
-        needed_neyman=np.where(defined, neyman.n, np.nan),
-        neyman_share_group=np.where(defined, 1 - neyman.p1, np.nan),
-        achieved_power=np.where(
-            defined, achieved_power(effect, var1, n1, var2, n2, 0.0, alpha), np.nan
-        ),
+        tau=tau,
+        size_group=n2,
+        size_reference=n1,
+        denominator_group=d2,
+        denominator_reference=d1,
+        level=shown(np.full(len(rates), level)),
+        needed=shown(needed),
+        needed_neyman=shown(neyman),
+        neyman_share_group=shown(neyman_share),
+        achieved_power=shown(achieved),
+        power_method=np.where(tested, method, None),
         verdict=verdict,
         bias_n=arcsine_sample_size(m1, m2, alpha, power),
+        reason=reason,
     )
 
 

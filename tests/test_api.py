@@ -95,7 +95,7 @@ def test_compas_golden_file(compas_result):
     reference) to the stored golden file, within tolerances."""
     detection = compas_result.detection
     key = detection[(detection["attribute"] == "race") & detection["metric"].isin(["fpr", "fnr"])]
-    current = key[["group_name", "reference", "metric", "x_group", "n_group", "difference"]]
+    current = key[["group_name", "reference", "metric", "numerator_group", "denominator_group", "difference"]]
     current = current.sort_values(["group_name", "reference", "metric"]).reset_index(drop=True)
     golden = pd.read_csv(GOLDEN, keep_default_na=False)
     pd.testing.assert_frame_equal(

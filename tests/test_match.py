@@ -18,7 +18,7 @@ def test_paper_example_binomial():
     """It reproduces the paper's example: n = 100, p = 0.75, observed 0.80 -> about 0.90."""
     group = frame((70, 10, 10, 10))  # ACC = 0.80
     reference = frame((60, 15, 10, 15))  # ACC = 0.75
-    row = match_test(group, reference, ["acc"]).iloc[0]
+    row = match_test(group, reference, ["acc"], min_reference_ratio=0).iloc[0]
     assert row["percentile_approx"] == pytest.approx(0.90, abs=0.005)
     assert row["percentile"] == pytest.approx(stats.binom.cdf(80, 100, 0.75), abs=1e-12)
 
@@ -27,7 +27,7 @@ def test_spec_marginal_benefit_example():
     """It gives SPEC's MB numbers: exact 0.8819, normal with continuity correction 0.8813."""
     group = frame((20, 12, 3, 15))  # n = 50, FP = 12, FN = 3
     reference = frame((35, 20, 10, 35))  # p_FP = 0.2, p_FN = 0.1
-    row = match_test(group, reference, ["mb"]).iloc[0]
+    row = match_test(group, reference, ["mb"], min_reference_ratio=0).iloc[0]
     assert row["percentile"] == pytest.approx(0.8819, abs=5e-5)
     assert row["percentile_approx"] == pytest.approx(0.8813, abs=5e-5)
 
@@ -67,10 +67,10 @@ CASES = [
 def test_exact_percentiles_match_monte_carlo(group_cells, reference_p):
     """It agrees with 400,000 simulated groups for every metric (within 5 standard errors)."""
     reference = frame(tuple(int(p * 1_000_000) for p in reference_p))
-    result = match_test(frame(group_cells), reference).set_index("metric")
+    result = match_test(frame(group_cells), reference, min_reference_ratio=0).set_index("metric")
     for metric in MATCH_METRICS:
         row = result.loc[metric]
-        if row["undefined_reason"] is not None:
+        if row["reason"] is not None:
             continue
         lower, upper = simulated_percentiles(group_cells, reference_p, metric)
         tolerance = 5 * np.sqrt(0.25 / 400_000) + 1e-6
@@ -87,7 +87,7 @@ def test_normal_approximation_within_berry_esseen(n, p):
     k = np.arange(0, n + 1)
     group = pd.DataFrame({"tp": k, "fp": n - k, "fn": 0, "tn": 0})  # PREV = k/n
     reference = frame((int(p * 10_000), 10_000 - int(p * 10_000), 0, 0))
-    result = match_test(group, reference, ["prev"])
+    result = match_test(group, reference, ["prev"], min_reference_ratio=0)
     used = result["percentile_approx"].notna()
     assert used.any() == (n * p >= 5 and n * (1 - p) >= 5)
     bound = 0.4748 * (p**2 + (1 - p) ** 2) / np.sqrt(n * p * (1 - p))
@@ -106,7 +106,7 @@ def test_beta_approximation_tracks_exact(n, p):
     reference = frame(tuple(int(x * 100_000) for x in p))
     rng = np.random.default_rng(n)
     groups = pd.DataFrame(rng.multinomial(n, p, size=40), columns=CELLS)
-    result = match_test(groups, reference, list(JOINT_RATIO_CELLS))
+    result = match_test(groups, reference, list(JOINT_RATIO_CELLS), min_reference_ratio=0)
     for metric, rows in result.groupby("metric"):
         _, margin = JOINT_RATIO_CELLS[metric]
         q = p[CELLS.index(margin[:2])] + p[CELLS.index(margin[3:])]
@@ -116,13 +116,13 @@ def test_beta_approximation_tracks_exact(n, p):
 
 def test_undefined_cases_have_reasons():
     """It reports no percentile, with the reason, when the group's or reference's metric is undefined."""
-    result = match_test(frame((0, 3, 0, 5)), frame((10, 10, 10, 10)), ["tpr", "ppv"]).set_index(
-        "metric"
-    )
+    result = match_test(
+        frame((0, 3, 0, 5)), frame((10, 10, 10, 10)), ["tpr", "ppv"], min_reference_ratio=0
+    ).set_index("metric")
     assert np.isnan(result.loc["tpr", "percentile"])
-    assert result.loc["tpr", "undefined_reason"] == "tp+fn = 0 in group"
-    result = match_test(frame((2, 3, 1, 5)), frame((0, 10, 0, 10)), ["tpr"])
-    assert result["undefined_reason"].iloc[0] == "tp+fn = 0 in reference"
+    assert result.loc["tpr", "reason"] == "tp+fn = 0 in group"
+    result = match_test(frame((2, 3, 1, 5)), frame((0, 10, 0, 10)), ["tpr"], min_reference_ratio=0)
+    assert result["reason"].iloc[0] == "tp+fn = 0 in reference"
 
 
 def test_large_groups_use_the_approximation_within_its_error():
@@ -131,8 +131,10 @@ def test_large_groups_use_the_approximation_within_its_error():
     p = (0.3, 0.1, 0.1, 0.5)
     groups = pd.DataFrame(rng.multinomial(120_000, p, size=6), columns=CELLS)
     reference = frame(tuple(int(x * 1_000_000) for x in p))
-    fast = match_test(groups, reference, ["tpr", "ppv", "mb"])
-    exact = match_test(groups, reference, ["tpr", "ppv", "mb"], exact_limit=float("inf"))
+    fast = match_test(groups, reference, ["tpr", "ppv", "mb"], min_reference_ratio=0)
+    exact = match_test(
+        groups, reference, ["tpr", "ppv", "mb"], exact_limit=float("inf"), min_reference_ratio=0
+    )
     assert set(fast["method"]) == {"beta", "normal"} and set(exact["method"]) == {"exact"}
     assert np.abs(fast["percentile"] - exact["percentile"]).max() < 0.003
     assert np.abs(fast["p_value"] - exact["p_value"]).max() < 0.006

@@ -7,6 +7,7 @@ import pytest
 from biasaudit.tasks.metametrics import (
     bootstrap_variance_interval,
     corrected_variance,
+    meta_metric_reasons,
     meta_metrics,
 )
 from scipy import stats
@@ -34,12 +35,19 @@ def test_meta_metrics_match_independent_computation(alpha):
 
 
 def test_meta_metric_edge_cases():
-    """It refuses α in {0, 1} and a single group, and gives an infinite ratio at a zero rate."""
+    """It refuses a GEI exponent in {0, 1} and a single group; ratio and GEI are undefined, with
+    a reason, at a zero minimum or mean."""
     with pytest.raises(ValueError):
-        meta_metrics([0.1, 0.2], alpha=1)
+        meta_metrics([0.1, 0.2], gei_exponent=1)
     with pytest.raises(ValueError):
         meta_metrics([0.1])
-    assert meta_metrics([0.0, 0.2])["mm_ratio"] == float("inf")
+    assert np.isnan(meta_metrics([0.0, 0.2])["mm_ratio"])
+    assert np.isnan(meta_metrics([0.0, 0.0])["gei"])
+    assert meta_metric_reasons([0.0, 0.2]) == ["mm_ratio undefined: min = 0"]
+    assert meta_metric_reasons([0.0, 0.0]) == [
+        "mm_ratio undefined: min = 0",
+        "gei undefined: mean = 0",
+    ]
 
 
 def simulate(mu, sizes, rng):
@@ -83,11 +91,16 @@ def test_count_bootstrap_is_the_row_bootstrap():
 
 
 def test_double_correction_formula():
-    """It subtracts the mean of 2Y(1−Y)/n − Y(1−Y)/n² in each replicate (section 5.3)."""
-    successes, totals = np.array([3, 9, 14]), np.array([10, 20, 30])
+    """It subtracts the mean of Y*(1−Y*)(2n−1)/(n−1)² in each replicate (section 5.3 with the
+    unbiased n − 1), drawing a group observed at 0 from (x + 1/2)/(n + 1)."""
+    successes, totals = np.array([0, 9, 14]), np.array([10, 20, 30])
     _, low, high = bootstrap_variance_interval(successes, totals, n_boot=1, level=0.5, seed=4)
-    y = np.random.default_rng(4).binomial(totals, successes / totals, size=(1, 3))[0] / totals
-    expected = max(0.0, y.var(ddof=1) - np.mean(2 * y * (1 - y) / totals - y * (1 - y) / totals**2))
+    p = np.array([0.5 / 11, 9 / 20, 14 / 30])
+    y = np.random.default_rng(4).binomial(totals, p, size=(1, 3))[0] / totals
+    n = totals
+    # within the replicate: Y*(1−Y*)/(n−1) for its own noise, Y*(1−Y*)n/(n−1)² for the original's
+    own, original = y * (1 - y) / (n - 1), y * (1 - y) * n / (n - 1) ** 2
+    expected = max(0.0, y.var(ddof=1) - np.mean(own + original))
     assert low == pytest.approx(expected) and high == pytest.approx(expected)
 
 
@@ -124,3 +137,51 @@ def test_coverage_double_beats_uncorrected_where_performance_differs():
     assert covered["double"] / replicates > 0.88
     assert covered["uncorrected"] / replicates < 0.4
     assert covered["corrected"] / replicates < 0.85
+
+
+@pytest.mark.parametrize("tiny", [2, 3, 5])
+def test_double_corrected_interval_covers_with_a_tiny_extreme_group(tiny):
+    """It covers the true variance >= 90% with one group of 2-5 among six whose rate is near 0
+    (observed 0 in most replicates), where resampling the observed 0 covered 0.25-0.4."""
+    rng = np.random.default_rng(tiny)
+    mu = np.array([0.05, 0.3, 0.3, 0.35, 0.4, 0.45])
+    sizes = np.array([tiny, 50, 100, 200, 400, 800])
+    truth = mu.var(ddof=1)
+    replicates, hits, extreme = 300, 0, 0
+    for r in range(replicates):
+        x = rng.binomial(sizes, mu)
+        extreme += x[0] in (0, tiny)
+        _, low, high = bootstrap_variance_interval(x, sizes, n_boot=400, seed=r)
+        hits += low <= truth <= high
+    assert extreme / replicates > 0.75  # the scenario: the tiny group is mostly at 0
+    assert hits / replicates >= 0.90
+
+
+def test_meta_metric_rows_leave_out_groups_with_reasons():
+    """It leaves out undefined, denominator-1 and below-min_group_size groups, saying so."""
+    import pandas as pd
+    from biasaudit.tasks.metametrics import attribute_meta_metrics
+
+    frame = pd.DataFrame(
+        {
+            "attribute": "a",
+            "group_name": ["g1", "g2", "g3", "g4", "g5"],
+            "subset": "group",
+            "metric": "tpr",
+            "value": [0.5, 0.0, 1.0, np.nan, 0.4],
+            "numerator": [10.0, 0.0, 1.0, 0.0, 8.0],
+            "denominator": [20.0, 30.0, 1.0, 0.0, 20.0],
+        }
+    )
+    sizes = pd.DataFrame(
+        {
+            "attribute": "a",
+            "group_name": ["g1", "g2", "g3", "g4", "g5"],
+            "size": [100, 100, 5, 3, 10],
+        }
+    )
+    row = attribute_meta_metrics(frame, ["tpr"], 200, 0.95, 0, sizes, 20).iloc[0]
+    assert row["k"] == 2 and row["k_undefined"] == 3
+    assert "1 undefined" in row["reason"] and "denominator 1" in row["reason"]
+    assert "1 below min_group_size 20" in row["reason"]
+    assert "mm_ratio undefined: min = 0" in row["reason"] and np.isnan(row["mm_ratio"])

@@ -124,3 +124,27 @@ def test_unknown_metric_is_rejected():
     """It rejects unknown metric names with the list of known ones."""
     with pytest.raises(ValueError, match="unknown metric 'fairness'"):
         canonical_metric("fairness")
+
+
+def test_prevalence_threshold_is_stable_for_counts_near_a_billion():
+    """It gives PT to 1e-12 relative to a 60-digit decimal evaluation of the textbook formula
+    where TPR and FPR differ in the ninth digit (the textbook form in floats loses them)."""
+    from decimal import Decimal, getcontext
+
+    getcontext().prec = 60
+    cases = [
+        (1_000_000_001, 999_999_999, 999_999_999, 1_000_000_001),
+        (999_999_000, 1_000_000_000, 1_000, 999_000),
+        (3, 1_000_000_000, 999_999_997, 1),
+    ]
+    counts = pd.DataFrame(cases, columns=["tp", "fp", "fn", "tn"])
+    value = compute_metrics(counts, ["pt"])["value"].to_numpy()
+    for (tp, fp, fn, tn), got in zip(cases, value):
+        tpr, fpr = Decimal(tp) / Decimal(tp + fn), Decimal(fp) / Decimal(fp + tn)
+        expected = ((tpr * fpr).sqrt() - fpr) / (tpr - fpr)
+        assert got == pytest.approx(float(expected), rel=1e-12)
+    equal = pd.DataFrame(
+        [(10**9, 2 * 10**9, 10**9, 2 * 10**9 + 0)], columns=["tp", "fp", "fn", "tn"]
+    )
+    row = compute_metrics(equal, ["pt"]).iloc[0]  # TPR = FPR = 1/2 exactly
+    assert np.isnan(row["value"]) and row["undefined_reason"] == "tpr = fpr"

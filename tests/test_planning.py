@@ -195,44 +195,84 @@ def test_achieved_power_matches_simulated_rejections():
     assert predicted == pytest.approx(simulated, abs=0.01)
 
 
-def test_plan_rows_follow_the_formulas():
-    """It sizes each comparison with the tutorial's formulas at the groups' actual shares."""
+def comparison(group_cells, reference_cells, attribute="race", name="B"):
     import pandas as pd
-    from biasaudit.tasks.metrics import pair_metrics
+
+    cells = ["tp", "fp", "fn", "tn"]
+    group = pd.DataFrame([group_cells], columns=cells).assign(
+        attribute=attribute, group_name=name, reference="rest"
+    )
+    return group, pd.DataFrame([reference_cells], columns=cells)
+
+
+def test_plan_rows_follow_the_formulas():
+    """It sizes each comparison with the tutorial's eq. 2 at detection's level α/m, with the
+    configured τ beyond the tolerance and floored rates, in the direction that needs more data."""
     from biasaudit.tasks.planning import plan
 
-    group = pd.DataFrame(
-        {
-            "attribute": ["race"],
-            "group_name": ["B"],
-            "reference": ["rest"],
-            "tp": [60],
-            "fp": [40],
-            "fn": [20],
-            "tn": [80],
-        }
+    group, reference = comparison((60, 40, 20, 80), (300, 100, 100, 500))
+    row = plan(group, reference, ["fpr", "ppr"], 0.1, 0.05, 0.8, tolerance=0.02).set_index("metric")
+    level = 0.05 / 2  # two tests in the family
+    fpr_r = (100 + 0.5) / (600 + 1)  # floored reference rate
+    z = stats.norm.ppf(1 - level / 2) + stats.norm.ppf(0.8)
+    needed = []
+    for fpr_g in (fpr_r + 0.1, fpr_r - 0.1):
+        var_g = fpr_g * (1 - fpr_g) * 200 / 120  # per observation: M(1 − M)·n/d
+        var_r = fpr_r * (1 - fpr_r) * 1000 / 600
+        needed.append(z**2 * (var_r / (1000 / 1200) + var_g / (200 / 1200)) / (0.1 - 0.02) ** 2)
+    assert row.loc["fpr", "needed"] == pytest.approx(max(needed))
+    assert row.loc["fpr", "level"] == pytest.approx(level)
+    assert row.loc["fpr", "difference"] == pytest.approx(40 / 120 - 100 / 600)
+    assert row.loc["fpr", "bias_n"] == pytest.approx(
+        arcsine_sample_size(100 / 600, 40 / 120, 0.05, 0.8)
     )
-    reference = pd.DataFrame({"tp": [300], "fp": [100], "fn": [100], "tn": [500]})
-    row = plan(group, reference, pair_metrics(group, reference, ["fpr", "ppr"]), tau=None, alpha=0.05, power=0.8).set_index(
-        "metric"
-    )
-    fpr_g, fpr_r = 40 / 120, 100 / 600
-    var_g = fpr_g * (1 - fpr_g) / (120 / 200)  # TNR/FPR: M(1 − M)/(1 − PREV)
-    var_r = fpr_r * (1 - fpr_r) / (600 / 1000)
-    tau = fpr_g - fpr_r
-    z = stats.norm.ppf(0.975) + stats.norm.ppf(0.8)
-    expected = z**2 * (var_r / (1000 / 1200) + var_g / (200 / 1200)) / tau**2
-    assert row.loc["fpr", "needed"] == pytest.approx(expected)
-    assert row.loc["fpr", "verdict"] == (
-        "enough data" if expected <= 1200 else row.loc["fpr", "verdict"]
-    )
-    assert row.loc["fpr", "achieved_power"] == pytest.approx(
-        stats.norm.cdf(tau / np.sqrt(var_r / 1000 + var_g / 200) - stats.norm.ppf(0.975))
-    )
-    assert row.loc["fpr", "bias_n"] == pytest.approx(arcsine_sample_size(fpr_r, fpr_g, 0.05, 0.8))
-    assert row.loc["fpr", "ratio"] == pytest.approx(fpr_g / fpr_r)
-    fixed = plan(group, reference, pair_metrics(group, reference, ["fpr"]), tau=0.5, alpha=0.05, power=0.8)
-    assert fixed["tau"].iloc[0] == 0.5 and fixed["verdict"].iloc[0] == "enough data"
+    assert row.loc["fpr", "ratio"] == pytest.approx((40 / 120) / (100 / 600))
+    assert row.loc["fpr", "power_method"] == "exact"  # 120 x 600 tables: enumerated
+    with pytest.raises(ValueError):
+        plan(group, reference, ["fpr"], None, 0.05, 0.8)
+    with pytest.raises(ValueError):
+        plan(group, reference, ["fpr"], 0.02, 0.05, 0.8, tolerance=0.05)
+
+
+@pytest.mark.parametrize("cells", [(1, 0, 0, 0), (2, 0, 0, 0), (1, 1, 0, 0), (0, 0, 0, 2)])
+def test_groups_of_one_or_two_are_never_enough_data(cells):
+    """It never calls a group of one or two predictions 'enough data', even at a rate of 0 or 1
+    (the plug-in variance 0 gave 'power 1')."""
+    from biasaudit.tasks.planning import plan
+
+    group, reference = comparison(cells, (300, 100, 100, 500))
+    rows = plan(group, reference, ["tpr", "fpr", "ppr", "acc"], 0.1, 0.05, 0.8)
+    tested = rows[rows["reason"].isna()]
+    assert len(tested) and (tested["achieved_power"] < 0.2).all()
+    assert not (rows["verdict"] == "enough data").any()
+
+
+def simulated_power(d_g, d_r, p_g, p_r, tolerance, level, rng, sims=600):
+    """Share of simulated audits in which detection's own test (unfairness_test) rejects."""
+    from biasaudit.tasks.detection import unfairness_test
+
+    x_g, x_r = rng.binomial(d_g, p_g, sims), rng.binomial(d_r, p_r, sims)
+    tables, counts = np.unique(np.stack([x_g, x_r]), axis=1, return_counts=True)
+    _, p = unfairness_test(tables[1], d_r, tables[0], d_g, tolerance)
+    return float(((p <= level) * counts).sum() / sims)
+
+
+@pytest.mark.parametrize(
+    ("d_g", "d_r", "gap"),
+    [(8, 400, 0.3), (30, 600, 0.2), (60, 300, 0.15), (150, 1500, 0.1), (1200, 3000, 0.06)],
+)
+@pytest.mark.parametrize("tolerance", [0.0, 0.05])
+def test_reported_power_matches_monte_carlo_of_detection(d_g, d_r, gap, tolerance):
+    """Planning's power equals the rejection rate of detection's test (unfairness_test, called
+    on simulated tables) within ±0.05, at the same level, tolerance and true gap."""
+    from biasaudit.tasks.planning import detection_power
+
+    rng = np.random.default_rng(d_g + d_r)
+    p_r, level = 0.3, 0.01
+    p_g = p_r + gap + tolerance
+    reported, _ = detection_power(p_g, d_g, p_r, d_r, tolerance, level)
+    simulated = simulated_power(d_g, d_r, p_g, p_r, tolerance, level, rng)
+    assert float(reported) == pytest.approx(simulated, abs=0.05)
 
 
 # The paper's table 1 ranks (D↓, R↓, N↑) per race, for algorithms 1-5.

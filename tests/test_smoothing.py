@@ -88,3 +88,28 @@ def test_additive_smoothing():
     assert (smoothed[CELLS].to_numpy() == partition()[CELLS].to_numpy() + 1).all()
     with pytest.raises(ValueError):
         additive_smoothing(partition(), -0.5)
+
+
+def test_additive_smoothing_of_an_empty_group_is_undefined():
+    """It leaves every additively smoothed metric of an empty group undefined, with the reason,
+    instead of reporting the prior (add-one would give TPR 0.5 with no data)."""
+    import numpy as np
+    from biasaudit.tasks.core import smoothed_metrics
+    from biasaudit.tasks.smoothing import EMPTY_GROUP
+
+    groups = pd.DataFrame(
+        {
+            "attribute": "a",
+            "group_name": ["x", "y"],
+            "tp": [0, 5],
+            "fp": [0, 3],
+            "fn": [0, 2],
+            "tn": [0, 10],
+        }
+    )
+    out = smoothed_metrics(groups, ["tpr", "ppr", "acc"], 5.0, 1.0)
+    empty = out[(out["estimator"] == "additive") & (out["group_name"] == "x")]
+    assert len(empty) == 3 and empty["value"].isna().all()
+    assert (empty["undefined_reason"] == EMPTY_GROUP).all()
+    other = out[(out["estimator"] == "additive") & (out["group_name"] == "y")]
+    assert np.allclose(other.set_index("metric")["value"]["tpr"], 6 / 9)

@@ -1,0 +1,111 @@
+"""The rates that the comparison stages (planning, detection, MATCH) test, and which comparisons
+they may test at all. Pure functions on the aligned (group, reference) count frames of
+tasks.counts.comparison_pairs; shared by those stages so that they test the same family.
+
+- A rate metric is x/d with x and d sums of count columns (schemas.metric_ids.rate_cells): PPR and
+  PNR over every valid prediction, labelled or not (SPEC section 6), the others over labelled ones.
+- One hypothesis, one test (SPEC section 3): for a two-valued attribute, "A vs rest", "B vs rest"
+  and "A vs B" are the same comparison; it is tested once (against the named reference if there is
+  one, else the first group against the rest) and the others carry the reason.
+- ``min_group_size`` (issue 15 item 6): a comparison whose group (or named reference) has fewer
+  valid predictions keeps its metrics but is not tested, with the reason.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from biasaudit.schemas.frames import COUNT_COLUMNS
+from biasaudit.schemas.metric_ids import RATE_METRICS, UNLABELLED_COLUMNS, rate_cells
+
+KEYS = ["attribute", "group_name", "reference"]
+
+
+def _size(frame: pd.DataFrame) -> np.ndarray:
+    columns = [c for c in (*COUNT_COLUMNS, *UNLABELLED_COLUMNS) if c in frame]
+    return frame[columns].sum(axis=1).to_numpy(dtype="float64")
+
+
+def _sum(frame: pd.DataFrame, columns: tuple[str, ...]) -> np.ndarray:
+    present = [c for c in columns if c in frame]
+    return frame[present].sum(axis=1).to_numpy(dtype="float64")
+
+
+def comparison_reasons(
+    group: pd.DataFrame, reference: pd.DataFrame, min_group_size: int = 0
+) -> np.ndarray:
+    """Per comparison row: why it is not tested (object array, None where it is tested)."""
+    reason = np.full(len(group), None, dtype=object)
+    size_group = _size(group)
+    size_reference = np.broadcast_to(_size(reference), size_group.shape)  # one row: for all
+    if "reference" in group:
+        names = group["reference"].to_numpy()
+    else:
+        names = np.full(len(group), "rest", dtype=object)
+    small = size_group < min_group_size
+    reason[small] = [
+        f"group size {int(n)} < min_group_size {min_group_size}" for n in size_group[small]
+    ]
+    small_ref = (reason == None) & (size_reference < min_group_size)
+    reason[small_ref] = [
+        f"reference size {int(n)} < min_group_size {min_group_size}"
+        for n in size_reference[small_ref]
+    ]
+    if "attribute" not in group or "group_name" not in group:
+        return reason
+    vs_rest = group[names == "rest"]
+    for attribute, part in vs_rest.groupby("attribute", sort=False):
+        if part["group_name"].nunique() != 2:
+            continue
+        first = min(part["group_name"])
+        here = (group["attribute"] == attribute).to_numpy()
+        named = here & (names != "rest")
+        if named.any():
+            keep = np.flatnonzero(named)[0]
+        else:
+            keep = np.flatnonzero(
+                here & (group["group_name"] == first).to_numpy() & (names == "rest")
+            )[0]
+        kept = f"{group['group_name'].iloc[keep]} vs {names[keep]}"
+        duplicate = here & (np.arange(len(group)) != keep) & (reason == None)
+        reason[duplicate] = f"same comparison as {kept} (two-valued attribute: tested once)"
+    return reason
+
+
+def comparison_rates(
+    group: pd.DataFrame, reference: pd.DataFrame, metrics, min_group_size: int = 0
+) -> pd.DataFrame:
+    """Long frame, one row per comparison and rate metric (in ``metrics`` order): the keys,
+    ``numerator_group``, ``denominator_group``, ``numerator_reference``,
+    ``denominator_reference``, ``size_group``, ``size_reference`` (valid predictions) and
+    ``reason`` (comparison_reasons; or a zero denominator), None where the rate can be tested."""
+    rates = [m for m in dict.fromkeys(metrics) if m in RATE_METRICS]
+    base = group[KEYS].reset_index(drop=True)
+    why = comparison_reasons(group, reference, min_group_size)
+    size_group, size_reference = _size(group), _size(reference)
+    blocks = []
+    for metric in rates:
+        numerator, denominator = rate_cells(metric)
+        x2, d2 = _sum(group, numerator), _sum(group, denominator)
+        x1, d1 = _sum(reference, numerator), _sum(reference, denominator)
+        reason = np.where(d2 == 0, "no denominator in group", None)
+        reason = np.where((d2 > 0) & (d1 == 0), "no denominator in reference", reason)
+        reason = np.where(why != None, why, reason)
+        blocks.append(
+            base.assign(
+                metric=metric,
+                numerator_group=x2,
+                denominator_group=d2,
+                numerator_reference=x1,
+                denominator_reference=d1,
+                size_group=size_group,
+                size_reference=size_reference,
+                reason=reason,
+            )
+        )
+    if not blocks:
+        return base.iloc[:0].assign(metric=pd.Series(dtype=str))
+    out = pd.concat(blocks, ignore_index=True)
+    reason = out["reason"].astype(object)
+    out["reason"] = reason.where(reason.notna(), None)
+    return out

@@ -1,0 +1,229 @@
+"""Two-sample test of |U| > U_tol for two rates, with size at most α at every sample size.
+
+U = p_A − p_B for rates x_A/n_A and x_B/n_B (SPEC sections 2-3; sample-size-fairness-audits.txt,
+eqs. 1-3). The statistic is the audit tutorial's (Û − U_tol)/σ̂_U with the Agresti-Caffo
+adjustment (one success and one failure added to each group before the estimate and its variance):
+
+    T = (m_A − m_B − U_tol)/s,   m = (x + 1)/(n + 2),   s² = Σ m(1 − m)/(n + 2).
+
+H0: |U| <= U_tol against H1: |U| > U_tol is tested as two one-sided tests, "U > U_tol" (T with A,
+B) and "U < −U_tol" (T with B, A), each at α/2: p = min(1, 2·min(p_up, p_down)). (SPEC suggests
+α for each side when U_tol > 0; that is not a level-α test: at U = U_tol the lower side still
+rejects with probability up to α/2 ... α as U_tol/σ_U → 0, so the size can reach 2α.)
+
+Small samples (the smaller count n <= EXACT_LIMIT): each one-sided p-value is exact
+unconditional (Barnard's construction): p = sup over the null boundary p_A = p_B + U_tol of
+P(S >= t_obs), where S is T made monotone (S(x_A, x_B) = max of T over x_A' <= x_A, x_B' >= x_B, so
+its upper sets are monotone and the supremum over H0 is on the boundary). The probability is a
+sum over the smaller group's counts of its binomial pmf times the other group's binomial CDF at
+the boundary of the region, and the supremum is taken on a grid of _GRID nuisance values refined
+around its largest values. Large samples: the normal tail of T (the asymptotic test, accurate
+there; benchmarks/calibration.py measures both).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import special, stats
+
+EXACT_LIMIT = 1000  # exact unconditional p-values where the smaller group's count is at most this
+_GRID = 129  # nuisance values on the null boundary
+_REFINE = 17  # extra values around each of the _PEAKS largest grid values
+_PEAKS = 4
+_TIE = 1e-9  # statistics within this (relative) of the observed one count as "as extreme"
+
+
+def statistic(x_a, n_a, x_b, n_b, u_tol=0.0) -> np.ndarray:
+    """T = (m_A − m_B − U_tol)/s with Agresti-Caffo adjusted rates and variance (module doc)."""
+    x_a, n_a, x_b, n_b = (np.asarray(v, dtype="float64") for v in (x_a, n_a, x_b, n_b))
+    m_a, m_b = (x_a + 1) / (n_a + 2), (x_b + 1) / (n_b + 2)
+    s = np.sqrt(m_a * (1 - m_a) / (n_a + 2) + m_b * (1 - m_b) / (n_b + 2))
+    return (m_a - m_b - u_tol) / s
+
+
+def _boundary(n_a: int, n_b: int, t: float, u_tol: float) -> tuple[bool, np.ndarray]:
+    """The region {T >= t}, t > 0, described along the smaller group.
+
+    Returns (a_small, edge). If A is the smaller group: the region is {x_B <= edge[x_A]} (edge −1:
+    none). Otherwise: the region is {x_A >= edge[x_B]} (edge n_A + 1: none). Where T > 0 the
+    numerator D = m_A − m_B − U_tol is positive, and there T decreases in x_B and increases in
+    x_A (∂T/∂m_B = −(s + D·∂s/∂m_B)/s² < 0 because D·|1 − 2m_B|/(2(n_B + 2)) < m_B(1 − m_B)/(n_B + 2)
+    <= s² when 0 < D < 1 − m_B; likewise for x_A), so each section of the region is an interval
+    found by bisection, and the region is monotone, as Barnard's construction needs.
+    """
+    a_small = n_a <= n_b
+    small, large = (n_a, n_b) if a_small else (n_b, n_a)
+    xs = np.arange(small + 1, dtype="float64")
+    threshold = t - _TIE * (1 + abs(t))
+
+    def inside(x_large):
+        if a_small:
+            return statistic(xs, n_a, x_large, n_b, u_tol) >= threshold
+        return statistic(x_large, n_a, xs, n_b, u_tol) >= threshold
+
+    # a_small: largest x_B inside (prefix); else: smallest x_A inside (suffix)
+    lo = np.full(small + 1, -1.0 if a_small else 0.0)
+    hi = np.full(small + 1, float(large) if a_small else large + 1.0)
+    while True:
+        open_ = hi - lo > 1
+        if not open_.any():
+            break
+        mid = np.floor((lo + hi) / 2)
+        good = inside(np.minimum(mid, large))
+        if a_small:  # invariant: lo inside (or −1), hi + 1 outside ... use lo/hi as [last in, ?]
+            lo, hi = np.where(open_ & good, mid, lo), np.where(open_ & ~good, mid, hi)
+        else:
+            hi, lo = np.where(open_ & good, mid, hi), np.where(open_ & ~good, mid, lo)
+    if a_small:
+        # lo is the last x_B known inside; hi the first known outside unless hi = large, tested
+        edge = np.where(inside(np.full(small + 1, float(large))), large, lo).astype("int64")
+        return True, np.maximum.accumulate(edge)
+    edge = np.where(inside(np.zeros(small + 1)), 0, hi).astype("int64")
+    return False, np.minimum.accumulate(edge[::-1])[::-1]
+
+
+def _log_pmf(k: np.ndarray, n: int, p: np.ndarray) -> np.ndarray:
+    """log Binomial(n, p) pmf at counts k (row) for probabilities p (column)."""
+    log_choose = special.gammaln(n + 1) - special.gammaln(k + 1) - special.gammaln(n - k + 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return log_choose + special.xlogy(k, p) + special.xlog1py(n - k, -p)
+
+
+def _region_probability(n_a, n_b, a_small, edge, p_b, u_tol) -> np.ndarray:
+    """P(region) at p_B = each of ``p_b`` and p_A = p_B + U_tol: the smaller group's pmf times
+    the larger group's CDF (or SF) at the region's edge, summed where the pmf is not negligible."""
+    p_b = np.asarray(p_b, dtype="float64")[:, None]
+    p_a = np.minimum(p_b + u_tol, 1.0)
+    n_s, p_s, p_l = (n_a, p_a, p_b) if a_small else (n_b, p_b, p_a)
+    n_l = n_b if a_small else n_a
+    k = np.arange(n_s + 1, dtype="float64")[None, :]
+    pmf = np.exp(_log_pmf(k, n_s, p_s))
+    keep = pmf > 1e-18
+    rows, cols = np.nonzero(keep)
+    cut = edge[cols].astype("float64")
+    p = p_l[rows, 0]
+    if a_small:  # P(X_B <= cut); cut −1: 0, cut n_B: 1
+        tail = np.where(
+            cut < 0, 0.0, np.where(cut >= n_l, 1.0, special.bdtr(np.clip(cut, 0, n_l), n_l, p))
+        )
+    else:  # P(X_A >= cut) = bdtrc(cut − 1); cut 0: 1, cut n_A + 1: 0
+        tail = np.where(
+            cut <= 0, 1.0, np.where(cut > n_l, 0.0, special.bdtrc(np.clip(cut - 1, 0, n_l), n_l, p))
+        )
+    out = np.zeros(pmf.shape)
+    out[rows, cols] = pmf[rows, cols] * tail
+    return out.sum(axis=1)
+
+
+def _supremum(n_a: int, n_b: int, a_small: bool, edge: np.ndarray, u_tol: float) -> float:
+    """sup over p_B in [0, 1 − U_tol] of P(region): a grid, refined around its largest values."""
+    top = 1.0 - u_tol
+    grid = np.linspace(0.0, top, _GRID)
+    values = _region_probability(n_a, n_b, a_small, edge, grid, u_tol)
+    step = grid[1] - grid[0]
+    peaks = grid[np.argsort(values)[-_PEAKS:]]
+    fine = np.clip((peaks[:, None] + np.linspace(-step, step, _REFINE)[None, :]).ravel(), 0, top)
+    refined = _region_probability(n_a, n_b, a_small, edge, fine, u_tol)
+    return float(min(1.0, max(values.max(), refined.max())))
+
+
+def exact_one_sided(x_a: int, n_a: int, x_b: int, n_b: int, u_tol: float = 0.0) -> float:
+    """Exact unconditional p-value of H0: p_A − p_B <= U_tol against p_A − p_B > U_tol.
+
+    1 where T <= 0 (the estimate is not above the tolerance: a valid, conservative p-value; the
+    test cannot reject there at any level below 1/2)."""
+    t = float(statistic(x_a, n_a, x_b, n_b, u_tol))
+    if t <= 0:
+        return 1.0
+    a_small, edge = _boundary(int(n_a), int(n_b), t, u_tol)
+    return _supremum(int(n_a), int(n_b), a_small, edge, u_tol)
+
+
+def is_exact(n_a, n_b, exact_limit: int = EXACT_LIMIT) -> np.ndarray:
+    """Where the exact unconditional p-value is used: the smaller count is at most the limit."""
+    return np.minimum(np.asarray(n_a), np.asarray(n_b)) <= exact_limit
+
+
+def two_sample_test(
+    x_a, n_a, x_b, n_b, u_tol: float = 0.0, exact_limit: int = EXACT_LIMIT
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Test of |p_A − p_B| > U_tol for each element: (z of the larger side, p-value, exact?).
+
+    p = min(1, 2·min(p_up, p_down)); each side exact unconditional where ``is_exact``, normal
+    otherwise. Rows with a zero count are the caller's to mask (their p here is 1).
+    """
+    x_a, n_a, x_b, n_b = np.broadcast_arrays(
+        *(np.asarray(v, dtype="float64") for v in (x_a, n_a, x_b, n_b))
+    )
+    z_up, z_down = statistic(x_a, n_a, x_b, n_b, u_tol), statistic(x_b, n_b, x_a, n_a, u_tol)
+    p_up, p_down = stats.norm.sf(z_up), stats.norm.sf(z_down)
+    exact = is_exact(n_a, n_b, exact_limit) & (n_a > 0) & (n_b > 0)
+    p_up, p_down = np.array(p_up, ndmin=1), np.array(p_down, ndmin=1)
+    flat = [np.ravel(v) for v in (x_a, n_a, x_b, n_b)]
+    for i in np.flatnonzero(np.ravel(exact)):
+        xa, na, xb, nb = (int(v[i]) for v in flat)
+        p_up.flat[i] = exact_one_sided(xa, na, xb, nb, u_tol)
+        p_down.flat[i] = exact_one_sided(xb, nb, xa, na, u_tol)
+    p = np.minimum(1.0, 2 * np.minimum(p_up, p_down)).reshape(np.shape(x_a))
+    return np.maximum(z_up, z_down), p, exact
+
+
+def critical_value(n_a: int, n_b: int, u_tol: float, level: float) -> float:
+    """Smallest observed statistic T whose exact one-sided p-value is <= ``level`` (inf: none).
+
+    The one-sided test rejects exactly where T >= this value (p is non-increasing in T), so the
+    whole rejection region of a sample size is known without testing every table.
+    """
+    x_a = np.arange(n_a + 1, dtype="float64")[:, None]
+    x_b = np.arange(n_b + 1, dtype="float64")[None, :]
+    candidates = np.unique(statistic(x_a, n_a, x_b, n_b, u_tol))
+    candidates = candidates[candidates > 0]
+    if candidates.size == 0:
+        return float("inf")
+
+    def p_value(t):
+        return _supremum(n_a, n_b, *_boundary(n_a, n_b, t, u_tol), u_tol)
+
+    if p_value(candidates[-1]) > level:
+        return float("inf")
+    lo, hi = 0, len(candidates) - 1  # invariant: p(candidates[hi]) <= level
+    while lo < hi:
+        mid = (lo + hi) // 2
+        p = p_value(candidates[mid])
+        if p <= level:
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(candidates[hi])
+
+
+def rejection_region(n_a: int, n_b: int, u_tol: float, alpha: float) -> np.ndarray:
+    """Boolean (n_A + 1, n_B + 1) table: where the two-sided exact test rejects at ``alpha``."""
+    x_a = np.arange(n_a + 1, dtype="float64")[:, None]
+    x_b = np.arange(n_b + 1, dtype="float64")[None, :]
+    up = critical_value(n_a, n_b, u_tol, alpha / 2)
+    down = critical_value(n_b, n_a, u_tol, alpha / 2)
+    threshold_up, threshold_down = up - _TIE * (1 + abs(up)), down - _TIE * (1 + abs(down))
+    return (statistic(x_a, n_a, x_b, n_b, u_tol) >= threshold_up) | (
+        statistic(x_b, n_b, x_a, n_a, u_tol) >= threshold_down
+    )
+
+
+def rejection_probability(region: np.ndarray, p_a, p_b) -> np.ndarray:
+    """P(reject) = Σ pmf_A pmf_B over the region, for each pair of true rates (enumeration)."""
+    n_a, n_b = region.shape[0] - 1, region.shape[1] - 1
+    p_a, p_b = np.atleast_1d(np.asarray(p_a, float)), np.atleast_1d(np.asarray(p_b, float))
+    pmf_a = stats.binom.pmf(np.arange(n_a + 1)[None, :], n_a, p_a[:, None])
+    pmf_b = stats.binom.pmf(np.arange(n_b + 1)[None, :], n_b, p_b[:, None])
+    return np.einsum("ki,ij,kj->k", pmf_a, region.astype("float64"), pmf_b)
+
+
+def normal_power(p_a, n_a, p_b, n_b, u_tol: float, level: float) -> np.ndarray:
+    """Power of the asymptotic two-sided test at true rates (p_A, p_B), same variance as T:
+    Φ((U − U_tol)/s − z) + Φ((−U − U_tol)/s − z), z = z_{1−level/2}, s² = Σ p(1 − p)/(n + 2)."""
+    p_a, n_a, p_b, n_b = (np.asarray(v, dtype="float64") for v in (p_a, n_a, p_b, n_b))
+    s = np.sqrt(p_a * (1 - p_a) / (n_a + 2) + p_b * (1 - p_b) / (n_b + 2))
+    z = stats.norm.ppf(1 - level / 2)
+    u = p_a - p_b
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return stats.norm.cdf((u - u_tol) / s - z) + stats.norm.cdf((-u - u_tol) / s - z)
