@@ -23,12 +23,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 from biasaudit.tasks.rates import comparison_rates
-from biasaudit.tasks.twosample import (
-    is_exact,
-    normal_power,
-    rejection_probability,
-    rejection_region,
-)
+from biasaudit.tasks.twosample import exact_power, is_exact, normal_power
 from scipy import optimize, stats
 
 
@@ -146,30 +141,23 @@ def achieved_power(tau, var1, n1, var2, n2, u_tol=0.0, alpha=0.05):
         return stats.norm.cdf((np.asarray(tau, float) - u_tol) / sigma_u - _z(1 - alpha / 2))
 
 
-PLAN_EXACT_CELLS = 250_000  # exact power (enumeration) where d_group·d_reference is at most this
-
-
 def detection_power(
     p_group, d_group, p_reference, d_reference, tolerance: float, level: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """Power of detection's two-sided test (tasks.twosample) at true rates, and its method.
 
-    Exact (the rejection region of the exact unconditional test, summed under the binomials)
-    where d_group·d_reference <= PLAN_EXACT_CELLS and the test is exact; otherwise the normal
-    power of the same statistic (tasks.twosample.normal_power) at the same level.
+    Exact (tasks.twosample.exact_power: the exact test's critical values and the binomial sum
+    over its rejection region) where detection's test is exact; otherwise the normal power of
+    the same statistic (tasks.twosample.normal_power) at the same level.
     """
     arrays = np.broadcast_arrays(
         *(np.asarray(v, dtype="float64") for v in (p_group, d_group, p_reference, d_reference))
     )
     p_g, d_g, p_r, d_r = (a.ravel() for a in arrays)
     power = normal_power(p_g, d_g, p_r, d_r, tolerance, level)
-    exact = is_exact(d_g, d_r) & (d_g * d_r <= PLAN_EXACT_CELLS) & (d_g > 0) & (d_r > 0)
-    regions: dict[tuple[int, int], np.ndarray] = {}
+    exact = is_exact(d_g, d_r) & (d_g > 0) & (d_r > 0)
     for i in np.flatnonzero(exact):
-        key = (int(d_g[i]), int(d_r[i]))
-        if key not in regions:
-            regions[key] = rejection_region(*key, tolerance, level)
-        power[i] = rejection_probability(regions[key], p_g[i], p_r[i])[0]
+        power[i] = exact_power(int(d_g[i]), int(d_r[i]), p_g[i], p_r[i], tolerance, level)
     shape = arrays[0].shape
     return power.reshape(shape), np.where(exact, "exact", "normal").reshape(shape)
 

@@ -197,6 +197,35 @@ def critical_value(n_a: int, n_b: int, u_tol: float, level: float) -> float:
     return float(candidates[hi])
 
 
+def critical_statistic(n_a: int, n_b: int, u_tol: float, level: float, steps: int = 32) -> float:
+    """The one-sided exact test's critical value by bisection on T itself (no list of every
+    table's statistic): the smallest t > 0, to ~1e-9, with sup_H0 P(T >= t) <= ``level``."""
+    lo, hi = 0.0, float(stats.norm.isf(level)) + 2.0
+    while _supremum(n_a, n_b, *_boundary(n_a, n_b, hi, u_tol), u_tol) > level:
+        lo, hi = hi, 2 * hi
+        if hi > 1e6:
+            return float("inf")
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        if _supremum(n_a, n_b, *_boundary(n_a, n_b, mid, u_tol), u_tol) > level:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def exact_power(n_a: int, n_b: int, p_a: float, p_b: float, u_tol: float, level: float) -> float:
+    """P(the two-sided exact test rejects at ``level``) at true rates (p_A, p_B): the sum over
+    the smaller group of its pmf times the other group's tail beyond each side's region edge."""
+    power = 0.0
+    for (na, nb, pa, pb) in ((n_a, n_b, p_a, p_b), (n_b, n_a, p_b, p_a)):
+        t = critical_statistic(na, nb, u_tol, level / 2)
+        if np.isfinite(t):
+            a_small, edge = _boundary(na, nb, t, u_tol)
+            power += float(_region_probability(na, nb, a_small, edge, [pb], pa - pb)[0])
+    return min(power, 1.0)
+
+
 def rejection_region(n_a: int, n_b: int, u_tol: float, alpha: float) -> np.ndarray:
     """Boolean (n_A + 1, n_B + 1) table: where the two-sided exact test rejects at ``alpha``."""
     x_a = np.arange(n_a + 1, dtype="float64")[:, None]

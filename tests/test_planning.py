@@ -259,7 +259,7 @@ def simulated_power(d_g, d_r, p_g, p_r, tolerance, level, rng, sims=600):
 
 @pytest.mark.parametrize(
     ("d_g", "d_r", "gap"),
-    [(8, 400, 0.3), (30, 600, 0.2), (60, 300, 0.15), (150, 1500, 0.1), (1200, 3000, 0.06)],
+    [(8, 400, 0.3), (30, 600, 0.2), (60, 300, 0.15), (400, 4000, 0.05), (1200, 3000, 0.06)],
 )
 @pytest.mark.parametrize("tolerance", [0.0, 0.05])
 def test_reported_power_matches_monte_carlo_of_detection(d_g, d_r, gap, tolerance):
