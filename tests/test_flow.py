@@ -84,7 +84,8 @@ def test_demo_audits_are_versioned_and_idempotent(db_url):
     black_fpr = planning.set_index(["group_name", "reference", "metric"]).loc[
         ("Black", "rest", "fpr")
     ]
-    assert black_fpr["verdict"] == "enough data" and black_fpr["achieved_power"] > 0.99
+    # power of detection's test against planning τ = tolerance + 0.05 at its adjusted level α/m
+    assert black_fpr["verdict"] == "enough data" and black_fpr["achieved_power"] > 0.9
     assert len(planning) == pairs * 6  # every comparison and configured rate metric
     assert set(meta["attribute"]) == {"race", "sex", "age_band", "race x sex"}
     race_fpr = meta.set_index(["attribute", "metric"]).loc[("race", "fpr")]
