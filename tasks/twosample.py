@@ -23,6 +23,8 @@ there; benchmarks/calibration.py measures both).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from scipy import special, stats
 
@@ -197,9 +199,12 @@ def critical_value(n_a: int, n_b: int, u_tol: float, level: float) -> float:
     return float(candidates[hi])
 
 
-def critical_statistic(n_a: int, n_b: int, u_tol: float, level: float, steps: int = 32) -> float:
+@functools.lru_cache(maxsize=4096)
+def critical_statistic(n_a: int, n_b: int, u_tol: float, level: float, steps: int = 16) -> float:
     """The one-sided exact test's critical value by bisection on T itself (no list of every
-    table's statistic): the smallest t > 0, to ~1e-9, with sup_H0 P(T >= t) <= ``level``."""
+    table's statistic): the smallest t > 0, to ~1e-4 (a table's statistic closer than that to
+    it may fall on either side: a negligible share of power), with sup_H0 P(T >= t) <= ``level``.
+    Cached: planning asks for the same sizes and level again and again."""
     lo, hi = 0.0, float(stats.norm.isf(level)) + 2.0
     while _supremum(n_a, n_b, *_boundary(n_a, n_b, hi, u_tol), u_tol) > level:
         lo, hi = hi, 2 * hi
@@ -218,8 +223,8 @@ def exact_power(n_a: int, n_b: int, p_a: float, p_b: float, u_tol: float, level:
     """P(the two-sided exact test rejects at ``level``) at true rates (p_A, p_B): the sum over
     the smaller group of its pmf times the other group's tail beyond each side's region edge."""
     power = 0.0
-    for (na, nb, pa, pb) in ((n_a, n_b, p_a, p_b), (n_b, n_a, p_b, p_a)):
-        t = critical_statistic(na, nb, u_tol, level / 2)
+    for na, nb, pa, pb in ((n_a, n_b, p_a, p_b), (n_b, n_a, p_b, p_a)):
+        t = critical_statistic(int(na), int(nb), float(u_tol), float(level) / 2)
         if np.isfinite(t):
             a_small, edge = _boundary(na, nb, t, u_tol)
             power += float(_region_probability(na, nb, a_small, edge, [pb], pa - pb)[0])
