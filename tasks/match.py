@@ -134,9 +134,9 @@ def match_test(
     group: pd.DataFrame,
     reference: pd.DataFrame,
     metrics=MATCH_METRICS,
-    exact_limit: float = EXACT_LIMIT,
     min_reference_ratio: float = MIN_REFERENCE_RATIO,
     min_group_size: int = 0,
+    exact_limit: float = EXACT_LIMIT,
 ) -> pd.DataFrame:
     """MATCH percentiles of each group row against the aligned reference row.
 
