@@ -31,6 +31,7 @@ from biasaudit.tasks.match import MATCH_METRICS, match_test
 from biasaudit.tasks.metametrics import attribute_meta_metrics
 from biasaudit.tasks.metrics import CATALOGUE, compute_metrics, two_group_metrics
 from biasaudit.tasks.planning import plan
+from biasaudit.tasks.rates import comparison_rates
 from biasaudit.tasks.smoothing import mark_empty_groups, smoothed_counts
 
 Runner = Callable[..., Any]
@@ -171,28 +172,24 @@ def audit_counts(
         thresholds.match_reference_ratio,
         thresholds.min_group_size,
     )
-    planning = run(
-        "planning",
-        plan,
+    tested = run(
+        "comparison rates",
+        comparison_rates,
         group,
         reference,
         rates,
+        thresholds.min_group_size,
+    )
+    planning = run(
+        "planning",
+        plan,
+        tested,
         thresholds.planning_disparity,
         thresholds.alpha,
         thresholds.power,
         thresholds.tolerance,
-        thresholds.min_group_size,
     )
-    detection = run(
-        "detection",
-        detect,
-        group,
-        reference,
-        rates,
-        thresholds.tolerance,
-        thresholds.alpha,
-        thresholds.min_group_size,
-    )
+    detection = run("detection", detect, tested, thresholds.tolerance, thresholds.alpha)
     smoothed = run(
         "smoothing",
         smoothed_metrics,

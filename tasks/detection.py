@@ -28,7 +28,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from biasaudit.tasks.multiplicity import bh_adjust
-from biasaudit.tasks.rates import comparison_rates
 from biasaudit.tasks.twosample import two_sample_test
 from scipy import special, stats
 
@@ -313,14 +312,14 @@ def unfairness_test(x1, n1, x2, n2, u_tol=0.0) -> tuple[np.ndarray, np.ndarray]:
 
 
 def detect(
-    group: pd.DataFrame,
-    reference: pd.DataFrame,
-    metrics: list[str],
+    rates: pd.DataFrame,
     tolerance: float,
     alpha: float,
-    min_group_size: int = 0,
 ) -> pd.DataFrame:
-    """Every rate metric of every group against its aligned reference (group 2 vs group 1).
+    """Every rate metric of every comparison (group 2) against its reference (group 1).
+
+    ``rates`` are the comparisons' rate counts (tasks.rates.comparison_rates), computed once per
+    audit and shared with planning.
 
     One row per comparison and metric: the rate's counts (``numerator_*``, ``denominator_*``;
     PPR and PNR over every valid prediction), the observed ``difference``, the posterior mean and
@@ -331,7 +330,6 @@ def detect(
     ``min_group_size``, the repeat of a two-valued attribute's comparison) carry ``reason``.
     """
     keys = ["attribute", "group_name", "reference", "metric"]
-    rates = comparison_rates(group, reference, metrics, min_group_size)
     x2, n2 = rates["numerator_group"].to_numpy(), rates["denominator_group"].to_numpy()
     x1, n1 = rates["numerator_reference"].to_numpy(), rates["denominator_reference"].to_numpy()
     reason = rates["reason"].to_numpy(dtype=object)

@@ -22,7 +22,6 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
-from biasaudit.tasks.rates import comparison_rates
 from biasaudit.tasks.twosample import exact_power, is_exact, normal_power
 from scipy import optimize, stats
 
@@ -174,18 +173,16 @@ def _verdict(tested: bool, achieved: float, factor: float, power: float) -> str:
 
 
 def plan(
-    group: pd.DataFrame,
-    reference: pd.DataFrame,
-    metrics: list[str],
+    rates: pd.DataFrame,
     tau: float,
     alpha: float,
     power: float,
     tolerance: float = 0.0,
-    min_group_size: int = 0,
 ) -> pd.DataFrame:
     """Power of detection's test, and predictions needed, for every rate metric of every comparison.
 
-    Group 1 is the reference, group 2 the group; U = M_group − M_reference. The test is the one
+    ``rates`` are the comparisons' rate counts (tasks.rates.comparison_rates), shared with
+    detection. Group 1 is the reference, group 2 the group; U = M_group − M_reference. The test is the one
     detection runs (SPEC section 2, "what the planning stage must report"): H1: |U| > tolerance,
     two-sided, at the level the multiplicity procedure demands of a lone discovery, α/m for the m
     comparisons detection tests (Benjamini-Hochberg's threshold for its first rejection), with
@@ -200,7 +197,6 @@ def plan(
     if tau is None or not tolerance < tau <= 1:
         raise ValueError(f"tau must be a configured disparity in (tolerance, 1], not {tau!r}")
     keys = ["attribute", "group_name", "reference", "metric"]
-    rates = comparison_rates(group, reference, metrics, min_group_size)
     x2, d2 = rates["numerator_group"].to_numpy(), rates["denominator_group"].to_numpy()
     x1, d1 = rates["numerator_reference"].to_numpy(), rates["denominator_reference"].to_numpy()
     n2, n1 = rates["size_group"].to_numpy(), rates["size_reference"].to_numpy()

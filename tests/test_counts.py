@@ -109,13 +109,14 @@ def test_fair_model_with_unequal_label_completeness_is_not_flagged():
     in one group and 30% in the others (the labelled-only PPR flagged 200 of 200)."""
     from biasaudit.tasks.counts import comparison_pairs
     from biasaudit.tasks.detection import detect
+    from biasaudit.tasks.rates import comparison_rates
 
     rng = np.random.default_rng(7)
     flagged = 0
     audits = 200
     for _ in range(audits):
         counts = group_counts(late_label_audit(rng), ["g"], [])
-        result = detect(*comparison_pairs(counts, {}), ["ppr"], 0.0, 0.05)
+        result = detect(comparison_rates(*comparison_pairs(counts, {}), ["ppr"]), 0.0, 0.05)
         flagged += bool(result["flagged"].any())
     # binomial(200, 0.05) exceeds 17 with probability < 0.01
     assert flagged <= 17

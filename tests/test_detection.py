@@ -173,6 +173,7 @@ def simulated_audits(rates, sizes, audits, rng):
 def test_false_alarms_of_fair_models_stay_below_alpha():
     """It flags a fair model (every group the same rate) in at most α of audits after BH."""
     from biasaudit.tasks.detection import detect
+    from biasaudit.tasks.rates import comparison_rates
 
     rng = np.random.default_rng(11)
     sizes = np.array([2000, 600, 150, 40, 12])
@@ -191,7 +192,7 @@ def test_false_alarms_of_fair_models_stay_below_alpha():
             }
         )
         rest = group[["tp", "fp", "fn", "tn"]].sum() - group[["tp", "fp", "fn", "tn"]]
-        result = detect(group, rest, ["ppv"], tolerance=0.0, alpha=alpha)
+        result = detect(comparison_rates(group, rest, ["ppv"]), tolerance=0.0, alpha=alpha)
         alarms += bool(result["flagged"].any())
     assert alarms / audits <= alpha + 3 * np.sqrt(alpha * (1 - alpha) / audits)
 

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0009"
-down_revision = "0012"  # the head of this clone when rebased; relinked at merge
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
