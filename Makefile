@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 demo: $(VENV)/.installed
 	$(VENV)/bin/biasaudit demo
 
-test: $(VENV)/.installed lint
+test: $(VENV)/.installed lint typecheck
 	$(PY) -m pytest
 
 lint: $(VENV)/.installed

@@ -24,7 +24,7 @@ import urllib.request
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, NoReturn, overload
 
 import click
 import typer
@@ -315,7 +315,14 @@ def _stop(server: subprocess.Popen) -> None:
             server.wait()
 
 
+@overload
+def _date(value: str, option: str = ...) -> datetime: ...
+@overload
+def _date(value: None, option: str = ...) -> None: ...
+@overload
+def _date(value: str | None, option: str = ...) -> datetime | None: ...
 def _date(value: str | None, option: str = "--as-of") -> datetime | None:
+    """The moment ``value`` names (UTC when it has no zone), or a Mistake naming ``option``."""
     if value is None:
         return None
     try:

@@ -25,6 +25,8 @@ Gauss-Legendre panels; the other posterior enters through its CDF or density, sm
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pandas as pd
 from biasaudit.tasks.multiplicity import bh_adjust
@@ -103,11 +105,11 @@ _CHUNK = 256  # comparisons per block: keeps the (block, grid, nodes) arrays in 
 
 def _in_chunks(function, *arrays):
     """Apply ``function`` to blocks of _CHUNK broadcast elements and stitch the results back."""
-    arrays = np.broadcast_arrays(*(np.asarray(a, "float64") for a in arrays))
-    shape = arrays[0].shape
-    arrays = [a.ravel() for a in arrays]
-    size = arrays[0].size
-    parts = [function(*(a[i : i + _CHUNK] for a in arrays)) for i in range(0, max(size, 1), _CHUNK)]
+    broadcast = np.broadcast_arrays(*(np.asarray(a, "float64") for a in arrays))
+    shape = broadcast[0].shape
+    flat = [a.ravel() for a in broadcast]
+    size = flat[0].size
+    parts = [function(*(a[i : i + _CHUNK] for a in flat)) for i in range(0, max(size, 1), _CHUNK)]
     if isinstance(parts[0], tuple):
         return tuple(np.concatenate(p)[:size].reshape(shape) for p in zip(*parts))
     return np.concatenate(parts)[:size].reshape(shape)
@@ -202,7 +204,7 @@ def hdi_difference(x1, n1, x2, n2, mass=0.95) -> tuple[np.ndarray, np.ndarray]:
     then Newton's method on those two equations, with the CDF and density by quadrature, solves
     for the ends to better than 1e-6 (tests/test_detection.py: quadrature plus brentq).
     """
-    return _in_chunks(lambda *a: _hdi(*a, mass), x1, n1, x2, n2)
+    return _in_chunks(partial(_hdi, mass=mass), x1, n1, x2, n2)
 
 
 def _hdi(x1, n1, x2, n2, mass):

@@ -156,8 +156,8 @@ def match_test(
     (tasks.rates) carry the reason instead of a p-value.
     """
     g, ref = _cells(group), _cells(reference)
-    n = sum(g[c] for c in COUNT_COLUMNS)
-    n_ref = sum(ref[c] for c in COUNT_COLUMNS)
+    n = np.asarray(sum(g[c] for c in COUNT_COLUMNS))
+    n_ref = np.asarray(sum(ref[c] for c in COUNT_COLUMNS))
     with np.errstate(divide="ignore", invalid="ignore"):
         p = {c: ref[c] / n_ref for c in COUNT_COLUMNS}
     keys = group.drop(columns=COUNT_FIELDS, errors="ignore").reset_index(drop=True)
@@ -168,8 +168,9 @@ def match_test(
         size, size_ref = n, n_ref
         if metric in BINOMIAL_CELLS:
             numerator, denominator = rate_cells(metric)
-            k, size = sum(g[c] for c in numerator), sum(g[c] for c in denominator)
-            size_ref = sum(ref[c] for c in denominator)
+            k = sum(g[c] for c in numerator)
+            size = np.asarray(sum(g[c] for c in denominator))
+            size_ref = np.asarray(sum(ref[c] for c in denominator))
             with np.errstate(divide="ignore", invalid="ignore"):
                 rate = sum(ref[c] for c in numerator) / size_ref
             lower, upper, approx = _binomial(k, size, rate)
@@ -193,17 +194,17 @@ def match_test(
         reason = np.where(size == 0, "n = 0 in group", reason)
         reason = np.where(size_ref == 0, "empty reference", reason)
         small_ref = pd.isna(reason) & (size_ref < min_reference_ratio * size)
-        reason = np.where(
-            small_ref,
+        too_small = np.array(
             [
                 f"reference {int(r)} < {min_reference_ratio:g} x group {int(m)}: its rates are "
                 "not known well enough for MATCH"
                 for r, m in zip(np.broadcast_to(size_ref, n.shape), np.broadcast_to(size, n.shape))
             ]
             if small_ref.any()
-            else None,
-            reason,
+            else np.full(n.shape, None),
+            dtype=object,
         )
+        reason = np.where(small_ref, too_small, reason)
         reason = np.where(pd.isna(skipped), reason, skipped)
         defined = pd.isna(reason)
         lower = np.clip(np.where(exact, lower, approx[0]), 0.0, 1.0)
