@@ -556,3 +556,17 @@ def test_statement_timeout_ends_a_long_statement(postgres_server_url, monkeypatc
         connection.execute(text("SELECT pg_sleep(10)"))
     assert time.monotonic() - started < 5 and is_transient(error.value)
     engine.dispose()
+
+
+def test_a_failing_report_leaves_the_committed_run_succeeded(db_url, monkeypatch, capsys):
+    """It keeps a run that committed as succeeded when only its report fails, and says so."""
+    load_small(db_url)
+
+    def broken(*_):
+        raise OSError("disk full (injected)")
+
+    monkeypatch.setattr(biasaudit.flows.stages, "report", SimpleNamespace(fn=broken))
+    result = run_audit("credit-race", str(DEMO_CONFIG), db_url, END)
+    assert result["new"] and result["report"] is None
+    assert "its report was not written: OSError: disk full" in capsys.readouterr().out
+    assert list_runs(make_engine(db_url))["status"].tolist() == ["succeeded"]
