@@ -151,8 +151,7 @@ def ids_are_unique(connection, table, audit: Audit) -> bool:
     keys += [
         i["column_names"] for i in inspector.get_indexes(table.name, schema) if i.get("unique")
     ]
-    if connection.dialect.name in {"mysql", "mariadb"}:
-        return False  # its unique keys compare text without case: not Python's uniqueness
+    # A key unique under a looser text equality (MariaDB's default collations) is unique too.
     return any(key and ident in key and set(key) <= allowed for key in keys)
 
 

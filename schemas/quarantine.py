@@ -21,6 +21,36 @@ from biasaudit.schemas.frames import (
 )
 
 QUARANTINE_COLUMNS = ["row_number", "row_ref", "column_name", "value", "rule", "row"]
+# Longest row reference and column name a quarantine record keeps (its table's columns).
+MAX_REF_CHARS = 128
+NUL = "\x00"
+
+
+def _no_nul(value):
+    """Text with NUL bytes written as ``\\x00`` (PostgreSQL text and JSON cannot hold NUL)."""
+    if isinstance(value, str):
+        return value.replace(NUL, "\\x00")
+    if isinstance(value, dict):
+        return {_no_nul(k): _no_nul(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_no_nul(v) for v in value]
+    return value
+
+
+def storable(quarantine: pd.DataFrame) -> pd.DataFrame:
+    """Quarantine records any store can hold: NUL bytes escaped, references cut to their column
+    (the whole original value stays in ``value`` and ``row``)."""
+    def cut(value):
+        if not isinstance(value, str) or len(value) <= MAX_REF_CHARS:
+            return value
+        return value[: MAX_REF_CHARS - 1] + "\u2026"
+
+    return quarantine.assign(
+        row_ref=quarantine["row_ref"].map(lambda v: cut(_no_nul(v))),
+        column_name=quarantine["column_name"].map(lambda v: cut(_no_nul(v))),
+        value=quarantine["value"].map(_no_nul),
+        row=quarantine["row"].map(_no_nul),
+    )
 
 
 class TooManyInvalidRows(ValueError):
@@ -85,6 +115,7 @@ def split_valid(
         },
         columns=QUARANTINE_COLUMNS,
     )
+    quarantine = storable(quarantine)
     valid = frame.drop(index=bad_index)
     valid = valid.assign(
         y_true=as_binary(valid["y_true"]),
