@@ -142,6 +142,8 @@ def memory_thresholds(engine, audit: Audit, start, end, now: datetime) -> list[S
 def ids_are_unique(connection, table, audit: Audit) -> bool:
     """Whether a primary key or unique constraint/index of the source guarantees unique prediction
     ids within a model (then no duplicate scan is needed)."""
+    if connection.dialect.name == "duckdb":  # no catalogue reflection there: scan for duplicates
+        return False
     inspector = inspect(connection)
     schema = table.schema
     ident = audit.source_column("prediction_id")

@@ -19,6 +19,7 @@ The SQL here does three things on every dialect (PostgreSQL, SQLite, MariaDB/MyS
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -33,7 +34,10 @@ from biasaudit.schemas.frames import (
     ISO_TIMESTAMP,
 )
 from sqlalchemy import (
+    JSON,
+    BigInteger,
     Boolean,
+    Column,
     Date,
     DateTime,
     Double,
@@ -46,6 +50,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    Uuid,
     and_,
     case,
     cast,
@@ -56,9 +61,11 @@ from sqlalchemy import (
     null,
     or_,
     select,
+    text,
     type_coerce,
 )
 from sqlalchemy.dialects import mysql
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import NoSuchTableError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
@@ -101,6 +108,18 @@ def _to_double_short(element, compiler, **kw):
     return f"CAST({compiler.process(element.clauses, **kw)} AS DOUBLE)"
 
 
+def source_url(audit: Audit, store_url: str) -> str:
+    """The URL of the database holding the audit's source: ``audit.source_db`` (its password
+    from the environment variable ``audit.source_db_password_env``, if set), else the store's."""
+    if audit.source_db is None:
+        return store_url
+    url = make_url(audit.source_db)
+    password = os.environ.get(audit.source_db_password_env)
+    if password is not None:
+        url = url.set(password=password)
+    return url.render_as_string(hide_password=False)
+
+
 def window_bounds(audit: Audit, as_of: datetime) -> tuple[datetime | None, datetime]:
     """(start, end] of the audit window ending at ``as_of`` (UTC); start is None for all time."""
     end = as_of.astimezone(UTC) if as_of.tzinfo else as_of.replace(tzinfo=UTC)
@@ -108,9 +127,57 @@ def window_bounds(audit: Audit, as_of: datetime) -> tuple[datetime | None, datet
     return (None if length is None else end - length), end
 
 
+DUCKDB_TYPES = {
+    "BOOLEAN": Boolean,
+    "TINYINT": Integer,
+    "SMALLINT": Integer,
+    "INTEGER": Integer,
+    "BIGINT": BigInteger,
+    "HUGEINT": BigInteger,
+    "UTINYINT": Integer,
+    "USMALLINT": Integer,
+    "UINTEGER": BigInteger,
+    "UBIGINT": BigInteger,
+    "FLOAT": Double,
+    "DOUBLE": Double,
+    "DATE": Date,
+    "TIMESTAMP": DateTime,
+    "VARCHAR": String,
+    "UUID": Uuid,
+    "JSON": JSON,
+}
+
+
+def _reflect_duckdb(engine: Engine, schema: str, name: str) -> Table:
+    """A DuckDB table or view from its information schema (duckdb-engine's reflection goes
+    through PostgreSQL catalogue tables DuckDB does not have)."""
+    query = text(
+        "SELECT column_name, data_type FROM information_schema.columns "
+        "WHERE table_name = :name AND table_schema = coalesce(:schema, current_schema()) "
+        "ORDER BY ordinal_position"
+    )
+    with engine.connect() as connection:
+        found = connection.execute(query, {"name": name, "schema": schema or None}).all()
+    if not found:
+        raise SourceError(f"source {name!r}: no such table or view in the database")
+
+    def kind(data_type: str):
+        if data_type.startswith("DECIMAL"):
+            return Numeric()
+        if data_type in {"TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ"}:
+            return DateTime(timezone=True)
+        known = DUCKDB_TYPES.get(data_type.split("(")[0])
+        return known() if known else NullType()
+
+    columns = [Column(column, kind(data_type)) for column, data_type in found]
+    return Table(name, MetaData(), *columns, schema=schema or None)
+
+
 def reflect_source(engine: Engine, source: str) -> Table:
     """The source table or view as the database describes it (``schema.table`` allowed)."""
     schema, _, name = source.rpartition(".")
+    if engine.dialect.name == "duckdb":
+        return _reflect_duckdb(engine, schema, name)
     try:
         return Table(name, MetaData(), autoload_with=engine, schema=schema or None)
     except NoSuchTableError:
@@ -136,7 +203,7 @@ def _as_text(column, dialect: str):
 def _regex(text, pattern: str, dialect: str):
     """``text`` matches ``pattern``, case-sensitively, on every dialect; a newline never matches
     (some engines let ``$`` match before a final newline, Python's fullmatch does not)."""
-    exact = cast(text, LargeBinary) if dialect == "mysql" else text
+    exact = type_coerce(cast(text, LargeBinary), String) if dialect == "mysql" else text
     position = func.strpos if dialect in {"postgresql", "duckdb"} else func.instr
     return and_(exact.regexp_match(pattern), position(text, "\n") == 0)
 

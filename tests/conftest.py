@@ -112,3 +112,22 @@ def db_url(request, tmp_path):
         engine.dispose()
     upgrade(url)
     return url
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "mariadb", "duckdb"])
+def source_db_url(request, tmp_path):
+    """An empty database to hold source tables (not migrated): SQLite, PostgreSQL, MariaDB or
+    DuckDB (skipped when duckdb-engine is not installed)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'source.db'}"
+    if request.param == "duckdb":
+        pytest.importorskip("duckdb_engine")
+        return f"duckdb:///{tmp_path / 'source.duckdb'}"
+    if request.param == "mariadb":
+        return fresh_mariadb(request.getfixturevalue("mariadb_server_url"))
+    url = request.getfixturevalue("postgres_server_url")
+    engine = make_engine(url)
+    with engine.begin() as connection:
+        connection.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+    engine.dispose()
+    return url
