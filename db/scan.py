@@ -352,7 +352,8 @@ def _fetch_suspects(connection, window: Window, start, end, flag, keys, bad, nam
         )
     columns = window.selected() + keys + [flag.label("ok")]
     frames = []
-    for condition in [flag == 0, *conditions]:
+    # A row is fetched once: for its failed rule, or (passing every per-row rule) for its key.
+    for condition in [flag == 0, *[and_(flag == 1, c) for c in conditions]]:
         result = connection.execute(select(*columns).where(and_(window.where(start, end), condition)))
         frames.append(rows_frame(result, list(result.keys())))
     frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
