@@ -380,3 +380,121 @@ def test_date_column_counts_as_midnight_utc(source_db_url):
         # 2026-06-01 00:00 UTC is the end itself (inside); 2026-05-01 00:00 is before 05-02.
         assert scanned.rows_read == 2 and scanned.rows_valid == 2, mode
     engine.dispose()
+
+
+def test_bigint_boolean_integer_table_audits_in_pushdown_through_the_flow(db_url, tmp_path):
+    """It runs a whole push-down audit (stored results) on a table with a bigint primary key, a
+    boolean label, an integer attribute and no score column, with the memory mode's results."""
+    from biasaudit.db.history import run_metrics
+    from biasaudit.flows.audit import run_audit
+
+    engine = make_engine(db_url)
+    rng = np.random.default_rng(5)
+    n = 600
+    table = Table(
+        "typed_src",
+        MetaData(),
+        Column("id", BigInteger, primary_key=True, autoincrement=False),
+        Column("made_at", DateTime(timezone=True)),
+        Column("outcome", Boolean),
+        Column("decision", Integer),
+        Column("age_band", Integer),
+    )
+    rows = [
+        {
+            "id": 2**40 + i,
+            "made_at": datetime(2026, 5, 1, tzinfo=UTC) + timedelta(hours=i),
+            "outcome": bool(rng.random() < 0.4),
+            "decision": int(rng.random() < 0.5),
+            "age_band": int(rng.integers(1, 4)),
+        }
+        for i in range(n)
+    ]
+    create(engine, table, rows)
+    engine.dispose()
+    body = (
+        '[[audits]]\nname = "typed"\nmodel = "m"\nsource = "typed_src"\nattributes = ["age_band"]\n'
+        'metrics = ["tpr", "fpr"]\n[audits.columns]\nprediction_id = "id"\n'
+        'predicted_at = "made_at"\ny_true = "outcome"\ny_pred = "decision"\n'
+    )
+    (tmp_path / "memory.toml").write_text(body)
+    (tmp_path / "push.toml").write_text(body + '[audits.scan]\nmode = "pushdown"\n')
+    first = run_audit("typed", str(tmp_path / "memory.toml"), db_url, NOW)
+    second = run_audit("typed", str(tmp_path / "push.toml"), db_url, NOW)
+    engine = make_engine(db_url)
+    a, b = run_metrics(engine, first["run_id"]), run_metrics(engine, second["run_id"])
+    engine.dispose()
+    assert len(a) > 0
+    pd.testing.assert_frame_equal(a, b)
+    tpr = b[(b["metric"] == "tpr") & (b["group_name"] == "2")]["value"].iloc[0]
+    group = [r for r in rows if r["age_band"] == 2 and r["outcome"]]
+    assert tpr == pytest.approx(sum(r["decision"] for r in group) / len(group))
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"decision": {"score": "s", "threshold": [0.5, 0.5]}}, "more than once"),
+        ({"decision": {"score": "s", "threshold": float("nan")}}, "finite"),
+        ({"source_db": "postgresql://u:secret@host/db"}, "must not hold a password"),
+        ({"attributes": ["x" * 64]}, "longer than 63 bytes"),
+        (
+            {"decision": {"score": "s", "threshold": 0.5}, "columns": {"y_pred": "p"}},
+            "exclude each other",
+        ),
+    ],
+)
+def test_configuration_limits_are_stated(fields, message):
+    """It refuses, naming the problem, duplicated or infinite thresholds, a password in
+    source_db, identifiers over the databases' limit, and a decision next to a y_pred column."""
+    from biasaudit.schemas.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        audit_of(**fields)
+
+
+def test_source_db_takes_its_password_from_the_environment(monkeypatch):
+    """It reads the source from source_db with the password of the named variable."""
+    from biasaudit.db.source import source_url
+
+    audit = audit_of(source_db="postgresql://reader@warehouse/db", source_db_password_env="PW")
+    monkeypatch.setenv("PW", "s3cret")
+    assert source_url(audit, "sqlite:///store.db") == "postgresql://reader:s3cret@warehouse/db"
+    assert source_url(audit_of(), "sqlite:///store.db") == "sqlite:///store.db"
+
+
+def test_compas_as_is_with_a_decile_threshold(tmp_path):
+    """It audits the COMPAS file loaded as-is (every column text) with the decision
+    decile_score >= 5 (ProPublica's "not Low"), with the counts of the CSV itself."""
+    from biasaudit.db.scan import scan_window
+    from biasaudit.tasks.counts import group_counts
+
+    from tests.conftest import COMPAS
+
+    if not COMPAS.exists():
+        pytest.skip("COMPAS data absent")
+    raw = pd.read_csv(COMPAS, dtype=str, keep_default_na=False)
+    engine = make_engine(f"sqlite:///{tmp_path / 'compas.db'}")
+    raw.to_sql("compas", engine, index=False)
+    audit = audit_of(
+        source="compas",
+        attributes=["race"],
+        decision={"score": "decile_score", "threshold": 5},
+        columns={
+            "prediction_id": "id",
+            "predicted_at": "compas_screening_date",
+            "y_true": "two_year_recid",
+        },
+        scan={"mode": "pushdown"},
+    )
+    scanned = scan_window(engine, audit, None, NOW, NOW)
+    engine.dispose()
+    assert scanned.quarantine.empty and scanned.rows_valid == len(raw)
+    counts = group_counts(scanned.cells, ["race"], [])
+    black = counts[(counts["group_name"] == "African-American") & (counts["subset"] == "group")]
+    rows = raw[raw["race"] == "African-American"]
+    high = rows["decile_score"].astype(int) >= 5
+    recid = rows["two_year_recid"] == "1"
+    assert int(black["tp"].iloc[0]) == int((high & recid).sum())
+    assert int(black["fp"].iloc[0]) == int((high & ~recid).sum())
+    assert (rows["score_text"] != "Low").equals(high)  # the threshold is ProPublica's split
