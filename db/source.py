@@ -267,8 +267,11 @@ def parsed_timestamp(column, dialect: str):
     return null()
 
 
-def bound(moment: datetime, dialect: str):
-    """A UTC moment as the value ``parsed_timestamp`` compares with."""
+def bound(moment: datetime, dialect: str, aware: bool = False):
+    """A UTC moment as the value ``parsed_timestamp`` compares with (``aware``: as a moment with
+    zone, for a timestamptz column itself)."""
+    if aware:
+        return literal(moment.astimezone(UTC), DateTime(timezone=True))
     naive = moment.astimezone(UTC).replace(tzinfo=None)
     if dialect == "sqlite":
         return literal(naive.strftime("%Y-%m-%d %H:%M:%S.%f")[:23], Text)
@@ -298,7 +301,7 @@ def parsed_number(column, dialect: str):
 def _json_key(table: Table, key: str, dialect: str):
     """The JSON attributes column's value under ``key``, looked up as a key (never a path)."""
     column = table.c[ATTRIBUTES_JSON]
-    if dialect == "sqlite":
+    if dialect == "sqlite" and ('"' in key or "\\" in key):  # no JSON path can name it
         each = func.json_each(column).table_valued("key", "value")
         return select(each.c.value).where(each.c.key == key).scalar_subquery()
     if dialect == "mysql":
@@ -373,12 +376,21 @@ class Window:
                     f"source {self.table.name!r}: model_version is configured but not mapped"
                 )
             conditions.append(self.version == self.audit.model_version)
-        t = self.time
-        inside = t <= bound(end, self.dialect)
+        t, aware = self._filter_time()
+        inside = t <= bound(end, self.dialect, aware)
         if start is not None:
-            inside = and_(t > bound(start, self.dialect), inside)
-        conditions.append(or_(inside, t.is_(None), t < bound(EARLIEST, self.dialect)))
+            inside = and_(t > bound(start, self.dialect, aware), inside)
+        conditions.append(or_(inside, t.is_(None), t < bound(EARLIEST, self.dialect, aware)))
         return and_(*conditions)
+
+    def _filter_time(self):
+        """(expression, aware) to filter the window on: a typed timestamp column itself (so an
+        index on it serves), compared with aware bounds when it has a zone; else the parsed
+        time."""
+        column = self.raw["predicted_at"]
+        if self.dialect != "sqlite" and isinstance(column.type, DateTime):
+            return column, bool(getattr(column.type, "timezone", False)) and self.dialect != "mysql"
+        return self.time, False
 
     def selected(self):
         """The raw values under canonical names, as the driver returns them (no type processing:
