@@ -54,7 +54,7 @@ def read_predictions_file(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     with path.open(newline="", encoding="utf-8", errors="surrogateescape") as handle:
         reader = csv.reader(handle)
         header = next(reader, [])
-        rows = []
+        rows: list[list[str]] = []
         for line in reader:
             if len(line) > len(header):
                 buffer = io.StringIO()

@@ -39,8 +39,8 @@ def _views() -> list[tuple[str, str]]:
     """(name, CREATE VIEW statement) of the history views, from the migration that made them."""
     path = next((MIGRATIONS / "versions").glob("0007_*.py"))
     spec = importlib.util.spec_from_file_location("biasaudit_views_0007", path)
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
     spec.loader.exec_module(module)
     return [("latest_succeeded_runs", module.LATEST), ("metric_series", module.SERIES)]
 

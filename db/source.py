@@ -68,6 +68,7 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import NoSuchTableError
 from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import NullType
 
@@ -226,6 +227,7 @@ def _valid_calendar_date(text):
 def _parse_text_timestamp(text, dialect: str):
     """ISO text (schemas.frames.ISO_TIMESTAMP) as a naive UTC timestamp; NULL when unparseable."""
     has_offset = _regex(text, ISO_OFFSET, dialect)
+    moment: ColumnElement
     if dialect == "sqlite":
         moment = func.strftime("%Y-%m-%d %H:%M:%f", text)  # converts the offset to UTC
     elif dialect == "mysql":
