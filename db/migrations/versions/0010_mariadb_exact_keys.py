@@ -7,14 +7,14 @@ stores from the models at head); this migration sets them on any older MariaDB/M
 databases compare text exactly already: nothing to do there.
 
 Revision ID: 0010
-Revises: 0008
+Revises: 0012
 Create Date: 2026-11-22 09:30:00
 """
 
 from alembic import op
 
 revision = "0010"
-down_revision = "0008"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 
