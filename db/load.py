@@ -51,7 +51,7 @@ def read_predictions_file(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     if path.suffix in {".parquet", ".pq"}:
         return pd.read_parquet(path), _records([])
     bad: list[tuple[int, str]] = []
-    with path.open(newline="", encoding="utf-8", errors="surrogateescape") as handle:
+    with path.open(newline="", encoding="utf-8") as handle:
         reader = csv.reader(handle)
         header = next(reader, [])
         rows: list[list[str]] = []

@@ -453,12 +453,21 @@ def load(
     if not 0.0 <= max_invalid_fraction <= 1.0:
         raise Mistake(f"--max-invalid-fraction must be between 0 and 1, not {max_invalid_fraction}")
     engine = _engine(db)
-    if not path.exists() or path.is_dir():
-        raise Mistake(f"{path} is not a CSV or Parquet file")
-    # Every CSV field as the text it is; lines with too many fields are quarantined, not fatal.
-    frame, ragged = read_predictions_file(path)
-    if frame.empty and ragged.empty:
-        raise Mistake(f"{path} has no rows")
+    if path.suffix.lower() in {".parquet", ".pq"}:
+        frame, ragged = _read_table(path), None
+    else:  # every CSV field as the text it is; too long lines quarantined (issue 14), not fatal
+        if not path.exists():
+            raise Mistake(f"{path} does not exist")
+        if path.is_dir():
+            raise Mistake(f"{path} is a directory, not a CSV or Parquet file")
+        if path.stat().st_size == 0:
+            raise Mistake(f"{path} is empty")
+        try:
+            frame, ragged = read_predictions_file(path)
+        except UnicodeDecodeError as exc:
+            raise Mistake(f"{path} is not UTF-8 text (byte {exc.start})") from None
+        if frame.empty and ragged.empty:
+            raise Mistake(f"{path} has no rows")
     try:
         mapping = dict(item.split("=", 1) for item in map_ or [])
     except ValueError:
