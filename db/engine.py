@@ -135,6 +135,8 @@ def _connect_args(url: URL) -> dict[str, Any]:
             "connect_timeout": max(1, round(connect)),
             "read_timeout": max(1, round(statement)),
             "write_timeout": max(1, round(statement)),
+            # TIMESTAMP values in UTC, like every other moment biasaudit reads or writes.
+            "init_command": "SET time_zone = '+00:00'",
         }
     return {}
 

@@ -6,7 +6,9 @@ once it has committed. Every result table hangs off ``audit_runs.id``.
 
 from __future__ import annotations
 
-from datetime import datetime
+import math
+import sys
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from sqlalchemy import (
@@ -23,14 +25,89 @@ from sqlalchemy import (
     SmallInteger,
     String,
     Text,
+    TypeDecorator,
     UniqueConstraint,
 )
+from sqlalchemy.dialects import mysql
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 Json = JSON().with_variant(JSONB(), "postgresql")
 # SQLite only auto-increments an INTEGER PRIMARY KEY.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Moment(TypeDecorator):
+    """A moment in time with its zone. MariaDB/MySQL have no such type: there it is a DATETIME
+    with microseconds (fsp 6) holding UTC, written from any aware datetime (pandas Timestamps
+    included) and read back as aware UTC, as PostgreSQL returns it."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect):
+        if dialect.name in {"mysql", "mariadb"}:
+            return dialect.type_descriptor(mysql.DATETIME(fsp=6))
+        return dialect.type_descriptor(DateTime(timezone=True))
+
+    def process_bind_param(self, value, dialect):
+        if value is None or dialect.name not in {"mysql", "mariadb"}:
+            return value
+        if hasattr(value, "to_pydatetime"):
+            value = value.to_pydatetime()
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC).replace(tzinfo=None)
+        year, month, day, hour, minute, second = value.timetuple()[:6]
+        return datetime(year, month, day, hour, minute, second, value.microsecond)
+
+    def process_result_value(self, value, dialect):
+        if value is None or dialect.name not in {"mysql", "mariadb"} or value.tzinfo is not None:
+            return value
+        return value.replace(tzinfo=UTC)
+
+# MariaDB/MySQL compare text without case and trailing spaces by default, and cap a key at 3072
+# bytes (768 utf8mb4 characters): key text there is exact (binary, no padding) and shorter.
+EXACT = "utf8mb4_nopad_bin"
+
+
+def KeyText(length: int, mariadb_length: int | None = None):
+    """Text of a key: String(length), on MariaDB/MySQL exact and at most ``mariadb_length``."""
+    return String(length).with_variant(
+        mysql.VARCHAR(mariadb_length or length, collation=EXACT), "mysql", "mariadb"
+    )
+
+
+class Real(TypeDecorator):
+    """A double on every database. MariaDB/MySQL store neither infinities nor NaN: there an
+    infinity is kept as the largest double of its sign (read back as the infinity) and NaN as
+    NULL."""
+
+    impl = Float
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect):
+        if dialect.name in {"mysql", "mariadb"}:
+            return dialect.type_descriptor(mysql.DOUBLE())
+        return dialect.type_descriptor(Float())
+
+    def process_bind_param(self, value, dialect):
+        if value is None or dialect.name not in {"mysql", "mariadb"}:
+            return value
+        value = float(value)
+        if math.isnan(value):
+            return None
+        return math.copysign(sys.float_info.max, value) if math.isinf(value) else value
+
+    def process_result_value(self, value, dialect):
+        if value is None or dialect.name not in {"mysql", "mariadb"}:
+            return value
+        return math.copysign(math.inf, value) if abs(value) == sys.float_info.max else value
+
+
+# Longest attribute, group and reference names a MariaDB/MySQL audit store keeps (key limit).
+MARIADB_ATTRIBUTE_CHARS = 128
+MARIADB_GROUP_CHARS = 255
+
 
 
 class Base(DeclarativeBase):
@@ -52,14 +129,20 @@ class RunResult:
     run_id: Mapped[int] = mapped_column(
         ForeignKey("audit_runs.id", ondelete="CASCADE"), primary_key=True
     )
-    attribute: Mapped[str] = mapped_column(String(256), primary_key=True)
-    group_name: Mapped[str] = mapped_column(String(512), primary_key=True)
+    attribute: Mapped[str] = mapped_column(
+        KeyText(256, MARIADB_ATTRIBUTE_CHARS), primary_key=True
+    )
+    group_name: Mapped[str] = mapped_column(
+        KeyText(512, MARIADB_GROUP_CHARS), primary_key=True
+    )
 
 
 class GroupVsReference(RunResult):
     """Key columns of a result comparing a group with a reference ('rest' or a named group)."""
 
-    reference: Mapped[str] = mapped_column(String(512), primary_key=True)
+    reference: Mapped[str] = mapped_column(
+        KeyText(512, MARIADB_GROUP_CHARS), primary_key=True
+    )
     metric: Mapped[str] = mapped_column(String(16), primary_key=True)
 
 
@@ -76,13 +159,13 @@ class Prediction(Base):
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    prediction_id: Mapped[str] = mapped_column(String(128))
-    model_id: Mapped[str] = mapped_column(String(128))
+    prediction_id: Mapped[str] = mapped_column(KeyText(128))
+    model_id: Mapped[str] = mapped_column(KeyText(128))
     model_version: Mapped[str] = mapped_column(String(64))
-    predicted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    predicted_at: Mapped[datetime] = mapped_column(Moment)
     y_true: Mapped[int | None] = mapped_column(SmallInteger)
     y_pred: Mapped[int] = mapped_column(SmallInteger)
-    score: Mapped[float | None] = mapped_column(Float)
+    score: Mapped[float | None] = mapped_column(Real)
     # Sensitive attributes by name, e.g. {"race": "Black", "sex": "Female"}.
     attributes: Mapped[dict[str, Any]] = mapped_column(Json)
 
@@ -103,9 +186,9 @@ class AuditRun(Base):
     # 1, 2, ... per (audit, model) for succeeded runs; NULL for failed ones.
     version: Mapped[int | None] = mapped_column(Integer)
     status: Mapped[str] = mapped_column(String(16))
-    as_of: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    window_start: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    window_end: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    as_of: Mapped[datetime] = mapped_column(Moment)
+    window_start: Mapped[datetime | None] = mapped_column(Moment)
+    window_end: Mapped[datetime] = mapped_column(Moment)
     rows_read: Mapped[int] = mapped_column(BigInteger, default=0)
     rows_valid: Mapped[int] = mapped_column(BigInteger, default=0)
     rows_quarantined: Mapped[int] = mapped_column(BigInteger, default=0)
@@ -115,10 +198,10 @@ class AuditRun(Base):
     input_fingerprint: Mapped[str | None] = mapped_column(String(64))
     code_version: Mapped[str] = mapped_column(String(32))
     flow_run_id: Mapped[str | None] = mapped_column(String(64))
-    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    finished_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime] = mapped_column(Moment)
+    finished_at: Mapped[datetime] = mapped_column(Moment)
     # Renewed every few seconds while the run is going (db.runs.RunLease); a silent one is dead.
-    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    heartbeat_at: Mapped[datetime | None] = mapped_column(Moment)
     timings: Mapped[dict[str, Any]] = mapped_column(Json)
     summary: Mapped[dict[str, Any]] = mapped_column(Json)
     error: Mapped[str | None] = mapped_column(Text)
@@ -149,9 +232,9 @@ class MetricResult(RunResult, Base):
     metric: Mapped[str] = mapped_column(String(16), primary_key=True)
     # 'raw' for the observed counts; smoothing stages add their own estimators.
     estimator: Mapped[str] = mapped_column(String(16), primary_key=True)
-    value: Mapped[float | None] = mapped_column(Float)
-    numerator: Mapped[float | None] = mapped_column(Float)
-    denominator: Mapped[float | None] = mapped_column(Float)
+    value: Mapped[float | None] = mapped_column(Real)
+    numerator: Mapped[float | None] = mapped_column(Real)
+    denominator: Mapped[float | None] = mapped_column(Real)
     undefined_reason: Mapped[str | None] = mapped_column(String(128))
 
 
@@ -171,7 +254,7 @@ class QuarantinedRow(Base):
     value: Mapped[str | None] = mapped_column(Text)
     rule: Mapped[str] = mapped_column(String(256))
     row: Mapped[dict[str, Any]] = mapped_column(Json)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(Moment)
 
 
 class MatchResult(GroupVsReference, Base):
@@ -180,11 +263,11 @@ class MatchResult(GroupVsReference, Base):
     __tablename__ = "match_results"
 
     n: Mapped[int] = mapped_column(BigInteger)
-    percentile: Mapped[float | None] = mapped_column(Float)
-    percentile_approx: Mapped[float | None] = mapped_column(Float)
-    p_value: Mapped[float | None] = mapped_column(Float)
+    percentile: Mapped[float | None] = mapped_column(Real)
+    percentile_approx: Mapped[float | None] = mapped_column(Real)
+    p_value: Mapped[float | None] = mapped_column(Real)
     # Benjamini-Hochberg across the run's MATCH tests
-    p_adjusted: Mapped[float | None] = mapped_column(Float)
+    p_adjusted: Mapped[float | None] = mapped_column(Real)
     # 'exact', or the approximation ('normal', 'beta') used above the exact-sum size limit
     method: Mapped[str | None] = mapped_column(String(8))
     # why there is no p-value (undefined metric, reference too small, min_group_size, repeat)
@@ -196,7 +279,7 @@ class TwoGroupResult(GroupVsReference, Base):
 
     __tablename__ = "two_group_results"
 
-    value: Mapped[float | None] = mapped_column(Float)
+    value: Mapped[float | None] = mapped_column(Real)
     undefined_reason: Mapped[str | None] = mapped_column(String(128))
 
 
@@ -206,22 +289,22 @@ class DetectionResult(GroupVsReference, Base):
     __tablename__ = "detection_results"
 
     # the rate's counts x/d in the group and in the reference
-    numerator_group: Mapped[float | None] = mapped_column(Float)
-    denominator_group: Mapped[float | None] = mapped_column(Float)
-    numerator_reference: Mapped[float | None] = mapped_column(Float)
-    denominator_reference: Mapped[float | None] = mapped_column(Float)
-    difference: Mapped[float | None] = mapped_column(Float)
-    mean: Mapped[float | None] = mapped_column(Float)
-    sd: Mapped[float | None] = mapped_column(Float)
+    numerator_group: Mapped[float | None] = mapped_column(Real)
+    denominator_group: Mapped[float | None] = mapped_column(Real)
+    numerator_reference: Mapped[float | None] = mapped_column(Real)
+    denominator_reference: Mapped[float | None] = mapped_column(Real)
+    difference: Mapped[float | None] = mapped_column(Real)
+    mean: Mapped[float | None] = mapped_column(Real)
+    sd: Mapped[float | None] = mapped_column(Real)
     direction: Mapped[str | None] = mapped_column(String(8))
-    prob_deviation: Mapped[float | None] = mapped_column(Float)
-    hdi_low: Mapped[float | None] = mapped_column(Float)
-    hdi_high: Mapped[float | None] = mapped_column(Float)
+    prob_deviation: Mapped[float | None] = mapped_column(Real)
+    hdi_low: Mapped[float | None] = mapped_column(Real)
+    hdi_high: Mapped[float | None] = mapped_column(Real)
     decision: Mapped[str | None] = mapped_column(String(16))
     simple_rule: Mapped[int] = mapped_column(SmallInteger)
-    z: Mapped[float | None] = mapped_column(Float)
-    p_value: Mapped[float | None] = mapped_column(Float)
-    p_adjusted: Mapped[float | None] = mapped_column(Float)
+    z: Mapped[float | None] = mapped_column(Real)
+    p_value: Mapped[float | None] = mapped_column(Real)
+    p_adjusted: Mapped[float | None] = mapped_column(Real)
     # 'exact' (unconditional) or 'normal': which p-value of tasks.twosample
     test: Mapped[str | None] = mapped_column(String(8))
     flagged: Mapped[bool] = mapped_column(Boolean)
@@ -234,26 +317,26 @@ class PlanningResult(GroupVsReference, Base):
 
     __tablename__ = "planning_results"
 
-    value_group: Mapped[float | None] = mapped_column(Float)
-    value_reference: Mapped[float | None] = mapped_column(Float)
-    difference: Mapped[float | None] = mapped_column(Float)
-    ratio: Mapped[float | None] = mapped_column(Float)
-    tau: Mapped[float | None] = mapped_column(Float)
+    value_group: Mapped[float | None] = mapped_column(Real)
+    value_reference: Mapped[float | None] = mapped_column(Real)
+    difference: Mapped[float | None] = mapped_column(Real)
+    ratio: Mapped[float | None] = mapped_column(Real)
+    tau: Mapped[float | None] = mapped_column(Real)
     # valid predictions of the group and the reference, and the rate's denominators
-    size_group: Mapped[float] = mapped_column(Float)
-    size_reference: Mapped[float] = mapped_column(Float)
-    denominator_group: Mapped[float | None] = mapped_column(Float)
-    denominator_reference: Mapped[float | None] = mapped_column(Float)
+    size_group: Mapped[float] = mapped_column(Real)
+    size_reference: Mapped[float] = mapped_column(Real)
+    denominator_group: Mapped[float | None] = mapped_column(Real)
+    denominator_reference: Mapped[float | None] = mapped_column(Real)
     # the multiplicity-adjusted level at which detection's test is planned (α/m)
-    level: Mapped[float | None] = mapped_column(Float)
-    needed: Mapped[float | None] = mapped_column(Float)
-    needed_neyman: Mapped[float | None] = mapped_column(Float)
-    neyman_share_group: Mapped[float | None] = mapped_column(Float)
-    achieved_power: Mapped[float | None] = mapped_column(Float)
+    level: Mapped[float | None] = mapped_column(Real)
+    needed: Mapped[float | None] = mapped_column(Real)
+    needed_neyman: Mapped[float | None] = mapped_column(Real)
+    neyman_share_group: Mapped[float | None] = mapped_column(Real)
+    achieved_power: Mapped[float | None] = mapped_column(Real)
     # 'exact' (enumeration of the exact test's rejection region) or 'normal'
     power_method: Mapped[str | None] = mapped_column(String(8))
     verdict: Mapped[str] = mapped_column(String(64))
-    bias_n: Mapped[float | None] = mapped_column(Float)
+    bias_n: Mapped[float | None] = mapped_column(Real)
     reason: Mapped[str | None] = mapped_column(Text)
 
 
@@ -265,23 +348,25 @@ class MetaMetricResult(Base):
     run_id: Mapped[int] = mapped_column(
         ForeignKey("audit_runs.id", ondelete="CASCADE"), primary_key=True
     )
-    attribute: Mapped[str] = mapped_column(String(256), primary_key=True)
+    attribute: Mapped[str] = mapped_column(
+        KeyText(256, MARIADB_ATTRIBUTE_CHARS), primary_key=True
+    )
     metric: Mapped[str] = mapped_column(String(16), primary_key=True)
     k: Mapped[int] = mapped_column(Integer)
     k_undefined: Mapped[int] = mapped_column(Integer)
-    n_min: Mapped[float | None] = mapped_column(Float)
-    n_median: Mapped[float | None] = mapped_column(Float)
-    n_max: Mapped[float | None] = mapped_column(Float)
-    mm_diff: Mapped[float | None] = mapped_column(Float)
-    mm_ratio: Mapped[float | None] = mapped_column(Float)
-    max_abs_diff: Mapped[float | None] = mapped_column(Float)
-    mad: Mapped[float | None] = mapped_column(Float)
-    var: Mapped[float | None] = mapped_column(Float)
-    gei: Mapped[float | None] = mapped_column(Float)
-    corrected_var: Mapped[float | None] = mapped_column(Float)
-    interval_low: Mapped[float | None] = mapped_column(Float)
-    interval_high: Mapped[float | None] = mapped_column(Float)
-    level: Mapped[float] = mapped_column(Float)
+    n_min: Mapped[float | None] = mapped_column(Real)
+    n_median: Mapped[float | None] = mapped_column(Real)
+    n_max: Mapped[float | None] = mapped_column(Real)
+    mm_diff: Mapped[float | None] = mapped_column(Real)
+    mm_ratio: Mapped[float | None] = mapped_column(Real)
+    max_abs_diff: Mapped[float | None] = mapped_column(Real)
+    mad: Mapped[float | None] = mapped_column(Real)
+    var: Mapped[float | None] = mapped_column(Real)
+    gei: Mapped[float | None] = mapped_column(Real)
+    corrected_var: Mapped[float | None] = mapped_column(Real)
+    interval_low: Mapped[float | None] = mapped_column(Real)
+    interval_high: Mapped[float | None] = mapped_column(Real)
+    level: Mapped[float] = mapped_column(Real)
     # groups left out and values left undefined, with why
     reason: Mapped[str | None] = mapped_column(Text)
 
@@ -294,11 +379,11 @@ class ComparisonResult(RunResult, Base):
     metric: Mapped[str] = mapped_column(String(16), primary_key=True)
     previous_run_id: Mapped[int] = mapped_column(BigInteger)
     status: Mapped[str] = mapped_column(String(16))
-    value_before: Mapped[float | None] = mapped_column(Float)
-    value_after: Mapped[float | None] = mapped_column(Float)
-    change: Mapped[float | None] = mapped_column(Float)
-    p_value: Mapped[float | None] = mapped_column(Float)
-    p_adjusted: Mapped[float | None] = mapped_column(Float)
+    value_before: Mapped[float | None] = mapped_column(Real)
+    value_after: Mapped[float | None] = mapped_column(Real)
+    change: Mapped[float | None] = mapped_column(Real)
+    p_value: Mapped[float | None] = mapped_column(Real)
+    p_adjusted: Mapped[float | None] = mapped_column(Real)
     significant: Mapped[bool] = mapped_column(Boolean)
     # The two runs' windows share data: changes reported, not tested (issue 16).
     overlapping: Mapped[bool | None] = mapped_column(Boolean)
@@ -311,37 +396,37 @@ class MonitorResult(GroupVsReference, Base):
 
     __tablename__ = "monitor_results"
 
-    x_group: Mapped[float] = mapped_column(Float)
-    n_group: Mapped[float] = mapped_column(Float)
-    x_reference: Mapped[float] = mapped_column(Float)
-    n_reference: Mapped[float] = mapped_column(Float)
-    unlabelled_group: Mapped[float] = mapped_column(Float)
-    unlabelled_reference: Mapped[float] = mapped_column(Float)
-    pairs: Mapped[float] = mapped_column(Float)
-    difference: Mapped[float | None] = mapped_column(Float)
-    e_value_up: Mapped[float] = mapped_column(Float)
-    e_value_down: Mapped[float] = mapped_column(Float)
-    e_value: Mapped[float] = mapped_column(Float)
-    e_process: Mapped[float] = mapped_column(Float)
+    x_group: Mapped[float] = mapped_column(Real)
+    n_group: Mapped[float] = mapped_column(Real)
+    x_reference: Mapped[float] = mapped_column(Real)
+    n_reference: Mapped[float] = mapped_column(Real)
+    unlabelled_group: Mapped[float] = mapped_column(Real)
+    unlabelled_reference: Mapped[float] = mapped_column(Real)
+    pairs: Mapped[float] = mapped_column(Real)
+    difference: Mapped[float | None] = mapped_column(Real)
+    e_value_up: Mapped[float] = mapped_column(Real)
+    e_value_down: Mapped[float] = mapped_column(Real)
+    e_value: Mapped[float] = mapped_column(Real)
+    e_process: Mapped[float] = mapped_column(Real)
     crossed: Mapped[bool] = mapped_column(Boolean)
     alarm: Mapped[bool] = mapped_column(Boolean)
-    cs_low: Mapped[float] = mapped_column(Float)
-    cs_high: Mapped[float] = mapped_column(Float)
-    nights: Mapped[float] = mapped_column(Float)
+    cs_low: Mapped[float] = mapped_column(Real)
+    cs_high: Mapped[float] = mapped_column(Real)
+    nights: Mapped[float] = mapped_column(Real)
     # State (tasks.monitor.STATE_COLUMNS other than nights, cs_low, cs_high).
-    log_m_up: Mapped[float] = mapped_column(Float)
-    log_m_down: Mapped[float] = mapped_column(Float)
-    w_k: Mapped[float] = mapped_column(Float)
-    w_d: Mapped[float] = mapped_column(Float)
-    w_v: Mapped[float] = mapped_column(Float)
-    n_pairs: Mapped[float] = mapped_column(Float)
-    s_d: Mapped[float] = mapped_column(Float)
-    s_v: Mapped[float] = mapped_column(Float)
-    cs_a: Mapped[float] = mapped_column(Float)
-    cs_b: Mapped[float] = mapped_column(Float)
-    cs_c: Mapped[float] = mapped_column(Float)
-    cs_dq: Mapped[float] = mapped_column(Float)
-    cs_eq: Mapped[float] = mapped_column(Float)
+    log_m_up: Mapped[float] = mapped_column(Real)
+    log_m_down: Mapped[float] = mapped_column(Real)
+    w_k: Mapped[float] = mapped_column(Real)
+    w_d: Mapped[float] = mapped_column(Real)
+    w_v: Mapped[float] = mapped_column(Real)
+    n_pairs: Mapped[float] = mapped_column(Real)
+    s_d: Mapped[float] = mapped_column(Real)
+    s_v: Mapped[float] = mapped_column(Real)
+    cs_a: Mapped[float] = mapped_column(Real)
+    cs_b: Mapped[float] = mapped_column(Real)
+    cs_c: Mapped[float] = mapped_column(Real)
+    cs_dq: Mapped[float] = mapped_column(Real)
+    cs_eq: Mapped[float] = mapped_column(Real)
     # The increment this run consumed: (previous_as_of, as_of] and the previous run continued.
     previous_run_id: Mapped[int | None] = mapped_column(BigInteger)
-    previous_as_of: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    previous_as_of: Mapped[datetime | None] = mapped_column(Moment)

@@ -6,50 +6,61 @@ quarantined with its reason, and the row accounting. Counts per group and inters
 over cells (tasks.counts.group_counts). Three modes:
 
 - ``memory``: read the window whole, validate it with the Pandera schema, aggregate.
-
 - ``stream``: read the window in chunks (a server-side cursor), validate each chunk with the same
-  Pandera schema, quarantine its invalid rows, and fold its group counts into running sums. Memory
+  Pandera schema, quarantine its invalid rows, and fold its counts into running sums. Memory
   holds one chunk, the counts and the quarantine, whatever the number of rows. Prediction ids
   repeated across chunks are found first by one GROUP BY in the database; the first occurrence is
   kept, as in memory.
-- ``pushdown`` (for trusted or pre-validated sources): one GROUP BY in the database over the finest
-  combination of all attributes and (y_true, y_pred), from which every attribute and intersection
-  is summed (one scan on any dialect, SQLite included; a GROUPING SETS query would scan no less).
-  The schema's rules are pushed down as SQL predicates; the rows that break one, or share a
-  prediction id, are few and are fetched and put through the same Pandera validation, so nothing
-  invalid is counted and nothing is lost.
+- ``pushdown``: one GROUP BY in the database over the finest combination of all attributes and
+  (y_true, y_pred). Per-row rules (id, timestamp, scores) are an SQL condition that passes only
+  rows the Pandera rules accept (db.source.Window.row_ok); attribute and label rules are checked by
+  the Pandera checks themselves on the few grouped keys. Rows failing either are few, are fetched
+  and put through the whole Pandera validation, so nothing invalid is counted and nothing is lost.
 
-All three give the same cells, quarantine and accounting on the same data (tests/test_scan.py).
+All three give the same cells, quarantine and accounting on the same data, on PostgreSQL, SQLite,
+MariaDB and DuckDB (tests/test_scan.py, tests/test_hostile_sources.py).
+
+With a ``decision`` from a score, the decision of every threshold is kept as a *bucket*: the number
+of thresholds at or below the score; y_pred at the k-th smallest threshold is ``bucket >= k``. One
+scan then gives one Scanned per threshold (``scan_thresholds``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from datetime import datetime
 
+import numpy as np
 import pandas as pd
 from biasaudit.db.source import (
     EmptyWindow,
+    Window,
     empty_window_message,
+    parsed_number,
+    read_chunks,
     read_predictions,
-    reflect_source,
     row_hash_sum,
-    source_query,
+    rows_frame,
+    window_of,
 )
 from biasaudit.db.source import fingerprint as frame_fingerprint
 from biasaudit.schemas.config import Audit
-from biasaudit.schemas.frames import CLOCK_SKEW
+from biasaudit.schemas.frames import as_binary, canonical_text, non_empty_text
 from biasaudit.schemas.quarantine import QUARANTINE_COLUMNS, split_valid
 from sqlalchemy import and_, case, func, inspect, literal, not_, or_, select
 
 OUTCOMES = ["y_true", "y_pred"]
+BUCKET = "bucket"
+# Bad key groups fetched per query (an OR of this many conjunctions).
+FETCH_GROUPS = 200
 
 
 @dataclass(frozen=True)
 class Scanned:
-    """What a scan leaves of the window: cells, quarantine, and the row accounting."""
+    """What a scan leaves of the window: cells, quarantine, and the row accounting.
+
+    ``threshold`` is the decision threshold these cells are for (None: decisions as read)."""
 
     cells: pd.DataFrame
     quarantine: pd.DataFrame
@@ -57,6 +68,7 @@ class Scanned:
     rows_valid: int
     rows_unlabelled: int
     fingerprint: str
+    threshold: float | None = None
 
 
 def cells_of(valid: pd.DataFrame, attributes: list[str]) -> pd.DataFrame:
@@ -71,29 +83,67 @@ def cells_of(valid: pd.DataFrame, attributes: list[str]) -> pd.DataFrame:
     return frame.groupby(keys, dropna=False, sort=True, as_index=False)["n"].sum()
 
 
-def memory_cells(engine, audit: Audit, start, end, now: datetime) -> Scanned:
+def _thresholds(audit: Audit) -> list[float]:
+    return sorted(audit.decision.thresholds) if audit.decision else []
+
+
+def _bucket_cells(valid: pd.DataFrame, audit: Audit) -> pd.DataFrame:
+    """Valid rows summed per (attributes, y_true, bucket): bucket = y_pred without a decision,
+    else the number of thresholds at or below the decision score."""
+    keys = [*audit.attributes, "y_true", BUCKET]
+    if BUCKET in valid:
+        bucket = valid[BUCKET].to_numpy()
+    elif audit.decision:
+        scores = valid["decision_score"].astype("float64").to_numpy()
+        bucket = np.searchsorted(np.asarray(_thresholds(audit)), scores, side="right")
+    else:
+        bucket = valid["y_pred"].astype("int64").to_numpy()
+    weight = valid["n"] if "n" in valid else pd.Series(1, index=valid.index, dtype="int64")
+    frame = valid[[*audit.attributes, "y_true"]].astype({a: str for a in audit.attributes})
+    frame = frame.assign(
+        y_true=valid["y_true"].astype("float64"), bucket=bucket.astype("int64"), n=weight
+    )
+    return frame.groupby(keys, dropna=False, sort=True, as_index=False)["n"].sum()
+
+
+def _per_threshold(
+    buckets: pd.DataFrame, audit: Audit, quarantine: pd.DataFrame, accounting: dict
+) -> list[Scanned]:
+    """One Scanned per threshold (one, threshold None, without a decision)."""
+    def cells(k: int) -> pd.DataFrame:
+        frame = buckets.assign(y_pred=(buckets[BUCKET] >= k).astype("int64"))
+        return cells_of(frame.drop(columns=BUCKET), audit.attributes)
+
+    if not audit.decision:
+        return [Scanned(cells(1), quarantine, **accounting)]
+    return [
+        Scanned(cells(k), quarantine, **accounting, threshold=t)
+        for k, t in enumerate(_thresholds(audit), start=1)
+    ]
+
+
+def _split(frame: pd.DataFrame, audit: Audit, now: datetime):
+    return split_valid(frame, audit.attributes, now, decision=audit.decision is not None)
+
+
+def memory_thresholds(engine, audit: Audit, start, end, now: datetime) -> list[Scanned]:
     """Cells of the window read whole and validated in memory."""
     frame = read_predictions(engine, audit, start, end)
-    valid, quarantine = split_valid(frame, audit.attributes, now)
-    return Scanned(
-        cells=cells_of(valid, audit.attributes),
-        quarantine=quarantine,
-        rows_read=len(frame),
-        rows_valid=len(valid),
-        rows_unlabelled=int(valid["y_true"].isna().sum()),
-        fingerprint=frame_fingerprint(frame),
-    )
-
-
-def _window(engine, audit: Audit, start, end):
-    table = reflect_source(engine, audit.source)
-    query = source_query(table, audit, start, end, naive_utc=engine.dialect.name == "sqlite")
-    return table, query.subquery("window")
+    valid, quarantine = _split(frame, audit, now)
+    accounting = {
+        "rows_read": len(frame),
+        "rows_valid": len(valid),
+        "rows_unlabelled": int(valid["y_true"].isna().sum()),
+        "fingerprint": frame_fingerprint(frame),
+    }
+    return _per_threshold(_bucket_cells(valid, audit), audit, quarantine, accounting)
 
 
 def ids_are_unique(connection, table, audit: Audit) -> bool:
     """Whether a primary key or unique constraint/index of the source guarantees unique prediction
     ids within a model (then no duplicate scan is needed)."""
+    if connection.dialect.name == "duckdb":  # no catalogue reflection there: scan for duplicates
+        return False
     inspector = inspect(connection)
     schema = table.schema
     ident = audit.source_column("prediction_id")
@@ -103,56 +153,70 @@ def ids_are_unique(connection, table, audit: Audit) -> bool:
     keys += [
         i["column_names"] for i in inspector.get_indexes(table.name, schema) if i.get("unique")
     ]
+    # A key unique under a looser text equality (MariaDB's default collations) is unique too.
     return any(key and ident in key and set(key) <= allowed for key in keys)
 
 
-def _duplicated_ids(connection, window) -> set:
-    query = select(window.c.prediction_id).group_by(window.c.prediction_id).having(func.count() > 1)
-    return set(connection.execute(query).scalars())
+def _duplicated_ids(connection, window: Window, start, end) -> list:
+    """Prediction ids occurring more than once in the window (exact text comparison)."""
+    ident = window.key("prediction_id").label("pid")
+    inner = select(ident).where(window.where(start, end)).subquery()
+    query = select(inner.c.pid).group_by(inner.c.pid).having(func.count() > 1)
+    return list(connection.execute(query).scalars())
 
 
-def stream_cells(engine, audit: Audit, start, end, now: datetime, chunk_rows: int) -> Scanned:
+def _window_and_duplicates(connection, audit: Audit, start, end):
+    window = window_of(connection, audit)
+    unique = ids_are_unique(connection, window.table, audit)
+    return window, ([] if unique else _duplicated_ids(connection, window, start, end))
+
+
+def stream_thresholds(
+    engine, audit: Audit, start, end, now: datetime, chunk_rows: int
+) -> list[Scanned]:
     """Cells of the window read in chunks of ``chunk_rows``, validated chunk by chunk."""
-    table, window = _window(engine, audit, start, end)
     parts, quarantines = [], []
     rows = valid_rows = unlabelled = 0
     hash_sum = 0
     seen: set = set()
     with engine.connect() as connection:
-        unique = ids_are_unique(connection, table, audit)
-        duplicated = set() if unique else _duplicated_ids(connection, window)
-        streaming = connection.execution_options(stream_results=True, yield_per=chunk_rows)
-        for chunk in pd.read_sql(select(window), streaming, chunksize=chunk_rows):
+        window, duplicated = _window_and_duplicates(connection, audit, start, end)
+        duplicated = set(duplicated)
+        for chunk in read_chunks(connection, window.query(start, end), chunk_rows):
             hash_sum = (hash_sum + row_hash_sum(chunk)) % 2**64
-            valid, quarantine = split_valid(chunk, audit.attributes, now)
+            valid, quarantine = _split(chunk, audit, now)
             repeated = valid["prediction_id"].isin(seen)  # first occurrence was in an earlier chunk
             if repeated.any():
                 quarantine = pd.concat(
-                    [quarantine, _duplicates(valid[repeated])], ignore_index=True
+                    [quarantine, _duplicates(chunk.loc[valid.index[repeated]])], ignore_index=True
                 )
                 valid = valid[~repeated]
             seen.update(set(valid["prediction_id"]) & duplicated)
             quarantine["row_number"] = quarantine["row_number"] + rows
             quarantines.append(quarantine)
-            parts.append(cells_of(valid, audit.attributes))
+            parts.append(_bucket_cells(valid, audit))
             valid_rows += len(valid)
             unlabelled += int(valid["y_true"].isna().sum())
             rows += len(chunk)
         if rows == 0:
-            raise EmptyWindow(empty_window_message(connection, table, audit, start, end))
-    return Scanned(
-        cells=cells_of(pd.concat(parts, ignore_index=True), audit.attributes),
-        quarantine=pd.concat(quarantines, ignore_index=True),
-        rows_read=rows,
-        rows_valid=valid_rows,
-        rows_unlabelled=unlabelled,
-        fingerprint=frame_fingerprint(None, hash_sum, rows),
-    )
+            raise EmptyWindow(empty_window_message(connection, window.table, audit, start, end))
+    buckets = pd.concat(parts, ignore_index=True)
+    keys = [*audit.attributes, "y_true", BUCKET]
+    buckets = buckets.groupby(keys, dropna=False, sort=True, as_index=False)["n"].sum()
+    accounting = {
+        "rows_read": rows,
+        "rows_valid": valid_rows,
+        "rows_unlabelled": unlabelled,
+        "fingerprint": frame_fingerprint(None, hash_sum, rows),
+    }
+    quarantine = pd.concat(quarantines, ignore_index=True)
+    return _per_threshold(buckets, audit, quarantine, accounting)
 
 
 def _duplicates(rows: pd.DataFrame) -> pd.DataFrame:
     """Quarantine records for repeats of a prediction id already accepted."""
-    records = json.loads(rows.to_json(orient="records", date_format="iso"))
+    from biasaudit.schemas.quarantine import _rows_as_json
+
     return pd.DataFrame(
         {
             "row_number": rows.index.to_numpy(),
@@ -160,74 +224,180 @@ def _duplicates(rows: pd.DataFrame) -> pd.DataFrame:
             "column_name": "prediction_id",
             "value": rows["prediction_id"].astype(str).to_numpy(),
             "rule": "field_uniqueness",
-            "row": records,
+            "row": _rows_as_json(rows),
         },
         columns=QUARANTINE_COLUMNS,
     )
 
 
-def _valid_predicate(window, audit: Audit, now: datetime, naive: bool):
-    """The predictions schema's rules as one SQL condition (schemas.frames.predictions_schema)."""
-    c = window.c
-    latest = now + CLOCK_SKEW
-    rules = [
-        c.prediction_id.is_not(None),
-        func.length(func.trim(c.prediction_id)) > 0,
-        c.model_id.is_not(None),
-        c.predicted_at.is_not(None),
-        c.predicted_at <= (latest.replace(tzinfo=None) if naive else latest),
-        c.y_pred.in_([0, 1]),
-        or_(c.y_true.is_(None), c.y_true.in_([0, 1])),
-        or_(c.score.is_(None), and_(c.score >= 0, c.score <= 1)),
-    ]
-    for attribute in audit.attributes:
-        rules += [c[attribute].is_not(None), func.length(func.trim(c[attribute])) > 0]
-    return and_(*rules)
+def _bucket_expression(window: Window, audit: Audit):
+    """y_pred as read, or the number of thresholds at or below the parsed decision score."""
+    if not audit.decision:
+        return window.raw["y_pred"]
+    score = parsed_number(window.raw["decision_score"], window.dialect)
+    ordered = _thresholds(audit)
+    whens = [(score >= literal(t), k) for k, t in reversed(list(enumerate(ordered, start=1)))]
+    return case(*whens, else_=0)
 
 
-def pushdown_cells(engine, audit: Audit, start, end, now: datetime) -> Scanned:
+def _valid_keys(grouped: pd.DataFrame, audit: Audit) -> pd.Series:
+    """Which grouped keys the Pandera rules accept: the checks of the predictions schema
+    (schemas.frames: non_empty_text, as_binary) on each distinct key instead of each row."""
+    ok = pd.Series(True, index=grouped.index)
+    for name in audit.attributes:
+        ok &= non_empty_text(grouped[f"k_{name}"]).to_numpy(dtype=bool)
+    truth = grouped["k_y_true"]
+    ok &= truth.isna() | as_binary(truth).notna()
+    if not audit.decision:
+        ok &= as_binary(grouped[f"k_{BUCKET}"]).notna()
+    return ok
+
+
+def _marker(value) -> tuple:
+    """A hashable identity of a driver value (NaN equal to itself, 1 distinct from '1')."""
+    if isinstance(value, float) and np.isnan(value):
+        return ("float", "nan")
+    return (type(value).__name__, repr(value))
+
+
+def pushdown_thresholds(engine, audit: Audit, start, end, now: datetime) -> list[Scanned]:
     """Cells of the window from one GROUP BY in the database, invalid rows quarantined."""
-    table, window = _window(engine, audit, start, end)
-    naive = engine.dialect.name == "sqlite"
-    valid = _valid_predicate(window, audit, now, naive)
-    keys = [window.c[a] for a in audit.attributes] + [window.c.y_true, window.c.y_pred]
+    names = [*audit.attributes, "y_true", BUCKET]
     with engine.connect() as connection:
-        unique = ids_are_unique(connection, table, audit)
-        duplicated = set() if unique else _duplicated_ids(connection, window)
-        clean = and_(valid, not_(window.c.prediction_id.in_(duplicated))) if duplicated else valid
-        ok = case((clean, 1), else_=0).label("ok")  # a rule that is NULL (a NULL value) fails
-        grouped = pd.read_sql(
-            select(*keys, ok, func.count().label("n")).group_by(*keys, ok), connection
-        )
-        rows = int(grouped["n"].sum())
+        window, duplicated = _window_and_duplicates(connection, audit, start, end)
+        ok = window.row_ok(now)
+        if duplicated:
+            ok = and_(ok, not_(window.key("prediction_id").in_(duplicated)))
+        flag = case((ok, 1), else_=0)  # a rule that is NULL (a NULL value) fails
+        expressions = {
+            **{a: window.key(a) for a in audit.attributes},
+            "y_true": window.raw["y_true"],
+            BUCKET: _bucket_expression(window, audit),
+        }
+        keys = [expressions[n].label(f"k_{n}") for n in names]
+        inner = select(*keys, flag.label("ok")).where(window.where(start, end)).subquery()
+        grouping = [inner.c[f"k_{n}"] for n in names] + [inner.c.ok]
+        result = connection.execute(select(*grouping, func.count().label("n")).group_by(*grouping))
+        grouped = rows_frame(result, list(result.keys()))
+        rows = int(grouped["n"].sum()) if len(grouped) else 0
         if not rows:
-            raise EmptyWindow(empty_window_message(connection, table, audit, start, end))
-        suspect = or_(not_(clean), clean.is_(None))
-        # Only when some rows failed is the table read again, for those rows alone.
-        needed = (grouped["ok"] == 0).any()
-        rest = pd.read_sql(select(window).where(suspect if needed else literal(False)), connection)
-    grouped = grouped[grouped["ok"] == 1].drop(columns="ok")
-    accepted, quarantine = split_valid(rest, audit.attributes, now)
-    grouped = grouped.astype({a: str for a in audit.attributes})
-    parts = [cells_of(grouped, audit.attributes), cells_of(accepted, audit.attributes)]
-    cells = cells_of(pd.concat(parts, ignore_index=True), audit.attributes)
-    digest = hashlib.sha256(cells.to_csv(index=False).encode())
-    digest.update(quarantine.drop(columns="row").to_csv(index=False).encode())
-    unknown = grouped["y_true"].isna()
-    return Scanned(
-        cells=cells,
-        quarantine=quarantine,
-        rows_read=int(rows),
-        rows_valid=int(grouped["n"].sum()) + len(accepted),
-        rows_unlabelled=int(grouped.loc[unknown, "n"].sum() + accepted["y_true"].isna().sum()),
-        fingerprint=digest.hexdigest(),
+            raise EmptyWindow(empty_window_message(connection, window.table, audit, start, end))
+        good_keys = _valid_keys(grouped, audit)
+        counted = (grouped["ok"] == 1) & good_keys
+        bad = grouped[(grouped["ok"] == 1) & ~good_keys]
+        bad_markers = {
+            tuple(_marker(v) for v in row) for row in bad[[f"k_{n}" for n in names]].itertuples(
+                index=False
+            )
+        }
+        rest = _fetch_suspects(connection, window, start, end, flag, keys, bad, names)
+    if len(rest):
+        marks = rest[[f"k_{n}" for n in names]].itertuples(index=False)
+        suspect = (rest["ok"] == 0).to_numpy() | np.array(
+            [tuple(_marker(v) for v in row) in bad_markers for row in marks], dtype=bool
+        )
+        rest = rest[suspect].drop(columns=[*[f"k_{n}" for n in names], "ok"])
+        rest = rest.reset_index(drop=True)
+    else:
+        rest = rest.drop(columns=[*[f"k_{n}" for n in names], "ok"])
+    accepted, quarantine = _split(rest, audit, now)
+    counted_cells = grouped[counted].rename(columns={f"k_{n}": n for n in names})
+    counted_cells = counted_cells.assign(
+        **{a: canonical_text(counted_cells[a]) for a in audit.attributes},
+        y_true=as_binary(counted_cells["y_true"]),
     )
+    if audit.decision:
+        counted_cells[BUCKET] = counted_cells[BUCKET].astype("int64")
+    else:
+        counted_cells[BUCKET] = as_binary(counted_cells[BUCKET]).astype("int64")
+    buckets = pd.concat(
+        [_bucket_cells(counted_cells.drop(columns="ok"), audit), _bucket_cells(accepted, audit)],
+        ignore_index=True,
+    )
+    buckets = buckets.groupby(names, dropna=False, sort=True, as_index=False)["n"].sum()
+    digest = hashlib.sha256(buckets.to_csv(index=False).encode())
+    digest.update(quarantine.drop(columns="row").to_csv(index=False).encode())
+    valid_counted = int(counted_cells["n"].sum())
+    accounting = {
+        "rows_read": rows,
+        "rows_valid": valid_counted + len(accepted),
+        "rows_unlabelled": int(
+            counted_cells.loc[counted_cells["y_true"].isna(), "n"].sum()
+            + accepted["y_true"].isna().sum()
+        ),
+        "fingerprint": digest.hexdigest(),
+    }
+    return _per_threshold(buckets, audit, quarantine, accounting)
+
+
+def _fetch_suspects(connection, window: Window, start, end, flag, keys, bad, names):
+    """The rows that failed a per-row rule or belong to a group with an invalid key, with their
+    flag and keys (to drop rows a loose SQL key comparison fetched too)."""
+    conditions = []
+    key_of = {n: k.element for n, k in zip(names, keys)}
+    for first in range(0, len(bad), FETCH_GROUPS):
+        part = bad.iloc[first : first + FETCH_GROUPS]
+        conditions.append(
+            or_(
+                *[
+                    and_(
+                        *[
+                            key_of[n].is_(None) if v is None else key_of[n] == v
+                            for n, v in zip(names, row)
+                        ]
+                    )
+                    for row in part[[f"k_{n}" for n in names]].itertuples(index=False)
+                ]
+            )
+        )
+    columns = window.selected() + keys + [flag.label("ok")]
+    frames = []
+    # A row is fetched once: for its failed rule, or (passing every per-row rule) for its key.
+    for condition in [flag == 0, *[and_(flag == 1, c) for c in conditions]]:
+        result = connection.execute(select(*columns).where(and_(window.where(start, end), condition)))
+        frames.append(rows_frame(result, list(result.keys())))
+    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    return frame
+
+
+def scan_thresholds(engine, audit: Audit, start, end, now: datetime) -> list[Scanned]:
+    """The configured scan of the window: one Scanned per decision threshold (one Scanned, with
+    threshold None, when decisions are read as they are). Quarantine and accounting are shared."""
+    if audit.scan.mode == "pushdown":
+        return pushdown_thresholds(engine, audit, start, end, now)
+    if audit.scan.mode == "stream":
+        return stream_thresholds(engine, audit, start, end, now, audit.scan.chunk_rows)
+    return memory_thresholds(engine, audit, start, end, now)
 
 
 def scan_window(engine, audit: Audit, start, end, now: datetime) -> Scanned:
-    """The configured scan (``audit.scan.mode``: memory, stream or pushdown) of the window."""
-    if audit.scan.mode == "pushdown":
-        return pushdown_cells(engine, audit, start, end, now)
-    if audit.scan.mode == "stream":
-        return stream_cells(engine, audit, start, end, now, audit.scan.chunk_rows)
-    return memory_cells(engine, audit, start, end, now)
+    """The configured scan (``audit.scan.mode``: memory, stream or pushdown) of the window, for an
+    audit with at most one decision threshold (several: ``scan_thresholds``)."""
+    scans = scan_thresholds(engine, audit, start, end, now)
+    if len(scans) > 1:
+        raise ValueError(
+            f"audit {audit.name!r} has {len(scans)} decision thresholds: use scan_thresholds"
+        )
+    return scans[0]
+
+
+def memory_cells(engine, audit: Audit, start, end, now: datetime) -> Scanned:
+    """Memory scan of an audit with at most one threshold."""
+    return _single(memory_thresholds(engine, audit, start, end, now))
+
+
+def stream_cells(engine, audit: Audit, start, end, now: datetime, chunk_rows: int) -> Scanned:
+    """Stream scan of an audit with at most one threshold."""
+    return _single(stream_thresholds(engine, audit, start, end, now, chunk_rows))
+
+
+def pushdown_cells(engine, audit: Audit, start, end, now: datetime) -> Scanned:
+    """Push-down scan of an audit with at most one threshold."""
+    return _single(pushdown_thresholds(engine, audit, start, end, now))
+
+
+def _single(scans: list[Scanned]) -> Scanned:
+    if len(scans) > 1:
+        raise ValueError(f"{len(scans)} decision thresholds: use scan_thresholds")
+    return scans[0]
+

@@ -2,21 +2,83 @@
 
 Table and column names from configuration are looked up in the database's own catalogue (reflection)
 and used as SQLAlchemy objects, never pasted into SQL; values are bound parameters.
+
+Values are read as the database driver returns them (no pandas type guessing: an integer column
+with NULLs stays integers, text ``007`` stays text); the Pandera rules (schemas.frames) judge them.
+The SQL here does three things on every dialect (PostgreSQL, SQLite, MariaDB/MySQL, DuckDB):
+
+- decides the window on the *parsed* timestamp (``parsed_timestamp``: typed columns as UTC, text in
+  the ISO_TIMESTAMP grammar with its offset honoured); rows whose timestamp is NULL, unparseable or
+  before 1900 belong to every window, so they are read and quarantined, never silently left out;
+- gives ``row_ok``: a condition true only for rows the Pandera rules accept on the per-row rules
+  (id, timestamp, scores), so the push-down may count them unchecked; every other row is fetched
+  and judged by Pandera itself;
+- reads JSON attribute keys as keys, never as paths.
 """
 
 from __future__ import annotations
 
 import hashlib
-from datetime import UTC, datetime
+import os
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pandas as pd
 from biasaudit.schemas.config import Audit
-from sqlalchemy import Engine, MetaData, Table, literal, null, select
+from biasaudit.schemas.frames import (
+    CLOCK_SKEW,
+    DECIMAL_TEXT,
+    EARLIEST,
+    ISO_OFFSET,
+    ISO_TIMESTAMP,
+)
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    Date,
+    DateTime,
+    Double,
+    Engine,
+    Enum,
+    Integer,
+    LargeBinary,
+    MetaData,
+    Numeric,
+    String,
+    Table,
+    Text,
+    Uuid,
+    and_,
+    case,
+    cast,
+    collate,
+    func,
+    literal,
+    literal_column,
+    null,
+    or_,
+    select,
+    text,
+    type_coerce,
+)
+from sqlalchemy.dialects import mysql
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import NoSuchTableError
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.functions import FunctionElement
+from sqlalchemy.types import NullType
 
 REQUIRED = ("prediction_id", "predicted_at", "y_true", "y_pred")
 ATTRIBUTES_JSON = "attributes"
+# Sub-millisecond margin: SQLite's date functions keep milliseconds only.
+MARGIN = timedelta(milliseconds=2)
+# MariaDB/MySQL compare text without case and trailing spaces by default; the audit groups and
+# compares the exact strings (as pandas does), so their text goes through this collation.
+MYSQL_EXACT = "utf8mb4_nopad_bin"
 
 
 class SourceError(LookupError):
@@ -27,6 +89,38 @@ class EmptyWindow(LookupError):
     """The audit window holds no predictions for the model (or the model has none at all)."""
 
 
+class to_double(FunctionElement):
+    """CAST(x AS DOUBLE) on every dialect (SQLAlchemy skips a Double cast on MariaDB)."""
+
+    type = Double()
+    inherit_cache = True
+
+
+@compiles(to_double)
+def _to_double(element, compiler, **kw):
+    return f"CAST({compiler.process(element.clauses, **kw)} AS DOUBLE PRECISION)"
+
+
+@compiles(to_double, "mysql")
+@compiles(to_double, "mariadb")
+@compiles(to_double, "sqlite")
+@compiles(to_double, "duckdb")
+def _to_double_short(element, compiler, **kw):
+    return f"CAST({compiler.process(element.clauses, **kw)} AS DOUBLE)"
+
+
+def source_url(audit: Audit, store_url: str) -> str:
+    """The URL of the database holding the audit's source: ``audit.source_db`` (its password
+    from the environment variable ``audit.source_db_password_env``, if set), else the store's."""
+    if audit.source_db is None:
+        return store_url
+    url = make_url(audit.source_db)
+    password = os.environ.get(audit.source_db_password_env)
+    if password is not None:
+        url = url.set(password=password)
+    return url.render_as_string(hide_password=False)
+
+
 def window_bounds(audit: Audit, as_of: datetime) -> tuple[datetime | None, datetime]:
     """(start, end] of the audit window ending at ``as_of`` (UTC); start is None for all time."""
     end = as_of.astimezone(UTC) if as_of.tzinfo else as_of.replace(tzinfo=UTC)
@@ -34,63 +128,331 @@ def window_bounds(audit: Audit, as_of: datetime) -> tuple[datetime | None, datet
     return (None if length is None else end - length), end
 
 
+DUCKDB_TYPES = {
+    "BOOLEAN": Boolean,
+    "TINYINT": Integer,
+    "SMALLINT": Integer,
+    "INTEGER": Integer,
+    "BIGINT": BigInteger,
+    "HUGEINT": BigInteger,
+    "UTINYINT": Integer,
+    "USMALLINT": Integer,
+    "UINTEGER": BigInteger,
+    "UBIGINT": BigInteger,
+    "FLOAT": Double,
+    "DOUBLE": Double,
+    "DATE": Date,
+    "TIMESTAMP": DateTime,
+    "VARCHAR": String,
+    "UUID": Uuid,
+    "JSON": JSON,
+}
+
+
+def _reflect_duckdb(engine: Engine, schema: str, name: str) -> Table:
+    """A DuckDB table or view from its information schema (duckdb-engine's reflection goes
+    through PostgreSQL catalogue tables DuckDB does not have)."""
+    query = text(
+        "SELECT column_name, data_type FROM information_schema.columns "
+        "WHERE table_name = :name AND table_schema = coalesce(:schema, current_schema()) "
+        "ORDER BY ordinal_position"
+    )
+    with engine.connect() as connection:
+        found = connection.execute(query, {"name": name, "schema": schema or None}).all()
+    if not found:
+        raise SourceError(f"source {name!r}: no such table or view in the database")
+
+    def kind(data_type: str):
+        if data_type.startswith("DECIMAL"):
+            return Numeric()
+        if data_type in {"TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ"}:
+            return DateTime(timezone=True)
+        known = DUCKDB_TYPES.get(data_type.split("(")[0])
+        return known() if known else NullType()
+
+    columns = [Column(column, kind(data_type)) for column, data_type in found]
+    return Table(name, MetaData(), *columns, schema=schema or None)
+
+
 def reflect_source(engine: Engine, source: str) -> Table:
     """The source table or view as the database describes it (``schema.table`` allowed)."""
     schema, _, name = source.rpartition(".")
+    if engine.dialect.name == "duckdb":
+        return _reflect_duckdb(engine, schema, name)
     try:
         return Table(name, MetaData(), autoload_with=engine, schema=schema or None)
     except NoSuchTableError:
         raise SourceError(f"source {source!r}: no such table or view in the database") from None
 
 
-def source_query(
-    table: Table, audit: Audit, start: datetime | None, end: datetime, naive_utc: bool = False
-):
-    """SELECT of the audit window with canonical column names, from ``table`` through the mapping.
+def _dialect(bind) -> str:
+    name = bind.dialect.name
+    return "mysql" if name in {"mysql", "mariadb"} else name
 
-    ``naive_utc`` binds the window bounds without time zone (SQLite stores naive UTC text).
-    """
 
-    def column(canonical: str, required: bool):
-        name = audit.source_column(canonical)
-        if name in table.c:
-            return table.c[name].label(canonical)
-        if required or canonical in audit.columns:  # an explicit mapping must exist
-            raise SourceError(f"source {table.name!r}: column {name!r} (for {canonical}) not found")
+def _is_text(column) -> bool:
+    return isinstance(column.type, (String, NullType))  # Enum is a String
+
+
+def _as_text(column, dialect: str):
+    """The column as text (SQLite: always cast, its values need not have the declared type)."""
+    if dialect != "sqlite" and isinstance(column.type, String) and not isinstance(column.type, Enum):
+        return column
+    return cast(column, Text)
+
+
+def _regex(text, pattern: str, dialect: str):
+    """``text`` matches ``pattern``, case-sensitively, on every dialect; a newline never matches
+    (some engines let ``$`` match before a final newline, Python's fullmatch does not)."""
+    exact = type_coerce(cast(text, LargeBinary), String) if dialect == "mysql" else text
+    position = func.strpos if dialect in {"postgresql", "duckdb"} else func.instr
+    return and_(exact.regexp_match(pattern), position(text, "\n") == 0)
+
+
+def _valid_calendar_date(text):
+    """The ``YYYY-MM-DD`` prefix of ``text`` is a real date (evaluate only where the grammar
+    matched: the casts assume digits)."""
+    year = cast(func.substr(text, 1, 4), Integer)
+    month = cast(func.substr(text, 6, 2), Integer)
+    day = cast(func.substr(text, 9, 2), Integer)
+    leap = or_(and_(year % 4 == 0, year % 100 != 0), year % 400 == 0)
+    last = case(
+        (month == 2, case((leap, 29), else_=28)),
+        (month.in_([4, 6, 9, 11]), 30),
+        else_=31,
+    )
+    return day <= last
+
+
+def _parse_text_timestamp(text, dialect: str):
+    """ISO text (schemas.frames.ISO_TIMESTAMP) as a naive UTC timestamp; NULL when unparseable."""
+    has_offset = _regex(text, ISO_OFFSET, dialect)
+    moment: ColumnElement
+    if dialect == "sqlite":
+        moment = func.strftime("%Y-%m-%d %H:%M:%f", text)  # converts the offset to UTC
+    elif dialect == "mysql":
+        base = func.replace(func.regexp_replace(text, ISO_OFFSET, ""), "T", " ")
+        naive = cast(base, mysql.DATETIME(fsp=6))
+        sign = case((func.substr(text, -6, 1) == "-", -1), else_=1)
+        minutes = sign * (
+            cast(func.substr(text, -5, 2), Integer) * 60 + cast(func.substr(text, -2, 2), Integer)
+        )
+        numeric = and_(has_offset, func.right(text, 1) != "Z")
+        moment = case(
+            (numeric, func.timestampadd(literal_column("MINUTE"), -minutes, naive)), else_=naive
+        )
+    else:  # PostgreSQL, DuckDB
+        moment = case(
+            (has_offset, func.timezone("UTC", cast(text, DateTime(timezone=True)))),
+            else_=cast(text, DateTime()),
+        )
+    calendar = case((_valid_calendar_date(text), moment), else_=null())
+    return case((_regex(text, ISO_TIMESTAMP, dialect), calendar), else_=null())
+
+
+def parsed_timestamp(column, dialect: str):
+    """The column's timestamp as a naive UTC value the dialect compares correctly; NULL where the
+    value is no timestamp. Time zones: timestamptz converted to UTC; timestamp and datetime
+    without zone taken as UTC; a date as midnight UTC; ISO text with its offset (none: UTC).
+    Numbers (epochs) and other types: NULL (quarantined as no timestamp)."""
+    kind = column.type
+    if dialect == "sqlite":  # dynamically typed: whatever the declared type, values may be text
+        return _parse_text_timestamp(cast(column, Text), dialect)
+    if isinstance(kind, DateTime):
+        if getattr(kind, "timezone", False) and dialect != "mysql":
+            return func.timezone("UTC", column)
+        return column
+    if isinstance(kind, Date):
+        return cast(column, mysql.DATETIME(fsp=6) if dialect == "mysql" else DateTime())
+    if _is_text(column):
+        return _parse_text_timestamp(_as_text(column, dialect), dialect)
+    return null()
+
+
+def bound(moment: datetime, dialect: str, aware: bool = False):
+    """A UTC moment as the value ``parsed_timestamp`` compares with (``aware``: as a moment with
+    zone, for a timestamptz column itself)."""
+    if aware:
+        return literal(moment.astimezone(UTC), DateTime(timezone=True))
+    naive = moment.astimezone(UTC).replace(tzinfo=None)
+    if dialect == "sqlite":
+        return literal(naive.strftime("%Y-%m-%d %H:%M:%S.%f")[:23], Text)
+    return literal(naive, DateTime())
+
+
+def parsed_number(column, dialect: str):
+    """The column as a double where it holds a number (text in DECIMAL_TEXT); NULL otherwise."""
+    kind = column.type
+    if dialect != "sqlite" and isinstance(kind, Boolean):
+        return null()
+    if dialect != "sqlite" and isinstance(kind, (Numeric, Integer)):
+        return to_double(column)
+    text = _as_text(column, dialect)
+    if dialect == "sqlite":  # numbers stored as numbers; text only in the grammar
+        is_number = func.typeof(column).in_(["integer", "real"])
+        return case(
+            (is_number, to_double(column)),
+            (_regex(text, DECIMAL_TEXT, dialect), to_double(text)),
+            else_=null(),
+        )
+    if _is_text(column):
+        return case((_regex(text, DECIMAL_TEXT, dialect), to_double(text)), else_=null())
+    return null()
+
+
+def _json_key(table: Table, key: str, dialect: str):
+    """The JSON attributes column's value under ``key``, looked up as a key (never a path)."""
+    column = table.c[ATTRIBUTES_JSON]
+    if dialect == "sqlite" and ('"' in key or "\\" in key):  # no JSON path can name it
+        each = func.json_each(column).table_valued("key", "value")
+        return select(each.c.value).where(each.c.key == key).scalar_subquery()
+    if dialect == "mysql":
+        escaped = key.replace("\\", "\\\\").replace('"', '\\"')
+        return func.json_unquote(func.json_extract(column, literal(f'$."{escaped}"')))
+    return column[key].as_string()
+
+
+class Window:
+    """The canonical columns of one audit's source, as SQL expressions, and the window filter."""
+
+    def __init__(self, table: Table, audit: Audit, dialect: str):
+        self.table, self.audit, self.dialect = table, audit, dialect
+        self.raw = {}  # canonical name -> expression of the raw value
+        required = [c for c in REQUIRED if not (c == "y_pred" and audit.decision)]
+        for canonical in required:
+            self.raw[canonical] = self._column(canonical, True)
+        model = self._column("model_id", False)
+        self.raw["model_id"] = model if model is not None else literal(audit.model_id)
+        version = self._column("model_version", False)
+        self.raw["model_version"] = version if version is not None else null()
+        score = self._column("score", False)
+        self.has_score = score is not None
+        self.raw["score"] = score if score is not None else null()
+        if audit.decision:
+            name = audit.decision.score
+            if name not in table.c:
+                raise SourceError(f"source {table.name!r}: decision score column {name!r} not found")
+            self.raw["decision_score"] = table.c[name]
+        for attribute in audit.attributes:
+            found = self._column(attribute, False)
+            if found is None:
+                if ATTRIBUTES_JSON not in table.c:
+                    raise SourceError(
+                        f"source {table.name!r}: no column {audit.source_column(attribute)!r} "
+                        f"for attribute {attribute!r}, and no {ATTRIBUTES_JSON!r} JSON column"
+                    )
+                found = _json_key(table, attribute, dialect)
+            elif isinstance(found.type, Enum) and dialect != "sqlite":
+                found = cast(found, Text)
+            self.raw[attribute] = found
+        self.model = model
+        self.version = version
+        self.time = parsed_timestamp(self.raw["predicted_at"], dialect)
+
+    def _column(self, canonical: str, required: bool):
+        name = self.audit.source_column(canonical)
+        if name in self.table.c:
+            return self.table.c[name]
+        if required or canonical in self.audit.columns:  # an explicit mapping must exist
+            raise SourceError(
+                f"source {self.table.name!r}: column {name!r} (for {canonical}) not found"
+            )
         return None
 
-    selected = [column(c, True) for c in REQUIRED]
-    model = column("model_id", False)
-    selected.append(model if model is not None else literal(audit.model_id).label("model_id"))
-    version = column("model_version", False)
-    selected.append(version if version is not None else null().label("model_version"))
-    score = column("score", False)
-    selected.append(score if score is not None else null().label("score"))
-    for attribute in audit.attributes:
-        found = column(attribute, False)
-        if found is None:
-            if ATTRIBUTES_JSON not in table.c:
-                raise SourceError(
-                    f"source {table.name!r}: no column {audit.source_column(attribute)!r} "
-                    f"for attribute {attribute!r}, and no {ATTRIBUTES_JSON!r} JSON column"
-                )
-            found = table.c[ATTRIBUTES_JSON][attribute].as_string().label(attribute)
-        selected.append(found)
+    def key(self, canonical: str):
+        """The expression to group and compare on: exact text on MariaDB/MySQL."""
+        expression = self.raw[canonical]
+        if self.dialect == "mysql" and isinstance(expression.type, (String, NullType)):
+            return collate(expression, MYSQL_EXACT)
+        return expression
 
-    query = select(*selected)
-    if model is not None:
-        query = query.where(table.c[audit.source_column("model_id")] == audit.model_id)
-    if audit.model_version is not None:
-        if version is None:
-            raise SourceError(f"source {table.name!r}: model_version is configured but not mapped")
-        query = query.where(table.c[audit.source_column("model_version")] == audit.model_version)
-    time = table.c[audit.source_column("predicted_at")]
-    if naive_utc:
-        start = start and start.replace(tzinfo=None)
-        end = end.replace(tzinfo=None)
-    if start is not None:
-        query = query.where(time > start)
-    return query.where(time <= end)
+    def where(self, start: datetime | None, end: datetime):
+        """The model (and version) filter and the window on the parsed timestamp; rows with no
+        plausible timestamp are in every window (to be quarantined)."""
+        conditions = []
+        if self.model is not None:
+            conditions.append(self.model == self.audit.model_id)
+        if self.audit.model_version is not None:
+            if self.version is None:
+                raise SourceError(
+                    f"source {self.table.name!r}: model_version is configured but not mapped"
+                )
+            conditions.append(self.version == self.audit.model_version)
+        t, aware = self._filter_time()
+        inside = t <= bound(end, self.dialect, aware)
+        if start is not None:
+            inside = and_(t > bound(start, self.dialect, aware), inside)
+        conditions.append(or_(inside, t.is_(None), t < bound(EARLIEST, self.dialect, aware)))
+        return and_(*conditions)
+
+    def _filter_time(self):
+        """(expression, aware) to filter the window on: a typed timestamp column itself (so an
+        index on it serves), compared with aware bounds when it has a zone; else the parsed
+        time."""
+        column = self.raw["predicted_at"]
+        if self.dialect != "sqlite" and isinstance(column.type, DateTime):
+            return column, bool(getattr(column.type, "timezone", False)) and self.dialect != "mysql"
+        return self.time, False
+
+    def selected(self):
+        """The raw values under canonical names, as the driver returns them (no type processing:
+        SQLite's declared types do not bind its values)."""
+        return [type_coerce(e, NullType()).label(name) for name, e in self.raw.items()]
+
+    def query(self, start: datetime | None, end: datetime):
+        return select(*self.selected()).where(self.where(start, end))
+
+    def row_ok(self, now: datetime):
+        """True only for rows the Pandera rules accept on the per-row rules (a sound filter: a
+        row it does not pass is judged by Pandera). Attribute and label rules are checked on the
+        grouped keys instead (db.scan)."""
+        c, d = self.raw, self.dialect
+        latest = now + CLOCK_SKEW - MARGIN
+        ident = c["prediction_id"]
+        rules = [ident.is_not(None)]
+        if d == "sqlite" or _is_text(ident):
+            rules.append(func.length(func.trim(_as_text(ident, d))) > 0)
+        rules += [
+            c["model_id"].is_not(None),
+            self.time.is_not(None),
+            self.time >= bound(EARLIEST + MARGIN, d),
+            self.time <= bound(latest, d),
+        ]
+        if self.has_score:
+            score, number = c["score"], parsed_number(c["score"], d)
+            rules.append(or_(score.is_(None), and_(number >= 0, number <= 1)))
+        if "decision_score" in c:
+            number = parsed_number(c["decision_score"], d)
+            rules.append(and_(number >= -1e300, number <= 1e300))  # finite (NaN fails too)
+        return and_(*rules)
+
+
+def window_of(engine_or_connection, audit: Audit) -> Window:
+    bind = getattr(engine_or_connection, "engine", engine_or_connection)
+    return Window(reflect_source(bind, audit.source), audit, _dialect(bind))
+
+
+def source_query(table: Table, audit: Audit, start: datetime | None, end: datetime, dialect: str):
+    """SELECT of the audit window with canonical column names, from ``table`` through the mapping."""
+    window = Window(table, audit, dialect)
+    return window.query(start, end)
+
+
+def rows_frame(result, columns) -> pd.DataFrame:
+    """A frame of driver values, one object column each (no dtype inference)."""
+    rows = list(result)
+    return pd.DataFrame(
+        {name: pd.Series([r[i] for r in rows], dtype=object) for i, name in enumerate(columns)}
+    )
+
+
+def read_chunks(connection, query, chunk_rows: int) -> Iterator[pd.DataFrame]:
+    """The query's rows in frames of at most ``chunk_rows`` (a server-side cursor)."""
+    streaming = connection.execution_options(stream_results=True, yield_per=chunk_rows)
+    result = streaming.execute(query)
+    columns = list(result.keys())
+    for part in result.partitions(chunk_rows):
+        yield rows_frame(part, columns)
 
 
 def read_predictions(engine: Engine, audit: Audit, start: datetime | None, end: datetime):
@@ -98,12 +460,12 @@ def read_predictions(engine: Engine, audit: Audit, start: datetime | None, end: 
 
     An empty window is an error that says whether the model has predictions at all.
     """
-    table = reflect_source(engine, audit.source)
-    query = source_query(table, audit, start, end, naive_utc=engine.dialect.name == "sqlite")
+    window = window_of(engine, audit)
     with engine.connect() as connection:
-        frame = pd.read_sql(query, connection)
+        result = connection.execute(window.query(start, end))
+        frame = rows_frame(result, list(result.keys()))
         if frame.empty:
-            raise EmptyWindow(empty_window_message(connection, table, audit, start, end))
+            raise EmptyWindow(empty_window_message(connection, window.table, audit, start, end))
     return frame
 
 
@@ -131,3 +493,4 @@ def fingerprint(frame: pd.DataFrame | None, hash_sum: int = 0, rows: int = 0) ->
     if frame is not None:
         hash_sum, rows = row_hash_sum(frame), len(frame)
     return hashlib.sha256(f"{rows}:{hash_sum}".encode()).hexdigest()
+

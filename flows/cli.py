@@ -454,13 +454,27 @@ def load(
     db: DbOption = None,
 ) -> None:
     """Load predictions into the predictions table, validated: invalid rows are quarantined."""
-    from biasaudit.db.load import load_predictions
+    from biasaudit.db.load import load_predictions, read_predictions_file
     from rich.progress import Progress
 
     if not 0.0 <= max_invalid_fraction <= 1.0:
         raise Mistake(f"--max-invalid-fraction must be between 0 and 1, not {max_invalid_fraction}")
     engine = _engine(db)
-    frame = _read_table(path)
+    if path.suffix.lower() in {".parquet", ".pq"}:
+        frame, ragged = _read_table(path), None
+    else:  # every CSV field as the text it is; too long lines quarantined (issue 14), not fatal
+        if not path.exists():
+            raise Mistake(f"{path} does not exist")
+        if path.is_dir():
+            raise Mistake(f"{path} is a directory, not a CSV or Parquet file")
+        if path.stat().st_size == 0:
+            raise Mistake(f"{path} is empty")
+        try:
+            frame, ragged = read_predictions_file(path)
+        except UnicodeDecodeError as exc:
+            raise Mistake(f"{path} is not UTF-8 text (byte {exc.start})") from None
+        if frame.empty and ragged.empty:
+            raise Mistake(f"{path} has no rows")
     try:
         mapping = dict(item.split("=", 1) for item in map_ or [])
     except ValueError:
@@ -485,11 +499,11 @@ def load(
     with Progress(console=console, transient=True) as progress:
         bar = progress.add_task(f"loading {path.name}", total=len(frame))
         report = load_predictions(
-            engine, frame, attribute, str(path), lambda n: progress.advance(bar, n)
+            engine, frame, attribute, str(path), lambda n: progress.advance(bar, n), ragged
         )
     _say(
         f"read {report.read}, inserted {report.inserted}, already present {report.already_present}, "
-        f"quarantined {report.quarantined}"
+        f"quarantined {report.quarantined}, labels updated {report.labels_updated}"
     )
     share = report.quarantined / report.read if report.read else 0.0
     if share > max_invalid_fraction:

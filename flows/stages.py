@@ -63,8 +63,11 @@ def release(run_id: int | None) -> None:
 
 @database_task
 def scan(db_url: str, audit: Audit, start: datetime | None, end: datetime, now: datetime) -> Scanned:
-    """The audit window as validated cells, quarantine and row accounting (db.scan)."""
-    with engine_scope(db_url) as engine:
+    """The audit window as validated cells, quarantine and row accounting (db.scan), read from
+    the audit's source database (``source_db``, else the store)."""
+    from biasaudit.db.source import source_url
+
+    with engine_scope(source_url(audit, db_url)) as engine:
         return scan_window(engine, audit, start, end, now)
 
 

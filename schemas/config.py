@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import tomllib
 from datetime import timedelta
@@ -138,6 +139,36 @@ class Monitor(BaseModel):
         return list(dict.fromkeys(canonical_metric(name) for name in value))
 
 
+class Decision(BaseModel):
+    """The decision derived from a score: predicted positive when ``score`` >= ``threshold``.
+
+    ``score`` is a source column holding numbers (or number text, e.g. a decile ``"7"``); several
+    thresholds give one audit result set each (as Aequitas does with score thresholds)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    score: Annotated[str, Field(min_length=1)]
+    threshold: float | Annotated[list[float], Field(min_length=1)]
+
+    @field_validator("threshold")
+    @classmethod
+    def _finite(cls, value):
+        values = value if isinstance(value, list) else [value]
+        if not all(math.isfinite(v) for v in values):
+            raise ValueError("thresholds must be finite numbers")
+        if len(set(values)) != len(values):
+            raise ValueError("thresholds are listed more than once")
+        return value
+
+    @property
+    def thresholds(self) -> list[float]:
+        return self.threshold if isinstance(self.threshold, list) else [self.threshold]
+
+
+# An identifier longer than this is cut or refused by PostgreSQL (63 bytes) and MariaDB (64).
+MAX_IDENTIFIER_BYTES = 63
+
+
 class Audit(BaseModel):
     """One audit: which model's predictions, from where, over which window, by which groups."""
 
@@ -151,7 +182,13 @@ class Audit(BaseModel):
     ]
     model_version: str | None = None
     source: Annotated[str, Field(min_length=1)] = "predictions"
+    # The database holding the source, when it is not the one storing results (a warehouse):
+    # a SQLAlchemy URL without password; the password comes from the environment variable
+    # named by ``source_db_password_env``.
+    source_db: str | None = None
+    source_db_password_env: str = "BIASAUDIT_SOURCE_DB_PASSWORD"
     columns: dict[str, str] = {}
+    decision: Decision | None = None
     window: str = "all"
     attributes: Annotated[list[str], Field(min_length=1)]
     intersections: list[list[str]] = []
@@ -193,8 +230,29 @@ class Audit(BaseModel):
                 )
         return value
 
+    @field_validator("source_db")
+    @classmethod
+    def _no_password(cls, value: str | None) -> str | None:
+        if value is not None and re.match(r"^[^:/]+://[^/@]*:[^/@]*@", value):
+            raise ValueError(
+                "source_db must not hold a password; set it in the environment variable named "
+                "by source_db_password_env"
+            )
+        return value
+
     @model_validator(mode="after")
     def _cross_checks(self) -> Audit:
+        names = [self.source.rpartition(".")[2], *self.columns.values(), *self.attributes]
+        if self.decision is not None:
+            names.append(self.decision.score)
+            if "y_pred" in self.columns:
+                raise ValueError("columns.y_pred and decision exclude each other")
+        long = [n for n in names if len(n.encode()) > MAX_IDENTIFIER_BYTES]
+        if long:
+            raise ValueError(
+                f"names longer than {MAX_IDENTIFIER_BYTES} bytes (the identifier limit of "
+                f"PostgreSQL and MariaDB): {long}"
+            )
         unknown = set(self.columns) - set(CANONICAL_COLUMNS) - set(self.attributes)
         if unknown:
             raise ValueError(

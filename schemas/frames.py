@@ -7,47 +7,180 @@ can be quarantined with its rule, instead of one frame-level error that loses th
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 
+import numpy as np
 import pandas as pd
 import pandera.pandas as pa
 from biasaudit.schemas.metric_ids import METRIC_IDS
 
 BINARY = [0, 1]
 COUNT_COLUMNS = ["tp", "fp", "fn", "tn"]
-
-
-def _non_empty_text(series):
-    return series.astype("string").str.strip().str.len() > 0
-
-
 CLOCK_SKEW = timedelta(minutes=5)
+# Timestamps before this are implausible (integer epochs read as 1970, zero dates, typos).
+EARLIEST = datetime(1900, 1, 1, tzinfo=UTC)
+
+# The one text grammar of timestamps, shared by the Pandera checks here and the SQL of every
+# dialect (db.source): ISO 8601 date, optional time (T or space) with optional seconds, fraction
+# (up to microseconds) and offset (Z or +HH:MM). Text without an offset is UTC. [0-9], not \d:
+# ASCII digits only, on every regex engine.
+ISO_TIMESTAMP = (
+    r"^[1-9][0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+    r"([T ]([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9](\.[0-9]{1,6})?)?"
+    r"(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])?)?$"
+)
+ISO_OFFSET = r"(Z|[+-][0-9]{2}:[0-9]{2})$"
+# The text grammar of numbers (scores, decision scores) that SQL can cast on every dialect.
+DECIMAL_TEXT = r"^[+-]?[0-9]{1,30}(\.[0-9]{1,30})?$"
+# What a text value must hold besides spaces to count as non-empty (SQL TRIM strips spaces only).
+PAD = " "
+
+
+def canonical_text(series: pd.Series) -> pd.Series:
+    """Attribute values as the strings they are: text unchanged, numbers in one canonical form
+    (``1`` for 1, 1.0 and Decimal('1.00'), since SQL groups equal numbers together), booleans as
+    ``true``/``false``; missing values stay missing."""
+    if pd.api.types.is_string_dtype(series.dtype) and not pd.api.types.is_object_dtype(series):
+        return series.astype(object).where(series.notna(), None)
+
+    def text(value):
+        if value is None or value is pd.NA or value is pd.NaT:
+            return None
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (bool, np.bool_)):
+            return "true" if value else "false"
+        if isinstance(value, (int, np.integer)):
+            return str(int(value))
+        if isinstance(value, Decimal):
+            if not value.is_finite():
+                return None if value.is_nan() else str(value)
+            return format(value.normalize(), "f") if value else "0"
+        if isinstance(value, (float, np.floating)):
+            if np.isnan(value):
+                return None
+            return str(int(value)) if float(value).is_integer() else repr(float(value))
+        if isinstance(value, bytes):
+            return value.decode("utf-8", errors="replace")
+        return str(value)
+
+    return pd.Series([text(v) for v in series.to_numpy(dtype=object)], index=series.index,
+                     dtype=object)
+
+
+def non_empty_text(series):
+    """Values that are present and hold more than spaces (as canonical text)."""
+    text = canonical_text(series)
+    return text.notna() & (text.astype("string").str.strip(PAD).str.len() > 0).fillna(False)
+
+
+def as_number(series: pd.Series) -> pd.Series:
+    """Finite numbers of ``series`` as float (NaN where a value is no finite number): numbers as
+    they are, booleans and missing values not numbers, text only in the DECIMAL_TEXT grammar."""
+    if pd.api.types.is_bool_dtype(series.dtype):
+        return pd.Series(np.nan, index=series.index)
+    if pd.api.types.is_numeric_dtype(series.dtype):
+        values = series.astype("float64")
+    else:
+        objects = series.astype(object)
+        is_text = objects.map(lambda v: isinstance(v, str))
+        is_number = objects.map(
+            lambda v: isinstance(v, (int, float, Decimal, np.integer, np.floating))
+            and not isinstance(v, (bool, np.bool_))
+        )
+        text = objects.where(is_text, None).astype("string")
+        parsed = pd.to_numeric(text.where(text.str.fullmatch(DECIMAL_TEXT)), errors="coerce")
+        numbers = pd.to_numeric(objects.where(is_number, None), errors="coerce")
+        values = parsed.astype("float64").where(is_text, numbers.astype("float64"))
+    return values.where(np.isfinite(values))
+
+
+def as_binary(series: pd.Series) -> pd.Series:
+    """0/1 labels and decisions as float 0.0/1.0 (NaN where the value is not 0/1): booleans,
+    the numbers 0 and 1, and the text ``0``/``1`` (spaces around allowed), ``true``/``false``."""
+    if pd.api.types.is_bool_dtype(series.dtype):
+        return series.astype("float64")
+    objects = series.astype(object)
+    booleans = objects.map(lambda v: float(v) if isinstance(v, (bool, np.bool_)) else np.nan)
+    words = objects.map(
+        lambda v: {"true": 1.0, "false": 0.0}.get(v.strip(PAD).lower(), np.nan)
+        if isinstance(v, str)
+        else np.nan
+    )
+    stripped = objects.map(lambda v: v.strip(PAD) if isinstance(v, str) else v)
+    numbers = as_number(stripped.where(~objects.map(lambda v: isinstance(v, (bool, np.bool_)))))
+    value = booleans.fillna(words).fillna(numbers).astype("float64")
+    return value.where(value.isin([0.0, 1.0]))
+
+
+def parse_timestamps(series: pd.Series) -> pd.Series:
+    """Timestamps of ``series`` in UTC (NaT where unparseable): datetimes (naive ones are UTC),
+    dates (midnight UTC), and text in the ISO_TIMESTAMP grammar. Numbers are no timestamps: an
+    integer epoch is not read as 1970."""
+    if isinstance(series.dtype, pd.DatetimeTZDtype):
+        return series.dt.tz_convert(UTC)
+    if pd.api.types.is_datetime64_dtype(series.dtype):
+        return series.dt.tz_localize(UTC)
+    objects = series.astype(object)
+
+    def moment(value):
+        if isinstance(value, datetime):  # pd.Timestamp included
+            if value.tzinfo is not None:
+                value = value.astimezone(UTC).replace(tzinfo=None)
+            return value
+        if isinstance(value, date):
+            return datetime(value.year, value.month, value.day)
+        return None
+
+    typed = pd.to_datetime(objects.map(moment), errors="coerce", utc=True)
+    is_text = objects.map(lambda v: isinstance(v, str))
+    text = objects.where(is_text, None).astype("string")
+    matched = text.where(text.str.fullmatch(ISO_TIMESTAMP).fillna(False))
+    parsed = pd.to_datetime(matched, format="ISO8601", utc=True, errors="coerce")
+    return parsed.where(is_text, typed)
 
 
 def _timestamp(series):
-    return pd.to_datetime(series, errors="coerce", utc=True, format="mixed").notna()
+    return parse_timestamps(series).notna()
+
+
+def _plausible(series):
+    moment = parse_timestamps(series)
+    return moment.isna() | (moment >= EARLIEST)  # unparseable: the timestamp check
 
 
 def _not_in_future(now: datetime):
     def check(series):
-        moment = pd.to_datetime(series, errors="coerce", utc=True, format="mixed")
-        return moment.isna() | (moment <= now + CLOCK_SKEW)  # unparsable: the timestamp check
+        moment = parse_timestamps(series)
+        return moment.isna() | (moment <= now + CLOCK_SKEW)  # unparseable: the timestamp check
 
     return check
 
 
 def _binary(series):
-    return pd.to_numeric(series, errors="coerce").isin(BINARY)
+    return as_binary(series).notna()
 
 
 def _unit_interval(series):
-    return pd.to_numeric(series, errors="coerce").between(0.0, 1.0)
+    return as_number(series).between(0.0, 1.0)
 
 
-def predictions_schema(attributes: list[str], now: datetime | None = None) -> pa.DataFrameSchema:
+def _finite_number(series):
+    return as_number(series).notna()
+
+
+def predictions_schema(
+    attributes: list[str], now: datetime | None = None, decision: bool = False
+) -> pa.DataFrameSchema:
     """Schema of extracted predictions: canonical columns plus one column per sensitive attribute.
 
-    Timestamps later than ``now`` (default: the wall clock) plus 5 minutes of clock skew fail.
+    Timestamps later than ``now`` (default: the wall clock) plus 5 minutes of clock skew fail, and
+    so do timestamps before 1900. With ``decision`` the decision is derived from a score: the
+    column ``decision_score`` must hold a finite number and ``y_pred`` is not read.
+
+    These rules are the only judge of a row: the push-down scan's SQL (db.source.row_ok) only
+    lets through, unchecked, rows these rules are known to accept, and sends every other row here.
     """
     now = now or datetime.now(UTC)
     columns = {
@@ -55,7 +188,7 @@ def predictions_schema(attributes: list[str], now: datetime | None = None) -> pa
             nullable=False,
             unique=True,
             report_duplicates="exclude_first",
-            checks=pa.Check(_non_empty_text, element_wise=False, name="non_empty"),
+            checks=pa.Check(non_empty_text, element_wise=False, name="non_empty"),
         ),
         "model_id": pa.Column(nullable=False),
         "model_version": pa.Column(nullable=True),
@@ -63,17 +196,23 @@ def predictions_schema(attributes: list[str], now: datetime | None = None) -> pa
             nullable=False,
             checks=[
                 pa.Check(_timestamp, element_wise=False, name="timestamp"),
+                pa.Check(_plausible, element_wise=False, name="plausible_timestamp"),
                 pa.Check(_not_in_future(now), element_wise=False, name="not_in_future"),
             ],
         ),
         "y_true": pa.Column(nullable=True, checks=pa.Check(_binary, name="binary")),
-        "y_pred": pa.Column(nullable=False, checks=pa.Check(_binary, name="binary")),
         "score": pa.Column(nullable=True, checks=pa.Check(_unit_interval, name="in_unit_interval")),
     }
+    if decision:
+        columns["decision_score"] = pa.Column(
+            nullable=False, checks=pa.Check(_finite_number, name="finite_number")
+        )
+    else:
+        columns["y_pred"] = pa.Column(nullable=False, checks=pa.Check(_binary, name="binary"))
     for attribute in attributes:
         columns[attribute] = pa.Column(
             nullable=False,
-            checks=pa.Check(_non_empty_text, element_wise=False, name="non_empty"),
+            checks=pa.Check(non_empty_text, element_wise=False, name="non_empty"),
         )
     return pa.DataFrameSchema(columns, strict=False, name="predictions")
 

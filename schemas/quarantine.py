@@ -12,9 +12,45 @@ from datetime import datetime
 
 import pandas as pd
 import pandera.pandas as pa
-from biasaudit.schemas.frames import predictions_schema
+from biasaudit.schemas.frames import (
+    as_binary,
+    as_number,
+    canonical_text,
+    parse_timestamps,
+    predictions_schema,
+)
 
 QUARANTINE_COLUMNS = ["row_number", "row_ref", "column_name", "value", "rule", "row"]
+# Longest row reference and column name a quarantine record keeps (its table's columns).
+MAX_REF_CHARS = 128
+NUL = "\x00"
+
+
+def _no_nul(value):
+    """Text with NUL bytes written as ``\\x00`` (PostgreSQL text and JSON cannot hold NUL)."""
+    if isinstance(value, str):
+        return value.replace(NUL, "\\x00")
+    if isinstance(value, dict):
+        return {_no_nul(k): _no_nul(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_no_nul(v) for v in value]
+    return value
+
+
+def storable(quarantine: pd.DataFrame) -> pd.DataFrame:
+    """Quarantine records any store can hold: NUL bytes escaped, references cut to their column
+    (the whole original value stays in ``value`` and ``row``)."""
+    def cut(value):
+        if not isinstance(value, str) or len(value) <= MAX_REF_CHARS:
+            return value
+        return value[: MAX_REF_CHARS - 1] + "\u2026"
+
+    return quarantine.assign(
+        row_ref=quarantine["row_ref"].map(lambda v: cut(_no_nul(v))),
+        column_name=quarantine["column_name"].map(lambda v: cut(_no_nul(v))),
+        value=quarantine["value"].map(_no_nul),
+        row=quarantine["row"].map(_no_nul),
+    )
 
 
 class TooManyInvalidRows(ValueError):
@@ -26,13 +62,24 @@ class SchemaFailure(ValueError):
 
 
 def _rows_as_json(frame: pd.DataFrame) -> list[dict]:
-    return json.loads(frame.to_json(orient="records", date_format="iso"))
+    """Rows as JSON records, every value kept (Decimal, UUID, bytes and dates as their text)."""
+    text = frame.astype(object).map(
+        lambda v: v if v is None or isinstance(v, (str, int, float, bool)) else str(v)
+    )
+    return json.loads(text.to_json(orient="records", date_format="iso", default_handler=str))
 
 
 def split_valid(
-    frame: pd.DataFrame, attributes: list[str], now: datetime | None = None
+    frame: pd.DataFrame,
+    attributes: list[str],
+    now: datetime | None = None,
+    decision: bool = False,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(valid rows with y_true as float 0/1/NaN and y_pred as int8, quarantine records).
+
+    Attributes of valid rows become their canonical text (schemas.frames.canonical_text),
+    timestamps UTC datetimes. With ``decision`` the rows carry a ``decision_score`` (a float in the
+    valid rows) instead of a ``y_pred``: see ``decide``.
 
     Valid rows keep their position in ``frame`` as index; each quarantine record names its row by
     that position (``row_number``) and by prediction id (``row_ref``).
@@ -40,7 +87,7 @@ def split_valid(
     ``now`` is the moment after which a timestamp counts as in the future (default: the clock).
     """
     frame = frame.reset_index(drop=True)
-    schema = predictions_schema(attributes, now)
+    schema = predictions_schema(attributes, now, decision)
     try:
         schema.validate(frame, lazy=True)
         failures = pd.DataFrame(columns=["column", "check", "failure_case", "index"])
@@ -68,15 +115,24 @@ def split_valid(
         },
         columns=QUARANTINE_COLUMNS,
     )
+    quarantine = storable(quarantine)
     valid = frame.drop(index=bad_index)
     valid = valid.assign(
-        y_true=pd.to_numeric(valid["y_true"].astype(object)).astype("float64"),
-        y_pred=pd.to_numeric(valid["y_pred"].astype(object)).astype("int8"),
-        predicted_at=pd.to_datetime(valid["predicted_at"], utc=True, format="mixed"),
+        y_true=as_binary(valid["y_true"]),
+        predicted_at=parse_timestamps(valid["predicted_at"]),
     )
+    if decision:
+        valid["decision_score"] = as_number(valid["decision_score"])
+    else:
+        valid["y_pred"] = as_binary(valid["y_pred"]).astype("int8")
     for attribute in attributes:
-        valid[attribute] = valid[attribute].astype(str)
+        valid[attribute] = canonical_text(valid[attribute]).astype(str)
     return valid, quarantine
+
+
+def decide(valid: pd.DataFrame, threshold: float) -> pd.DataFrame:
+    """Valid rows with ``y_pred`` = 1 where ``decision_score`` >= ``threshold``, else 0."""
+    return valid.assign(y_pred=(valid["decision_score"] >= threshold).astype("int8"))
 
 
 def check_invalid_fraction(read: int, quarantined: int, max_fraction: float) -> None:

@@ -26,6 +26,10 @@ POSTGRES_URL = os.environ.get(
     "BIASAUDIT_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
 )
 REQUIRE_POSTGRES = os.environ.get("BIASAUDIT_REQUIRE_POSTGRES") == "1"
+MARIADB_URL = os.environ.get(
+    "BIASAUDIT_TEST_MARIADB_URL", "mysql+pymysql://root@127.0.0.1:3306/mysql"
+)
+REQUIRE_MARIADB = os.environ.get("BIASAUDIT_REQUIRE_MARIADB") == "1"
 COMPAS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "compas-two-years.csv"
 DEMO_CONFIG = Path(__file__).resolve().parents[1] / "flows" / "demo_audits.toml"
 
@@ -61,11 +65,45 @@ def postgres_server_url():
     admin.dispose()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(scope="session")
+def mariadb_server_url():
+    """URL of a throw-away database on the test MariaDB server, dropped at the end of the session
+    (BIASAUDIT_REQUIRE_MARIADB=1 makes an unreachable server a failure, as in CI)."""
+    admin = create_engine(MARIADB_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.execute(text("SELECT 1"))
+    except OperationalError as exc:
+        admin.dispose()
+        reason = f"MariaDB at {MARIADB_URL} is not reachable: {exc.orig}"
+        if REQUIRE_MARIADB:
+            pytest.fail(reason + " (BIASAUDIT_REQUIRE_MARIADB=1)")
+        pytest.skip(reason)
+    name = f"biasaudit_test_{uuid.uuid4().hex[:12]}"
+    yield admin, admin.url.set(database=name).render_as_string(hide_password=False)
+    with admin.connect() as connection:
+        connection.execute(text(f"DROP DATABASE IF EXISTS `{name}`"))
+    admin.dispose()
+
+
+def fresh_mariadb(server) -> str:
+    """The session's MariaDB database, dropped and created empty (utf8mb4)."""
+    admin, url = server
+    name = url.rsplit("/", 1)[1]
+    with admin.connect() as connection:
+        connection.execute(text(f"DROP DATABASE IF EXISTS `{name}`"))
+        connection.execute(text(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4"))
+    return url
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "mariadb"])
 def db_url(request, tmp_path):
-    """A migrated, empty database: a SQLite file, or a fresh PostgreSQL schema state."""
+    """A migrated, empty database: a SQLite file, a fresh PostgreSQL schema state, or a fresh
+    MariaDB database."""
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'audit.db'}"
+    elif request.param == "mariadb":
+        url = fresh_mariadb(request.getfixturevalue("mariadb_server_url"))
     else:
         url = request.getfixturevalue("postgres_server_url")
         engine = make_engine(url)
@@ -73,4 +111,23 @@ def db_url(request, tmp_path):
             connection.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
         engine.dispose()
     upgrade(url)
+    return url
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "mariadb", "duckdb"])
+def source_db_url(request, tmp_path):
+    """An empty database to hold source tables (not migrated): SQLite, PostgreSQL, MariaDB or
+    DuckDB (skipped when duckdb-engine is not installed)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'source.db'}"
+    if request.param == "duckdb":
+        pytest.importorskip("duckdb_engine")
+        return f"duckdb:///{tmp_path / 'source.duckdb'}"
+    if request.param == "mariadb":
+        return fresh_mariadb(request.getfixturevalue("mariadb_server_url"))
+    url = request.getfixturevalue("postgres_server_url")
+    engine = make_engine(url)
+    with engine.begin() as connection:
+        connection.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+    engine.dispose()
     return url

@@ -1,0 +1,500 @@
+"""Real source tables: typed columns, timestamps, JSON keys and score thresholds, on SQLite,
+PostgreSQL, MariaDB and DuckDB, in the three scan modes (issue 14).
+
+Expected cells are computed here from the generated Python values (what the rows mean), never by
+the code under test.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, date, datetime, timedelta, timezone
+
+import numpy as np
+import pandas as pd
+import pytest
+from biasaudit.db.engine import make_engine
+from biasaudit.db.scan import (
+    memory_thresholds,
+    pushdown_thresholds,
+    stream_thresholds,
+)
+from biasaudit.db.source import window_bounds
+from biasaudit.schemas.config import parse_config
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    Date,
+    DateTime,
+    Float,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Uuid,
+)
+
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+
+
+def audit_of(**fields):
+    base = {"name": "t", "model": "m", "source": "src", "attributes": ["grp"]}
+    return parse_config({"audits": [{**base, **fields}]}).audits[0]
+
+
+def all_modes(engine, audit, start=None, end=NOW):
+    """The scans of the three modes (one Scanned per threshold each)."""
+    return {
+        "memory": memory_thresholds(engine, audit, start, end, NOW),
+        "stream": stream_thresholds(engine, audit, start, end, NOW, chunk_rows=1000),
+        "pushdown": pushdown_thresholds(engine, audit, start, end, NOW),
+    }
+
+
+def expected_cells(frame: pd.DataFrame, attributes: list[str]) -> pd.DataFrame:
+    keys = [*attributes, "y_true", "y_pred"]
+    frame = frame.assign(
+        y_true=frame["y_true"].astype("float64"), y_pred=frame["y_pred"].astype("int64")
+    )
+    return (
+        frame.groupby(keys, dropna=False, sort=True, as_index=False)
+        .size()
+        .rename(columns={"size": "n"})
+        .astype({"n": "int64"})
+    )
+
+
+def same_cells(actual: pd.DataFrame, expected: pd.DataFrame):
+    keys = [c for c in expected.columns if c != "n"]
+    a = actual.sort_values(keys).reset_index(drop=True)[expected.columns]
+    e = expected.sort_values(keys).reset_index(drop=True)
+    pd.testing.assert_frame_equal(a, e, check_dtype=False)
+
+
+def create(engine, table: Table, rows: list[dict]):
+    table.drop(engine, checkfirst=True)
+    table.create(engine)
+    with engine.begin() as connection:
+        connection.execute(table.insert(), rows)
+
+
+TIME_KINDS = ["timestamptz", "timestamp", "date", "text"]
+
+
+@pytest.mark.parametrize("kind", TIME_KINDS)
+def test_typed_columns_give_identical_results_in_every_mode(source_db_url, kind):
+    """It audits a table of bigint ids, boolean labels, integer decisions, integer and text
+    attributes and no score column, with any timestamp type, identically in the three modes and
+    equal to the counts of the generated values."""
+    engine = make_engine(source_db_url)
+    dialect = engine.dialect.name
+    rng = np.random.default_rng(1)
+    n = 300
+    moments = [NOW - timedelta(days=float(d)) for d in rng.uniform(1, 300, n)]
+    aware = kind == "timestamptz" and dialect in {"postgresql", "duckdb"}
+    if kind in {"timestamptz", "timestamp"}:
+        time_type = DateTime(timezone=aware)
+        times = [m if aware else m.replace(tzinfo=None) for m in moments]
+    elif kind == "date":
+        time_type = Date()
+        times = [m.date() for m in moments]
+    else:
+        time_type = String(40)
+        offsets = rng.integers(-12, 13, n)
+        times = [
+            m.astimezone(timezone(timedelta(hours=int(o)))).isoformat(timespec="microseconds")
+            for m, o in zip(moments, offsets)
+        ]
+    labels = [None if r < 0.1 else bool(r < 0.55) for r in rng.random(n)]
+    preds = rng.integers(0, 2, n).tolist()
+    groups = rng.choice([1, 2, 10, -3], n).tolist()
+    sexes = rng.choice(["F", "M", "f", "F "], n).tolist()  # case and spaces are distinct groups
+    table = Table(
+        "src",
+        MetaData(),
+        Column("pid", BigInteger, primary_key=True, autoincrement=False),
+        Column("model", String(10)),
+        Column("made_at", time_type),
+        Column("label", Boolean),
+        Column("pred", Integer),
+        Column("grp", Integer),
+        Column("sex", String(10)),
+    )
+    rows = [
+        {"pid": 10**12 + i, "model": "m", "made_at": t, "label": y, "pred": p, "grp": g, "sex": s}
+        for i, (t, y, p, g, s) in enumerate(zip(times, labels, preds, groups, sexes))
+    ]
+    create(engine, table, rows)
+    audit = audit_of(
+        attributes=["grp", "sex"],
+        columns={
+            "prediction_id": "pid",
+            "model_id": "model",
+            "predicted_at": "made_at",
+            "y_true": "label",
+            "y_pred": "pred",
+        },
+    )
+    truth = pd.DataFrame(
+        {
+            "grp": [str(g) for g in groups],
+            "sex": sexes,
+            "y_true": [np.nan if y is None else float(y) for y in labels],
+            "y_pred": preds,
+        }
+    )
+    expected = expected_cells(truth, ["grp", "sex"])
+    for mode, scans in all_modes(engine, audit).items():
+        (scanned,) = scans
+        assert scanned.quarantine.empty, (mode, scanned.quarantine.head())
+        assert scanned.rows_read == scanned.rows_valid == n, mode
+        assert scanned.rows_unlabelled == sum(y is None for y in labels)
+        same_cells(scanned.cells, expected)
+    engine.dispose()
+
+
+TEXT_TIMES = {
+    "a": ("2026-05-31T23:30:00-01:00", "outside"),  # 2026-06-01 00:30 UTC: after the end
+    "b": ("2026-06-01T00:30:00+02:00", "valid"),  # 2026-05-31 22:30 UTC
+    "c": ("2026-05-20 12:00", "valid"),
+    "d": ("2026-04-01", "outside"),  # before the start
+    "e": (None, "not_nullable"),
+    "f": ("soon", "timestamp"),
+    "g": ("1700000000", "timestamp"),  # an epoch is no timestamp
+    "h": ("2026-02-30", "timestamp"),  # no such day
+    "i": ("1850-01-01", "plausible_timestamp"),
+    "j": ("2026-05-10T10:00:00.123456Z", "valid"),
+    "k": ("2026-05-10t10:00:00", "timestamp"),  # outside the grammar
+    "l": ("2024-02-29", "plausible_window"),  # a real leap day, before the start
+}
+
+
+def _text_time_table(engine):
+    table = Table(
+        "src",
+        MetaData(),
+        Column("pid", String(10)),
+        Column("model", String(10)),
+        Column("made_at", String(40)),
+        Column("label", Integer),
+        Column("pred", Integer),
+        Column("grp", String(10)),
+    )
+    rows = [
+        {"pid": k, "model": "m", "made_at": t, "label": 1, "pred": 1, "grp": "A"}
+        for k, (t, _) in TEXT_TIMES.items()
+    ]
+    create(engine, table, rows)
+
+
+@pytest.mark.parametrize("window", ["last_30_days", "all"])
+def test_text_timestamps_are_parsed_with_their_zone_and_the_window_balances(source_db_url, window):
+    """It decides the window on parsed time with offsets honoured, and reads and quarantines
+    (with the reason) every row without a plausible timestamp, in every mode: read = valid +
+    quarantined; with window "all", read = the rows in the table."""
+    engine = make_engine(source_db_url)
+    _text_time_table(engine)
+    audit = audit_of(
+        window=window,
+        columns={
+            "prediction_id": "pid",
+            "model_id": "model",
+            "predicted_at": "made_at",
+            "y_true": "label",
+            "y_pred": "pred",
+        },
+    )
+    start, end = window_bounds(audit, NOW)
+    outside = {"a", "d", "l"} if window != "all" else {"a"}  # "a" is after the end
+    valid = {"b", "c", "j"} | ({"d", "l"} if window == "all" else set())
+    reasons = {
+        k: r
+        for k, (_, r) in TEXT_TIMES.items()
+        if r not in {"valid", "outside", "plausible_window"}
+    }
+    for mode, (scanned,) in all_modes(engine, audit, start, end).items():
+        got = dict(zip(scanned.quarantine["row_ref"], scanned.quarantine["rule"]))
+        assert set(got) == set(reasons), (mode, got)
+        for key, rule in reasons.items():
+            assert rule in got[key], (mode, key, got[key])
+        assert scanned.rows_valid == len(valid), mode
+        assert scanned.rows_read == scanned.rows_valid + len(reasons), mode
+        assert scanned.rows_read == len(TEXT_TIMES) - len(outside), mode
+    engine.dispose()
+
+
+def test_json_attribute_keys_are_keys_not_paths(source_db_url):
+    """It reads the JSON attributes column's keys holding '.' and '"' as keys on every engine."""
+    engine = make_engine(source_db_url)
+    if engine.dialect.name == "duckdb":
+        pytest.skip("duckdb-engine reflects no JSON type")
+    table = Table(
+        "src",
+        MetaData(),
+        Column("prediction_id", String(10)),
+        Column("predicted_at", DateTime),
+        Column("y_true", Integer),
+        Column("y_pred", Integer),
+        Column("attributes", JSON),
+    )
+    values = ["x", "y", "x", "z"]
+    rows = [
+        {
+            "prediction_id": f"p{i}",
+            "predicted_at": datetime(2026, 5, 1),
+            "y_true": 1,
+            "y_pred": i % 2,
+            "attributes": {"a.b": v, 'q"k': v.upper(), "a": {"b": "WRONG"}},
+        }
+        for i, v in enumerate(values)
+    ]
+    create(engine, table, rows)
+    audit = audit_of(attributes=["a.b", 'q"k'])
+    truth = pd.DataFrame(
+        {
+            "a.b": values,
+            'q"k': [v.upper() for v in values],
+            "y_true": 1.0,
+            "y_pred": [i % 2 for i in range(4)],
+        }
+    )
+    expected = expected_cells(truth, ["a.b", 'q"k'])
+    for mode, (scanned,) in all_modes(engine, audit).items():
+        assert scanned.quarantine.empty, mode
+        same_cells(scanned.cells, expected)
+    engine.dispose()
+
+
+def test_decision_from_a_text_score_at_several_thresholds(source_db_url):
+    """It derives the decision from a text decile score (compared as a number, not as text) at
+    each threshold, in every mode, and quarantines rows whose score is no number."""
+    engine = make_engine(source_db_url)
+    rng = np.random.default_rng(3)
+    n = 200
+    deciles = rng.integers(1, 11, n).tolist()
+    text = [str(d) for d in deciles]
+    text[7] = "n/a"
+    text[9] = None
+    labels = rng.integers(0, 2, n).tolist()
+    groups = rng.choice(["A", "B"], n).tolist()
+    table = Table(
+        "src",
+        MetaData(),
+        Column("prediction_id", Uuid if engine.dialect.name == "postgresql" else String(40)),
+        Column("predicted_at", DateTime),
+        Column("y_true", Integer),
+        Column("decile_score", String(10)),
+        Column("grp", String(4)),
+    )
+    ids = [uuid.UUID(int=i + 1) for i in range(n)]
+    if engine.dialect.name != "postgresql":
+        ids = [str(i) for i in ids]
+    rows = [
+        {
+            "prediction_id": i,
+            "predicted_at": datetime(2026, 5, 1),
+            "y_true": y,
+            "decile_score": s,
+            "grp": g,
+        }
+        for i, y, s, g in zip(ids, labels, text, groups)
+    ]
+    create(engine, table, rows)
+    thresholds = [5.0, 8.0]
+    audit = audit_of(decision={"score": "decile_score", "threshold": thresholds})
+    keep = [i for i in range(n) if i not in (7, 9)]
+    for mode, scans in all_modes(engine, audit).items():
+        assert [s.threshold for s in scans] == thresholds, mode
+        for scanned, threshold in zip(scans, thresholds):
+            truth = pd.DataFrame(
+                {
+                    "grp": [groups[i] for i in keep],
+                    "y_true": [float(labels[i]) for i in keep],
+                    "y_pred": [int(deciles[i] >= threshold) for i in keep],
+                }
+            )
+            same_cells(scanned.cells, expected_cells(truth, ["grp"]))
+            assert scanned.rows_read == n and scanned.rows_valid == n - 2, mode
+            rules = dict(zip(scanned.quarantine["row_ref"].str.lower(), scanned.quarantine["rule"]))
+            assert set(rules.values()) == {"finite_number", "not_nullable"}, (mode, rules)
+    engine.dispose()
+
+
+def test_score_column_of_mixed_types_is_judged_alike(source_db_url):
+    """It accepts a float score column with missing values and quarantines scores outside
+    [0, 1] alike in every mode."""
+    engine = make_engine(source_db_url)
+    scores = [0.1, None, 1.0, 1.5, -0.2, 0.0]
+    table = Table(
+        "src",
+        MetaData(),
+        Column("prediction_id", String(10)),
+        Column("predicted_at", DateTime),
+        Column("y_true", Integer),
+        Column("y_pred", Integer),
+        Column("score", Float),
+        Column("grp", String(4)),
+    )
+    rows = [
+        {
+            "prediction_id": f"p{i}",
+            "predicted_at": datetime(2026, 5, 1),
+            "y_true": 1,
+            "y_pred": 1,
+            "score": s,
+            "grp": "A",
+        }
+        for i, s in enumerate(scores)
+    ]
+    create(engine, table, rows)
+    audit = audit_of()
+    for mode, (scanned,) in all_modes(engine, audit).items():
+        assert sorted(scanned.quarantine["row_ref"]) == ["p3", "p4"], mode
+        assert scanned.rows_valid == 4, mode
+    engine.dispose()
+
+
+def test_date_column_counts_as_midnight_utc(source_db_url):
+    """It takes a DATE as midnight UTC: the day of the window's end is inside, the next not."""
+    engine = make_engine(source_db_url)
+    table = Table(
+        "src",
+        MetaData(),
+        Column("prediction_id", String(10)),
+        Column("predicted_at", Date),
+        Column("y_true", Integer),
+        Column("y_pred", Integer),
+        Column("grp", String(4)),
+    )
+    days = [date(2026, 5, 31), date(2026, 6, 1), date(2026, 6, 2), date(2026, 5, 1)]
+    rows = [
+        {"prediction_id": f"p{i}", "predicted_at": d, "y_true": 1, "y_pred": 1, "grp": "A"}
+        for i, d in enumerate(days)
+    ]
+    create(engine, table, rows)
+    audit = audit_of(window="last_30_days")
+    start, end = window_bounds(audit, NOW)
+    for mode, (scanned,) in all_modes(engine, audit, start, end).items():
+        # 2026-06-01 00:00 UTC is the end itself (inside); 2026-05-01 00:00 is before 05-02.
+        assert scanned.rows_read == 2 and scanned.rows_valid == 2, mode
+    engine.dispose()
+
+
+def test_bigint_boolean_integer_table_audits_in_pushdown_through_the_flow(db_url, tmp_path):
+    """It runs a whole push-down audit (stored results) on a table with a bigint primary key, a
+    boolean label, an integer attribute and no score column, with the memory mode's results."""
+    from biasaudit.db.history import run_metrics
+    from biasaudit.flows.audit import run_audit
+
+    engine = make_engine(db_url)
+    rng = np.random.default_rng(5)
+    n = 600
+    table = Table(
+        "typed_src",
+        MetaData(),
+        Column("id", BigInteger, primary_key=True, autoincrement=False),
+        Column("made_at", DateTime(timezone=True)),
+        Column("outcome", Boolean),
+        Column("decision", Integer),
+        Column("age_band", Integer),
+    )
+    rows = [
+        {
+            "id": 2**40 + i,
+            "made_at": datetime(2026, 5, 1, tzinfo=UTC) + timedelta(hours=i),
+            "outcome": bool(rng.random() < 0.4),
+            "decision": int(rng.random() < 0.5),
+            "age_band": int(rng.integers(1, 4)),
+        }
+        for i in range(n)
+    ]
+    create(engine, table, rows)
+    engine.dispose()
+    body = (
+        '[[audits]]\nname = "typed"\nmodel = "m"\nsource = "typed_src"\nattributes = ["age_band"]\n'
+        'metrics = ["tpr", "fpr"]\n[audits.columns]\nprediction_id = "id"\n'
+        'predicted_at = "made_at"\ny_true = "outcome"\ny_pred = "decision"\n'
+    )
+    (tmp_path / "memory.toml").write_text(body)
+    (tmp_path / "push.toml").write_text(body + '[audits.scan]\nmode = "pushdown"\n')
+    first = run_audit("typed", str(tmp_path / "memory.toml"), db_url, NOW)
+    second = run_audit("typed", str(tmp_path / "push.toml"), db_url, NOW)
+    engine = make_engine(db_url)
+    a, b = run_metrics(engine, first["run_id"]), run_metrics(engine, second["run_id"])
+    engine.dispose()
+    assert len(a) > 0
+    pd.testing.assert_frame_equal(a, b)
+    tpr = b[(b["metric"] == "tpr") & (b["group_name"] == "2")]["value"].iloc[0]
+    group = [r for r in rows if r["age_band"] == 2 and r["outcome"]]
+    assert tpr == pytest.approx(sum(r["decision"] for r in group) / len(group))
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"decision": {"score": "s", "threshold": [0.5, 0.5]}}, "more than once"),
+        ({"decision": {"score": "s", "threshold": float("nan")}}, "finite"),
+        ({"source_db": "postgresql://u:secret@host/db"}, "must not hold a password"),
+        ({"attributes": ["x" * 64]}, "longer than 63 bytes"),
+        (
+            {"decision": {"score": "s", "threshold": 0.5}, "columns": {"y_pred": "p"}},
+            "exclude each other",
+        ),
+    ],
+)
+def test_configuration_limits_are_stated(fields, message):
+    """It refuses, naming the problem, duplicated or infinite thresholds, a password in
+    source_db, identifiers over the databases' limit, and a decision next to a y_pred column."""
+    from biasaudit.schemas.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        audit_of(**fields)
+
+
+def test_source_db_takes_its_password_from_the_environment(monkeypatch):
+    """It reads the source from source_db with the password of the named variable."""
+    from biasaudit.db.source import source_url
+
+    audit = audit_of(source_db="postgresql://reader@warehouse/db", source_db_password_env="PW")
+    monkeypatch.setenv("PW", "s3cret")
+    assert source_url(audit, "sqlite:///store.db") == "postgresql://reader:s3cret@warehouse/db"
+    assert source_url(audit_of(), "sqlite:///store.db") == "sqlite:///store.db"
+
+
+def test_compas_as_is_with_a_decile_threshold(tmp_path):
+    """It audits the COMPAS file loaded as-is (every column text) with the decision
+    decile_score >= 5 (ProPublica's "not Low"), with the counts of the CSV itself."""
+    from biasaudit.db.scan import scan_window
+    from biasaudit.tasks.counts import group_counts
+
+    from tests.conftest import COMPAS
+
+    if not COMPAS.exists():
+        pytest.skip("COMPAS data absent")
+    raw = pd.read_csv(COMPAS, dtype=str, keep_default_na=False)
+    engine = make_engine(f"sqlite:///{tmp_path / 'compas.db'}")
+    raw.to_sql("compas", engine, index=False)
+    audit = audit_of(
+        source="compas",
+        attributes=["race"],
+        decision={"score": "decile_score", "threshold": 5},
+        columns={
+            "prediction_id": "id",
+            "predicted_at": "compas_screening_date",
+            "y_true": "two_year_recid",
+        },
+        scan={"mode": "pushdown"},
+    )
+    scanned = scan_window(engine, audit, None, NOW, NOW)
+    engine.dispose()
+    assert scanned.quarantine.empty and scanned.rows_valid == len(raw)
+    counts = group_counts(scanned.cells, ["race"], [])
+    black = counts[(counts["group_name"] == "African-American") & (counts["subset"] == "group")]
+    rows = raw[raw["race"] == "African-American"]
+    high = rows["decile_score"].astype(int) >= 5
+    recid = rows["two_year_recid"] == "1"
+    assert int(black["tp"].iloc[0]) == int((high & recid).sum())
+    assert int(black["fp"].iloc[0]) == int((high & ~recid).sum())
+    assert (rows["score_text"] != "Low").equals(high)  # the threshold is ProPublica's split
