@@ -273,6 +273,7 @@ def _pair_rates(
     the label is folded into the attribute, so complements and references stay per increment."""
     from biasaudit.schemas.config import INTERSECTION_SEP
     from biasaudit.schemas.frames import COUNT_COLUMNS
+    from biasaudit.schemas.metric_ids import UNLABELLED_COLUMNS
     from biasaudit.tasks.counts import cell_counts, comparison_pairs, with_complements
     from biasaudit.tasks.metrics import CATALOGUE
 
@@ -296,8 +297,9 @@ def _pair_rates(
         named = _named_pairs(counts, reference_groups)
         group = pd.concat([group, named[0]], ignore_index=True)
         reference = pd.concat([reference, named[1]], ignore_index=True)
-    mine = {c: group[c].to_numpy(dtype=float) for c in COUNT_COLUMNS}
-    theirs = {c: reference[c].to_numpy(dtype=float) for c in COUNT_COLUMNS}
+    cells_read = [*COUNT_COLUMNS, *UNLABELLED_COLUMNS]  # the metric catalogue's inputs
+    mine = {c: group[c].to_numpy(dtype=float) for c in cells_read}
+    theirs = {c: reference[c].to_numpy(dtype=float) for c in cells_read}
     parts = group["attribute"].str.split(_FOLD, n=1, regex=False)
     label, attribute = parts.str[0], parts.str[1]
     keys = pd.DataFrame(

@@ -213,3 +213,23 @@ def test_lone_group_has_no_comparison():
     males = frame[frame["sex"] == "m"]
     counts = increment_counts(males, males, attributes=["sex"], metrics=["ppr"])
     assert counts.empty
+
+
+def test_selection_rates_count_every_decision_with_the_audits_catalogue():
+    """It monitors PPR with the metric catalogue the audit uses (unlabelled decisions included)."""
+    import biasaudit
+
+    rng = np.random.default_rng(5)
+    n = 4000
+    frame = pd.DataFrame(
+        {
+            "predicted_at": pd.Timestamp("2026-01-01", tz="UTC")
+            + pd.to_timedelta(rng.integers(0, 20, n), unit="D"),
+            "y_true": np.where(rng.random(n) < 0.5, np.nan, rng.integers(0, 2, n)),
+            "y_pred": rng.integers(0, 2, n),
+            "g": rng.choice(["a", "b"], n),
+        }
+    )
+    nights = biasaudit.monitor_frame(frame, attributes=["g"], metrics=["ppr"])
+    ppr = nights[(nights["metric"] == "ppr") & (nights["group_name"] == "a")]
+    assert ppr["n_group"].sum() == (frame["g"] == "a").sum()  # every decision, labelled or not
