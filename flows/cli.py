@@ -822,6 +822,11 @@ def compare(
             _fail(f"run {run_id} is the first as-of of {after.audit_name}: nothing to compare with")
         other = previous.id
     before = _run_or_fail(engine, other)
+    if (before.audit_name, before.model_id) != (after.audit_name, after.model_id):
+        _fail(
+            f"run {other} audits {before.audit_name} of model {before.model_id}, run {run_id} "
+            f"{after.audit_name} of {after.model_id}: compare runs of the same audit and model"
+        )
     alpha = after.config["thresholds"]["alpha"]
     overlapping = windows_overlap(
         (before.window_start, before.window_end), (after.window_start, after.window_end)

@@ -9,6 +9,18 @@ TWO_GROUP = ("ofi", "te")
 METRIC_IDS = BINOMIAL + JOINT_RATIO + OTHER + TWO_GROUP
 # Metrics that are a rate x/d of two counts: the ones detection, planning and meta-metrics test.
 RATE_METRICS = BINOMIAL + JOINT_RATIO
+# Complementary rates (M and 1 − M of the same counts): a disparity in one is the same disparity
+# in the other, so one hypothesis, one test.
+_PAIRS = (
+    ("acc", "err"),
+    ("prev", "nprev"),
+    ("ppr", "pnr"),
+    ("tpr", "fnr"),
+    ("fpr", "tnr"),
+    ("ppv", "fdr"),
+    ("npv", "for"),
+)
+COMPLEMENT = {**dict(_PAIRS), **{b: a for a, b in _PAIRS}}
 # Rates that need no label (SPEC section 6): computed from every valid prediction, labelled or not.
 LABEL_FREE = ("ppr", "pnr")
 

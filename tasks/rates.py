@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from biasaudit.schemas.frames import COUNT_COLUMNS
-from biasaudit.schemas.metric_ids import RATE_METRICS, UNLABELLED_COLUMNS, rate_cells
+from biasaudit.schemas.metric_ids import COMPLEMENT, RATE_METRICS, UNLABELLED_COLUMNS, rate_cells
 
 KEYS = ["attribute", "group_name", "reference"]
 
@@ -78,7 +78,9 @@ def comparison_rates(
     """Long frame, one row per comparison and rate metric (in ``metrics`` order): the keys,
     ``numerator_group``, ``denominator_group``, ``numerator_reference``,
     ``denominator_reference``, ``size_group``, ``size_reference`` (valid predictions) and
-    ``reason`` (comparison_reasons; or a zero denominator), None where the rate can be tested."""
+    ``reason`` (comparison_reasons; a zero denominator; or the complement of a rate listed
+    before it, e.g. fnr = 1 − tpr: the same hypothesis, tested once), None where the rate can be
+    tested."""
     rates = [m for m in dict.fromkeys(metrics) if m in RATE_METRICS]
     base = group[KEYS].reset_index(drop=True)
     why = comparison_reasons(group, reference, min_group_size)
@@ -91,6 +93,9 @@ def comparison_rates(
         reason = np.where(d2 == 0, "no denominator in group", None)
         reason = np.where((d2 > 0) & (d1 == 0), "no denominator in reference", reason)
         reason = np.where(why != None, why, reason)
+        twin = COMPLEMENT.get(metric)
+        if twin in rates[: rates.index(metric)]:  # its complement is tested already
+            reason = np.where(reason == None, f"same test as {twin} (= 1 − {twin})", reason)
         blocks.append(
             base.assign(
                 metric=metric,

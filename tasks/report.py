@@ -27,6 +27,7 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 from biasaudit.schemas.report import ReportFrames
+from biasaudit.tasks.counts import label_completeness
 from scipy import stats
 
 FOUR_FIFTHS = (0.8, 1.25)
@@ -283,6 +284,7 @@ def verdicts(frames: ReportFrames) -> pd.DataFrame:
     """
     sizes = groups(frames)
     comp = comparisons(frames)
+    uneven = completeness_by_attribute(frames)
     rows = []
     for attribute, part in sizes.groupby("attribute", sort=False):
         mine = comp[comp["attribute"] == attribute] if not comp.empty else comp
@@ -311,21 +313,24 @@ def verdicts(frames: ReportFrames) -> pd.DataFrame:
                 "smallest": int(part["n"].min()),
                 "flagged": flagged,
                 "tested": len(tested),
-                "completeness_p": completeness_test(part),
+                "completeness_p": uneven.get(attribute, float("nan")),
             }
         )
     return pd.DataFrame(rows)
 
 
-def completeness_test(part: pd.DataFrame) -> float:
-    """p-value of Pearson's chi-square test of label completeness x group (SPEC section 6:
-    error rates are biased by who receives a label when completeness differs between groups
-    beyond chance); NaN with fewer than two groups or nothing unlabelled."""
-    table = np.stack([part["labelled"], part["n"] - part["labelled"]], axis=1).astype(float)
-    table = table[table.sum(axis=1) > 0]
-    if len(table) < 2 or (table[:, 1] == 0).all() or (table[:, 0] == 0).all():
-        return float("nan")
-    return float(stats.chi2_contingency(table, correction=False).pvalue)
+def completeness_by_attribute(frames: ReportFrames) -> dict[str, float]:
+    """The run's own label-completeness decision (tasks.counts.label_completeness, SPEC section
+    6): per attribute whose completeness differs between groups beyond chance and by a gap that
+    matters, its p-value; attributes without such a difference are absent."""
+    counts = frames.counts
+    needed = {"tp", "fp", "fn", "tn", "unlabelled_pos", "unlabelled_neg"}
+    if counts.empty or not needed <= set(counts.columns):
+        return {}
+    alpha = float(thresholds(frames)["alpha"])
+    table = label_completeness(counts, alpha)
+    uneven = table[table["uneven"]]
+    return uneven.groupby("attribute")["p_value"].first().astype(float).to_dict()
 
 
 def _why_untested(rows: pd.DataFrame) -> str:

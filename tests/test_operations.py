@@ -82,6 +82,10 @@ def test_compare_flags_only_real_changes(db_url, tmp_path):
     assert {(r["group_name"], r["metric"]) for r in rows} == set(
         zip(flagged["group_name"], flagged["metric"])
     )
+    config.write_text(config.read_text() + '\n[[audits]]\nname = "b"\nmodel = "m"\nattributes = ["sex"]\n')
+    other = run_audit("b", str(config), db_url, START + timedelta(days=90))["run_id"]
+    cli = CliRunner().invoke(app, ["compare", str(other), str(run_ids[2]), "--db", db_url])
+    assert cli.exit_code == 1 and "compare runs of the same audit and model" in cli.output
 
 
 def test_views_and_history_formats(db_url, tmp_path):
