@@ -149,7 +149,7 @@ STAGES = [
     "scan",
     "counts",
     "pairs",
-    "pair metrics",
+    "comparison rates",
     "metrics",
     "two-group metrics",
     "compare",
