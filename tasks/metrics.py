@@ -183,17 +183,6 @@ def compute_metrics(counts: pd.DataFrame, metrics: Iterable[str] | None = None) 
     return METRICS.validate(out)
 
 
-def pair_metrics(
-    group: pd.DataFrame, reference: pd.DataFrame, metrics: Iterable[str]
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Metrics of each comparison's group and of its aligned reference, row for row, both keyed
-    by the group's (attribute, group_name, reference)."""
-    keys = ["attribute", "group_name", "reference"]
-    mine = compute_metrics(group[keys + COUNT_COLUMNS], metrics)
-    theirs = compute_metrics(reference[COUNT_COLUMNS].assign(**group[keys]), metrics)
-    return mine, theirs
-
-
 def two_group_metrics(group: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
     """OFI and treatment equality of each group row against the reference row beside it.
 
