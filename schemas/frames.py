@@ -37,12 +37,41 @@ DECIMAL_TEXT = r"^[+-]?[0-9]{1,30}(\.[0-9]{1,30})?$"
 PAD = " "
 
 
+def _typed(series: pd.Series) -> bool:
+    """Whether ``series`` has a dtype (not object) that the checks read without a per-value loop."""
+    return not pd.api.types.is_object_dtype(series.dtype)
+
+
+def _is_text_dtype(series: pd.Series) -> bool:
+    return pd.api.types.is_string_dtype(series.dtype) and _typed(series)
+
+
+def _is_integer_dtype(series: pd.Series) -> bool:
+    return pd.api.types.is_integer_dtype(series.dtype)
+
+
+def text_of(series: pd.Series) -> pd.Series:
+    """``canonical_text`` as a pandas string series (missing values NA), vectorised for text,
+    integer and boolean dtypes."""
+    if _is_text_dtype(series):
+        return series.astype("string")
+    if _is_integer_dtype(series):
+        return series.astype("string")
+    if pd.api.types.is_bool_dtype(series.dtype):
+        words = np.where(series.fillna(False).to_numpy(dtype=bool), "true", "false")
+        return pd.Series(words, index=series.index, dtype="string").where(series.notna())
+    return canonical_text(series).astype("string")
+
+
 def canonical_text(series: pd.Series) -> pd.Series:
     """Attribute values as the strings they are: text unchanged, numbers in one canonical form
     (``1`` for 1, 1.0 and Decimal('1.00'), since SQL groups equal numbers together), booleans as
     ``true``/``false``; missing values stay missing."""
-    if pd.api.types.is_string_dtype(series.dtype) and not pd.api.types.is_object_dtype(series):
-        return series.astype(object).where(series.notna(), None)
+    if _is_text_dtype(series) or _is_integer_dtype(series) or pd.api.types.is_bool_dtype(
+        series.dtype
+    ):
+        typed = text_of(series).astype(object)
+        return typed.where(typed.notna(), None)
 
     def text(value):
         if value is None or value is pd.NA or value is pd.NaT:
@@ -71,8 +100,20 @@ def canonical_text(series: pd.Series) -> pd.Series:
 
 def non_empty_text(series):
     """Values that are present and hold more than spaces (as canonical text)."""
-    text = canonical_text(series)
-    return text.notna() & (text.astype("string").str.strip(PAD).str.len() > 0).fillna(False)
+    text = text_of(series)
+    return text.notna() & (text.str.strip(PAD).str.len() > 0).fillna(False).astype(bool)
+
+
+def _as_float(series: pd.Series) -> pd.Series:
+    """A numeric series as float64, missing values NaN."""
+    values = series.to_numpy(dtype="float64", na_value=np.nan)
+    return pd.Series(values, index=series.index)
+
+
+def _decimal_text(text: pd.Series) -> pd.Series:
+    """Text (a pandas string series) in the DECIMAL_TEXT grammar as float, else NaN."""
+    matched = text.where(text.str.fullmatch(DECIMAL_TEXT).fillna(False).astype(bool))
+    return pd.to_numeric(matched, errors="coerce").astype("float64")
 
 
 def as_number(series: pd.Series) -> pd.Series:
@@ -81,7 +122,9 @@ def as_number(series: pd.Series) -> pd.Series:
     if pd.api.types.is_bool_dtype(series.dtype):
         return pd.Series(np.nan, index=series.index)
     if pd.api.types.is_numeric_dtype(series.dtype):
-        values = series.astype("float64")
+        values = _as_float(series)
+    elif _is_text_dtype(series):
+        values = _decimal_text(series.astype("string"))
     else:
         objects = series.astype(object)
         is_text = objects.map(lambda v: isinstance(v, str))
@@ -89,28 +132,36 @@ def as_number(series: pd.Series) -> pd.Series:
             lambda v: isinstance(v, (int, float, Decimal, np.integer, np.floating))
             and not isinstance(v, (bool, np.bool_))
         )
-        text = objects.where(is_text, None).astype("string")
-        parsed = pd.to_numeric(text.where(text.str.fullmatch(DECIMAL_TEXT)), errors="coerce")
+        parsed = _decimal_text(objects.where(is_text, None).astype("string"))
         numbers = pd.to_numeric(objects.where(is_number, None), errors="coerce")
-        values = parsed.astype("float64").where(is_text, numbers.astype("float64"))
+        values = parsed.where(is_text, numbers.astype("float64"))
     return values.where(np.isfinite(values))
 
 
 def as_binary(series: pd.Series) -> pd.Series:
     """0/1 labels and decisions as float 0.0/1.0 (NaN where the value is not 0/1): booleans,
     the numbers 0 and 1, and the text ``0``/``1`` (spaces around allowed), ``true``/``false``."""
-    if pd.api.types.is_bool_dtype(series.dtype):
-        return series.astype("float64")
-    objects = series.astype(object)
-    booleans = objects.map(lambda v: float(v) if isinstance(v, (bool, np.bool_)) else np.nan)
-    words = objects.map(
-        lambda v: {"true": 1.0, "false": 0.0}.get(v.strip(PAD).lower(), np.nan)
-        if isinstance(v, str)
-        else np.nan
-    )
-    stripped = objects.map(lambda v: v.strip(PAD) if isinstance(v, str) else v)
-    numbers = as_number(stripped.where(~objects.map(lambda v: isinstance(v, (bool, np.bool_)))))
-    value = booleans.fillna(words).fillna(numbers).astype("float64")
+    if pd.api.types.is_bool_dtype(series.dtype) or pd.api.types.is_numeric_dtype(series.dtype):
+        value = _as_float(series)
+    elif _is_text_dtype(series):
+        stripped = series.astype("string").str.strip(PAD)
+        lower = stripped.str.lower()
+        words = pd.Series(np.nan, index=series.index)
+        words = words.mask(lower.eq("true").fillna(False).astype(bool), 1.0)
+        words = words.mask(lower.eq("false").fillna(False).astype(bool), 0.0)
+        value = words.fillna(as_number(stripped))
+    else:
+        objects = series.astype(object)
+        booleans = objects.map(lambda v: float(v) if isinstance(v, (bool, np.bool_)) else np.nan)
+        words = objects.map(
+            lambda v: {"true": 1.0, "false": 0.0}.get(v.strip(PAD).lower(), np.nan)
+            if isinstance(v, str)
+            else np.nan
+        )
+        stripped = objects.map(lambda v: v.strip(PAD) if isinstance(v, str) else v)
+        is_bool = objects.map(lambda v: isinstance(v, (bool, np.bool_)))
+        numbers = as_number(stripped.where(~is_bool))
+        value = booleans.fillna(words).fillna(numbers).astype("float64")
     return value.where(value.isin([0.0, 1.0]))
 
 
@@ -122,6 +173,8 @@ def parse_timestamps(series: pd.Series) -> pd.Series:
         return series.dt.tz_convert(UTC)
     if pd.api.types.is_datetime64_dtype(series.dtype):
         return series.dt.tz_localize(UTC)
+    if _is_text_dtype(series):
+        return _parse_text_timestamps(series.astype("string"))
     objects = series.astype(object)
 
     def moment(value):
@@ -135,10 +188,14 @@ def parse_timestamps(series: pd.Series) -> pd.Series:
 
     typed = pd.to_datetime(objects.map(moment), errors="coerce", utc=True)
     is_text = objects.map(lambda v: isinstance(v, str))
-    text = objects.where(is_text, None).astype("string")
-    matched = text.where(text.str.fullmatch(ISO_TIMESTAMP).fillna(False))
-    parsed = pd.to_datetime(matched, format="ISO8601", utc=True, errors="coerce")
+    parsed = _parse_text_timestamps(objects.where(is_text, None).astype("string"))
     return parsed.where(is_text, typed)
+
+
+def _parse_text_timestamps(text: pd.Series) -> pd.Series:
+    """Text (a pandas string series) in the ISO_TIMESTAMP grammar as UTC timestamps, else NaT."""
+    matched = text.where(text.str.fullmatch(ISO_TIMESTAMP).fillna(False).astype(bool))
+    return pd.to_datetime(matched, format="ISO8601", utc=True, errors="coerce")
 
 
 def _timestamp(series):

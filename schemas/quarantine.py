@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
+import numpy as np
 import pandas as pd
 import pandera.pandas as pa
 from biasaudit.schemas.frames import (
@@ -69,11 +70,33 @@ def _rows_as_json(frame: pd.DataFrame) -> list[dict]:
     return json.loads(text.to_json(orient="records", date_format="iso", default_handler=str))
 
 
+def failures(frame: pd.DataFrame, attributes: list[str], now: datetime | None = None,
+             decision: bool = False) -> pd.DataFrame:
+    """The row-level failures of ``frame`` (index 0..n-1) under the predictions schema: Pandera's
+    failure cases (columns ``column``, ``check``, ``failure_case``, ``index``); a frame-level
+    failure raises SchemaFailure."""
+    schema = predictions_schema(attributes, now, decision)
+    try:
+        schema.validate(frame, lazy=True)
+    except pa.errors.SchemaErrors as exc:
+        found = exc.failure_cases
+        frame_level = found[found["index"].isna()]
+        if not frame_level.empty:
+            first = frame_level.iloc[0]
+            raise SchemaFailure(
+                f"predictions do not fit the schema: {first['check']} on column {first['column']} "
+                f"({len(frame_level)} frame-level failure(s))"
+            ) from None
+        return found
+    return pd.DataFrame(columns=["column", "check", "failure_case", "index"])
+
+
 def split_valid(
     frame: pd.DataFrame,
     attributes: list[str],
     now: datetime | None = None,
     decision: bool = False,
+    row_numbers: np.ndarray | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(valid rows with y_true as float 0/1/NaN and y_pred as int8, quarantine records).
 
@@ -82,35 +105,28 @@ def split_valid(
     valid rows) instead of a ``y_pred``: see ``decide``.
 
     Valid rows keep their position in ``frame`` as index; each quarantine record names its row by
-    that position (``row_number``) and by prediction id (``row_ref``).
+    that position (``row_number``; ``row_numbers[position]`` when given, e.g. the rows' places in
+    a streamed window) and by prediction id (``row_ref``).
 
     ``now`` is the moment after which a timestamp counts as in the future (default: the clock).
     """
     frame = frame.reset_index(drop=True)
-    schema = predictions_schema(attributes, now, decision)
-    try:
-        schema.validate(frame, lazy=True)
-        failures = pd.DataFrame(columns=["column", "check", "failure_case", "index"])
-    except pa.errors.SchemaErrors as exc:
-        failures = exc.failure_cases
-        frame_level = failures[failures["index"].isna()]
-        if not frame_level.empty:
-            first = frame_level.iloc[0]
-            raise SchemaFailure(
-                f"predictions do not fit the schema: {first['check']} on column {first['column']} "
-                f"({len(frame_level)} frame-level failure(s))"
-            ) from None
-    positions = failures["index"].astype("int64").to_numpy()
+    found = failures(frame, attributes, now, decision)
+    positions = found["index"].astype("int64").to_numpy()
+    numbers = positions if row_numbers is None else np.asarray(row_numbers)[positions]
     bad_index = pd.Index(pd.unique(positions))
     row_json = dict(zip(bad_index, _rows_as_json(frame.loc[bad_index])))
     ids = frame["prediction_id"]
     quarantine = pd.DataFrame(
         {
-            "row_number": positions,
-            "row_ref": [str(ids[i]) if pd.notna(ids[i]) else f"<row {i}>" for i in positions],
-            "column_name": failures["column"].to_numpy(),
-            "value": [None if pd.isna(v) else str(v) for v in failures["failure_case"]],
-            "rule": failures["check"].astype(str).to_numpy(),
+            "row_number": numbers,
+            "row_ref": [
+                str(ids[i]) if pd.notna(ids[i]) else f"<row {n}>"
+                for i, n in zip(positions, numbers)
+            ],
+            "column_name": found["column"].to_numpy(),
+            "value": [None if pd.isna(v) else str(v) for v in found["failure_case"]],
+            "rule": found["check"].astype(str).to_numpy(),
             "row": [row_json[i] for i in positions],
         },
         columns=QUARANTINE_COLUMNS,

@@ -1,0 +1,291 @@
+"""Stream mode: read an audit window in Arrow batches and validate them vectorised, in bounded memory.
+
+The window's SELECT (db.source.Window.query) is read
+
+- through Arrow where the source has a reader: PostgreSQL with ADBC (``adbc-driver-postgresql``,
+  binary COPY; the query's values quoted into it by psycopg's own client-side binding, since COPY
+  takes no parameters), DuckDB with its own Arrow reader (bound parameters);
+- else (MariaDB/MySQL, SQLite, or the driver not installed) through the SQLAlchemy server-side
+  cursor, as driver tuples. SQLite stays there: a SQLite column may hold values of several types,
+  which the ADBC SQLite driver turns into text or rejects mid-stream.
+
+Above the reader one code path: each batch of ``chunk_rows`` becomes a typed frame (text, nullable
+integers and booleans, floats, UTC timestamps; other types as the Python values a driver returns)
+on which the Pandera predictions schema, whose checks are vectorised for these dtypes, is the
+judge. Rows it accepts are folded into counts at once; the rows it rejects are judged again, as
+the driver's Python values, by ``split_valid`` for their quarantine records, so these are the same
+as in the other modes. Rows whose prediction id repeats in the window (one GROUP BY first) are kept
+aside and judged together at the end, so the first occurrence in read order is kept, as in memory.
+
+Memory holds one batch, the counts, the quarantine and the rows of repeated ids.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, TypeAlias
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+from biasaudit.db.scan import (
+    BUCKET,
+    Scanned,
+    _bucket_cells,
+    _per_threshold,
+    _window_and_duplicates,
+)
+from biasaudit.db.source import (
+    EmptyWindow,
+    empty_window_message,
+    fingerprint,
+    read_chunks,
+    row_hash_sum,
+)
+from biasaudit.schemas.config import Audit
+from biasaudit.schemas.frames import as_binary, as_number, text_of
+from biasaudit.schemas.quarantine import QUARANTINE_COLUMNS, failures, split_valid
+from sqlalchemy.engine import Connection
+
+Chunk: TypeAlias = "pa.RecordBatch | pd.DataFrame"  # Arrow, or driver values (cursor)
+
+
+def _compiled(connection: Connection, query):
+    """The query compiled for the connection's dialect, IN lists expanded into parameters."""
+    return query.compile(dialect=connection.dialect, compile_kwargs={"render_postcompile": True})
+
+
+def _postgres_batches(connection: Connection, query) -> Iterator[pa.RecordBatch] | None:
+    """The query's rows through ADBC's binary COPY, or None without the driver."""
+    try:
+        import adbc_driver_postgresql.dbapi as adbc
+    except ImportError:
+        return None
+    import psycopg
+
+    # COPY takes no parameters: psycopg itself quotes the values into the statement.
+    compiled = _compiled(connection, query)
+    driver: Any = connection.connection.driver_connection
+    sql = psycopg.ClientCursor(driver).mogrify(str(compiled), compiled.params)
+    url = connection.engine.url.set(drivername="postgresql")
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        with (
+            adbc.connect(url.render_as_string(hide_password=False)) as conn,
+            conn.cursor() as cursor,
+        ):
+            cursor.execute(sql)
+            yield from cursor.fetch_record_batch()
+
+    return batches()
+
+
+def _duckdb_batches(connection: Connection, query, chunk_rows: int) -> Iterator[pa.RecordBatch]:
+    """The query's rows through DuckDB's own Arrow reader, with bound parameters."""
+    compiled = _compiled(connection, query)
+    params = [compiled.params[name] for name in compiled.positiontup or []]
+    duck: Any = connection.connection.driver_connection
+    return iter(duck.sql(str(compiled), params=params).to_arrow_reader(chunk_rows))
+
+
+def _rebatched(batches: Iterator[pa.RecordBatch], chunk_rows: int) -> Iterator[pa.RecordBatch]:
+    """Batches of exactly ``chunk_rows`` rows (the last one fewer), whatever the reader's size."""
+    pending: list[pa.RecordBatch] = []
+    held = 0
+    for batch in batches:
+        pending.append(batch)
+        held += batch.num_rows
+        while held >= chunk_rows:
+            whole = pa.Table.from_batches(pending).combine_chunks().to_batches()[0]
+            yield whole.slice(0, chunk_rows)
+            rest = whole.slice(chunk_rows)
+            pending, held = ([rest] if rest.num_rows else []), rest.num_rows
+    if held:
+        yield pa.Table.from_batches(pending).combine_chunks().to_batches()[0]
+
+
+def _read_ahead(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The batches, the next one read by a thread (the driver releases the GIL) while the caller
+    works on the current one: two batches in memory at most."""
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(next, batches, None)
+        while (batch := pending.result()) is not None:
+            pending = pool.submit(next, batches, None)
+            yield batch
+
+
+def read_batches(connection: Connection, query, chunk_rows: int) -> Iterator[Chunk]:
+    """The query's rows in chunks of at most ``chunk_rows``: Arrow record batches where the
+    source has an Arrow reader, else frames of driver values (db.source.read_chunks)."""
+    batches = None
+    if connection.dialect.name == "postgresql":
+        batches = _postgres_batches(connection, query)
+    elif connection.dialect.name == "duckdb":
+        batches = _duckdb_batches(connection, query, chunk_rows)
+    if batches is None:
+        return read_chunks(connection, query, chunk_rows)
+    return _read_ahead(_rebatched(batches, chunk_rows))
+
+
+def _driver_values(column: pa.Array) -> list:
+    """A column's values as the SQLAlchemy driver returns them (PostgreSQL numeric as Decimal,
+    JSON parsed)."""
+    values = column.to_pylist()
+    if isinstance(column.type, pa.ExtensionType):
+        name = getattr(column.type, "type_name", None) or column.type.extension_name
+        if name == "numeric":
+            return [None if v is None else Decimal(v) for v in values]
+        if name == "arrow.json":
+            return [None if v is None else json.loads(v) for v in values]
+    return values
+
+
+def object_frame(chunk: Chunk) -> pd.DataFrame:
+    """The chunk as one object column of driver values per column (db.source.rows_frame)."""
+    if isinstance(chunk, pd.DataFrame):
+        return chunk
+    return pd.DataFrame(
+        {
+            name: pd.Series(_driver_values(column), dtype=object)
+            for name, column in zip(chunk.schema.names, chunk.columns)
+        }
+    )
+
+
+def _typed_column(column: pa.Array) -> pd.Series:
+    """One Arrow column as the pandas dtype the schema's checks read vectorised."""
+    kind = column.type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return pd.Series(column, dtype=pd.StringDtype("pyarrow"))
+    if pa.types.is_integer(kind) and kind != pa.uint64():
+        return column.cast(pa.int64()).to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+    if pa.types.is_boolean(kind):
+        return column.to_pandas(types_mapper={pa.bool_(): pd.BooleanDtype()}.get)
+    if pa.types.is_floating(kind):
+        return column.cast(pa.float64()).to_pandas()
+    if pa.types.is_timestamp(kind):
+        moments = column.cast(pa.timestamp("us", "UTC" if kind.tz else None))
+        return moments.to_pandas()
+    return pd.Series(_driver_values(column), dtype=object)
+
+
+# Dtypes for object columns of driver values that hold one kind of value.
+HOMOGENEOUS = {
+    "string": pd.StringDtype("pyarrow"),
+    "integer": pd.Int64Dtype(),
+    "floating": np.dtype("float64"),
+    "boolean": pd.BooleanDtype(),
+}
+
+
+def _typed_objects(column: pd.Series) -> pd.Series:
+    """An object column of driver values as a typed column where all values are of one kind
+    (Python ints beyond 64 bits, mixed and other kinds stay objects)."""
+    dtype = HOMOGENEOUS.get(pd.api.types.infer_dtype(column, skipna=True))
+    if dtype is None:
+        return column
+    try:
+        return column.astype(dtype)
+    except OverflowError:
+        return column
+
+
+def typed_frame(chunk: Chunk) -> pd.DataFrame:
+    """The chunk with typed columns (from Arrow, or from driver values of one kind)."""
+    if isinstance(chunk, pd.DataFrame):
+        return chunk.apply(_typed_objects)
+    return pd.DataFrame(
+        {name: _typed_column(column) for name, column in zip(chunk.schema.names, chunk.columns)}
+    )
+
+
+def _rows(chunk: Chunk, positions: np.ndarray) -> pd.DataFrame:
+    """Driver values of the chunk's rows at ``positions``."""
+    if isinstance(chunk, pd.DataFrame):
+        return chunk.iloc[positions].reset_index(drop=True)
+    return object_frame(chunk.take(pa.array(positions, pa.int64())))
+
+
+def _accepted_cells(typed: pd.DataFrame, audit: Audit) -> pd.DataFrame:
+    """Rows the schema accepted, summed per (attributes, y_true, bucket) as split_valid and
+    db.scan._bucket_cells would: attributes as canonical text, labels and decisions as 0/1."""
+    frame = pd.DataFrame(
+        {a: text_of(typed[a]).astype(str) for a in audit.attributes}, index=typed.index
+    ).assign(y_true=as_binary(typed["y_true"]))
+    if audit.decision:
+        frame["decision_score"] = as_number(typed["decision_score"])
+    else:
+        frame["y_pred"] = as_binary(typed["y_pred"]).astype("int8")
+    return _bucket_cells(frame, audit)
+
+
+def _set_aside(ids: pd.Series, duplicated: list) -> np.ndarray:
+    """Rows whose prediction id repeats in the window, compared by text (a superset at worst,
+    which only sets more rows aside to be judged together)."""
+    if not duplicated:
+        return np.zeros(len(ids), dtype=bool)
+    texts = {str(d) for d in duplicated if d is not None}
+    return (ids.notna() & text_of(ids).isin(texts)).to_numpy(dtype=bool)
+
+
+def stream_thresholds(
+    engine, audit: Audit, start, end, now: datetime, chunk_rows: int
+) -> list[Scanned]:
+    """Cells of the window read in batches of ``chunk_rows``, validated batch by batch."""
+    decision = audit.decision is not None
+    parts, quarantines, repeated, repeated_numbers = [], [], [], []
+    rows = hash_sum = 0
+    with engine.connect() as connection:
+        window, duplicated = _window_and_duplicates(connection, audit, start, end)
+        for chunk in read_batches(connection, window.query(start, end), chunk_rows):
+            typed = typed_frame(chunk)
+            hash_sum = (hash_sum + row_hash_sum(typed)) % 2**64
+            aside = _set_aside(typed["prediction_id"], duplicated)
+            if aside.any():
+                repeated.append(_rows(chunk, np.flatnonzero(aside)))
+                repeated_numbers.append(rows + np.flatnonzero(aside))
+            places = np.flatnonzero(~aside)
+            judged = typed.iloc[places].reset_index(drop=True)
+            rejected = np.zeros(len(judged), dtype=bool)
+            found = failures(judged, audit.attributes, now, decision)
+            rejected[found["index"].astype("int64").to_numpy()] = True
+            parts.append(_accepted_cells(judged[~rejected], audit))
+            if rejected.any():
+                positions = places[rejected]
+                valid, quarantine = split_valid(
+                    _rows(chunk, positions), audit.attributes, now, decision, rows + positions
+                )
+                parts.append(_bucket_cells(valid, audit))
+                quarantines.append(quarantine)
+            rows += len(typed)
+        if rows == 0:
+            raise EmptyWindow(empty_window_message(connection, window.table, audit, start, end))
+    if repeated:
+        valid, quarantine = split_valid(
+            pd.concat(repeated, ignore_index=True),
+            audit.attributes,
+            now,
+            decision,
+            np.concatenate(repeated_numbers),
+        )
+        parts.append(_bucket_cells(valid, audit))
+        quarantines.append(quarantine)
+    keys = [*audit.attributes, "y_true", BUCKET]
+    buckets = pd.concat(parts, ignore_index=True)
+    buckets = buckets.groupby(keys, dropna=False, sort=True, as_index=False)["n"].sum()
+    accounting = {
+        "rows_read": rows,
+        "rows_valid": int(buckets["n"].sum()),
+        "rows_unlabelled": int(buckets.loc[buckets["y_true"].isna(), "n"].sum()),
+        "fingerprint": fingerprint(None, hash_sum, rows),
+    }
+    quarantine = (
+        pd.concat(quarantines, ignore_index=True)
+        if quarantines
+        else pd.DataFrame(columns=QUARANTINE_COLUMNS)
+    )
+    return _per_threshold(buckets, audit, quarantine, accounting)
