@@ -6,16 +6,19 @@ quarantined with its reason, and the row accounting. Counts per group and inters
 over cells (tasks.counts.group_counts). Three modes:
 
 - ``memory``: read the window whole, validate it with the Pandera schema, aggregate.
-- ``stream``: read the window in chunks (a server-side cursor), validate each chunk with the same
-  Pandera schema, quarantine its invalid rows, and fold its counts into running sums. Memory
-  holds one chunk, the counts and the quarantine, whatever the number of rows. Prediction ids
-  repeated across chunks are found first by one GROUP BY in the database; the first occurrence is
-  kept, as in memory.
+- ``stream``: read the window in Arrow batches (db.stream; a server-side cursor where the source
+  has no Arrow reader), validate each with the same Pandera schema, vectorised on typed columns,
+  quarantine its invalid rows, and fold its counts into running sums. Memory holds one batch,
+  the counts and the quarantine, whatever the number of rows. Prediction ids repeated in the
+  window are found first by one GROUP BY in the database; their rows are judged together, so the
+  first occurrence is kept, as in memory.
 - ``pushdown``: one GROUP BY in the database over the finest combination of all attributes and
-  (y_true, y_pred). Per-row rules (id, timestamp, scores) are an SQL condition that passes only
-  rows the Pandera rules accept (db.source.Window.row_ok); attribute and label rules are checked by
-  the Pandera checks themselves on the few grouped keys. Rows failing either are few, are fetched
-  and put through the whole Pandera validation, so nothing invalid is counted and nothing is lost.
+  (y_true, y_pred), counting each key's rows and, as a conditional sum, the rows a per-row rule
+  (id, timestamp, scores: db.source.Window.row_ok, a sound SQL condition without the rules the
+  catalogue or the window already guarantee) does not clear. Attribute and label rules are checked
+  by the Pandera checks themselves on the few grouped keys. Only suspect rows and rows of invalid
+  keys are read again, and judged by the whole Pandera validation: a clean table is read once,
+  and nothing invalid is counted and nothing is lost.
 
 All three give the same cells, quarantine and accounting on the same data, on PostgreSQL, SQLite,
 MariaDB and DuckDB (tests/test_scan.py, tests/test_hostile_sources.py).
@@ -36,21 +39,40 @@ import pandas as pd
 from biasaudit.db.source import (
     EmptyWindow,
     Window,
+    duckdb_unique_keys,
     empty_window_message,
     parsed_number,
-    read_chunks,
     read_predictions,
-    row_hash_sum,
     rows_frame,
     window_of,
 )
 from biasaudit.db.source import fingerprint as frame_fingerprint
 from biasaudit.schemas.config import Audit
 from biasaudit.schemas.frames import as_binary, canonical_text, non_empty_text
-from biasaudit.schemas.quarantine import QUARANTINE_COLUMNS, split_valid
+from biasaudit.schemas.quarantine import split_valid
 from sqlalchemy import and_, case, func, inspect, literal, not_, or_, select
 
 OUTCOMES = ["y_true", "y_pred"]
+# Where the push-down enforces each rule of the predictions schema (schemas.frames, the one judge):
+# "row" in the per-row condition (db.source.Window.row_ok, left out where the catalogue or the
+# window filter guarantees it), "key" on the grouped keys (_valid_keys), "ids" by the duplicate
+# scan or a unique key. "attribute" stands for every attribute column. A schema rule missing here
+# fails tests/test_pushdown_passes.py, so the SQL cannot silently fall behind the schema.
+PUSHDOWN_RULES = {
+    "prediction_id": {"not_nullable": "row", "non_empty": "row", "field_uniqueness": "ids"},
+    "model_id": {"not_nullable": "row"},
+    "predicted_at": {
+        "not_nullable": "row",
+        "timestamp": "row",
+        "plausible_timestamp": "row",
+        "not_in_future": "row",
+    },
+    "y_true": {"binary": "key"},
+    "y_pred": {"not_nullable": "key", "binary": "key"},
+    "score": {"in_unit_interval": "row"},
+    "decision_score": {"not_nullable": "row", "finite_number": "row"},
+    "attribute": {"not_nullable": "key", "non_empty": "key"},
+}
 BUCKET = "bucket"
 # Bad key groups fetched per query (an OR of this many conjunctions).
 FETCH_GROUPS = 200
@@ -142,17 +164,18 @@ def memory_thresholds(engine, audit: Audit, start, end, now: datetime) -> list[S
 def ids_are_unique(connection, table, audit: Audit) -> bool:
     """Whether a primary key or unique constraint/index of the source guarantees unique prediction
     ids within a model (then no duplicate scan is needed)."""
-    if connection.dialect.name == "duckdb":  # no catalogue reflection there: scan for duplicates
-        return False
-    inspector = inspect(connection)
-    schema = table.schema
     ident = audit.source_column("prediction_id")
     allowed = {ident, audit.source_column("model_id")}
-    keys = [inspector.get_pk_constraint(table.name, schema).get("constrained_columns") or []]
-    keys += [u["column_names"] for u in inspector.get_unique_constraints(table.name, schema)]
-    keys += [
-        i["column_names"] for i in inspector.get_indexes(table.name, schema) if i.get("unique")
-    ]
+    if connection.dialect.name == "duckdb":  # duckdb-engine reflects no keys: its own catalogue
+        keys = duckdb_unique_keys(connection, table)
+    else:
+        inspector = inspect(connection)
+        schema = table.schema
+        keys = [inspector.get_pk_constraint(table.name, schema).get("constrained_columns") or []]
+        keys += [u["column_names"] for u in inspector.get_unique_constraints(table.name, schema)]
+        keys += [
+            i["column_names"] for i in inspector.get_indexes(table.name, schema) if i.get("unique")
+        ]
     # A key unique under a looser text equality (MariaDB's default collations) is unique too.
     return any(key and ident in key and set(key) <= allowed for key in keys)
 
@@ -174,60 +197,10 @@ def _window_and_duplicates(connection, audit: Audit, start, end):
 def stream_thresholds(
     engine, audit: Audit, start, end, now: datetime, chunk_rows: int
 ) -> list[Scanned]:
-    """Cells of the window read in chunks of ``chunk_rows``, validated chunk by chunk."""
-    parts, quarantines = [], []
-    rows = valid_rows = unlabelled = 0
-    hash_sum = 0
-    seen: set = set()
-    with engine.connect() as connection:
-        window, duplicated = _window_and_duplicates(connection, audit, start, end)
-        duplicated = set(duplicated)
-        for chunk in read_chunks(connection, window.query(start, end), chunk_rows):
-            hash_sum = (hash_sum + row_hash_sum(chunk)) % 2**64
-            valid, quarantine = _split(chunk, audit, now)
-            repeated = valid["prediction_id"].isin(seen)  # first occurrence was in an earlier chunk
-            if repeated.any():
-                quarantine = pd.concat(
-                    [quarantine, _duplicates(chunk.loc[valid.index[repeated]])], ignore_index=True
-                )
-                valid = valid[~repeated]
-            seen.update(set(valid["prediction_id"]) & duplicated)
-            quarantine["row_number"] = quarantine["row_number"] + rows
-            quarantines.append(quarantine)
-            parts.append(_bucket_cells(valid, audit))
-            valid_rows += len(valid)
-            unlabelled += int(valid["y_true"].isna().sum())
-            rows += len(chunk)
-        if rows == 0:
-            raise EmptyWindow(empty_window_message(connection, window.table, audit, start, end))
-    buckets = pd.concat(parts, ignore_index=True)
-    keys = [*audit.attributes, "y_true", BUCKET]
-    buckets = buckets.groupby(keys, dropna=False, sort=True, as_index=False)["n"].sum()
-    accounting = {
-        "rows_read": rows,
-        "rows_valid": valid_rows,
-        "rows_unlabelled": unlabelled,
-        "fingerprint": frame_fingerprint(None, hash_sum, rows),
-    }
-    quarantine = pd.concat(quarantines, ignore_index=True)
-    return _per_threshold(buckets, audit, quarantine, accounting)
+    """Cells of the window streamed in chunks of ``chunk_rows`` (db.stream.stream_thresholds)."""
+    from biasaudit.db.stream import stream_thresholds as streamed
 
-
-def _duplicates(rows: pd.DataFrame) -> pd.DataFrame:
-    """Quarantine records for repeats of a prediction id already accepted."""
-    from biasaudit.schemas.quarantine import _rows_as_json
-
-    return pd.DataFrame(
-        {
-            "row_number": rows.index.to_numpy(),
-            "row_ref": rows["prediction_id"].astype(str).to_numpy(),
-            "column_name": "prediction_id",
-            "value": rows["prediction_id"].astype(str).to_numpy(),
-            "rule": "field_uniqueness",
-            "row": _rows_as_json(rows),
-        },
-        columns=QUARANTINE_COLUMNS,
-    )
+    return streamed(engine, audit, start, end, now, chunk_rows)
 
 
 def _bucket_expression(window: Window, audit: Audit):
@@ -261,11 +234,15 @@ def _marker(value) -> tuple:
 
 
 def pushdown_thresholds(engine, audit: Audit, start, end, now: datetime) -> list[Scanned]:
-    """Cells of the window from one GROUP BY in the database, invalid rows quarantined."""
+    """Cells of the window from one GROUP BY in the database, invalid rows quarantined.
+
+    One pass counts each key's rows and, as a conditional sum, those a per-row rule does not
+    clear (``suspect``); the key rules run on the grouped keys. Only when a key is invalid or a
+    row suspect are those rows read again and judged by the Pandera schema."""
     names = [*audit.attributes, "y_true", BUCKET]
     with engine.connect() as connection:
         window, duplicated = _window_and_duplicates(connection, audit, start, end)
-        ok = window.row_ok(now)
+        ok = window.row_ok(now, end)
         if duplicated:
             ok = and_(ok, not_(window.key("prediction_id").in_(duplicated)))
         flag = case((ok, 1), else_=0)  # a rule that is NULL (a NULL value) fails
@@ -275,43 +252,53 @@ def pushdown_thresholds(engine, audit: Audit, start, end, now: datetime) -> list
             BUCKET: _bucket_expression(window, audit),
         }
         keys = [expressions[n].label(f"k_{n}") for n in names]
-        inner = select(*keys, flag.label("ok")).where(window.where(start, end)).subquery()
-        grouping = [inner.c[f"k_{n}"] for n in names] + [inner.c.ok]
-        result = connection.execute(select(*grouping, func.count().label("n")).group_by(*grouping))
+        suspect = case((ok, 0), else_=1).label("suspect")
+        inner = select(*keys, suspect).where(window.where(start, end)).subquery()
+        grouping = [inner.c[f"k_{n}"] for n in names]
+        result = connection.execute(
+            select(
+                *grouping, func.count().label("n"), func.sum(inner.c.suspect).label("suspect")
+            ).group_by(*grouping)
+        )
         grouped = rows_frame(result, list(result.keys()))
         rows = int(grouped["n"].sum()) if len(grouped) else 0
         if not rows:
             raise EmptyWindow(empty_window_message(connection, window.table, audit, start, end))
+        grouped = grouped.assign(
+            n=grouped["n"].astype("int64"), suspect=grouped["suspect"].astype("int64")
+        )
         good_keys = _valid_keys(grouped, audit)
-        counted = (grouped["ok"] == 1) & good_keys
-        bad = grouped[(grouped["ok"] == 1) & ~good_keys]
+        bad = grouped[~good_keys & (grouped["suspect"] < grouped["n"])]
         bad_markers = {
             tuple(_marker(v) for v in row) for row in bad[[f"k_{n}" for n in names]].itertuples(
                 index=False
             )
         }
-        rest = _fetch_suspects(connection, window, start, end, flag, keys, bad, names)
+        any_suspect = bool(grouped["suspect"].any())
+        rest = _fetch_suspects(connection, window, start, end, flag, keys, bad, names, any_suspect)
     if len(rest):
         marks = rest[[f"k_{n}" for n in names]].itertuples(index=False)
-        suspect = (rest["ok"] == 0).to_numpy() | np.array(
+        suspect_rows = (rest["ok"] == 0).to_numpy() | np.array(
             [tuple(_marker(v) for v in row) in bad_markers for row in marks], dtype=bool
         )
-        rest = rest[suspect].drop(columns=[*[f"k_{n}" for n in names], "ok"])
+        rest = rest[suspect_rows].drop(columns=[*[f"k_{n}" for n in names], "ok"])
         rest = rest.reset_index(drop=True)
     else:
         rest = rest.drop(columns=[*[f"k_{n}" for n in names], "ok"])
     accepted, quarantine = _split(rest, audit, now)
-    counted_cells = grouped[counted].rename(columns={f"k_{n}": n for n in names})
+    counted_cells = grouped[good_keys].rename(columns={f"k_{n}": n for n in names})
     counted_cells = counted_cells.assign(
         **{a: canonical_text(counted_cells[a]) for a in audit.attributes},
         y_true=as_binary(counted_cells["y_true"]),
-    )
+        n=counted_cells["n"] - counted_cells["suspect"],
+    ).drop(columns="suspect")
+    counted_cells = counted_cells[counted_cells["n"] > 0]
     if audit.decision:
         counted_cells[BUCKET] = counted_cells[BUCKET].astype("int64")
     else:
         counted_cells[BUCKET] = as_binary(counted_cells[BUCKET]).astype("int64")
     buckets = pd.concat(
-        [_bucket_cells(counted_cells.drop(columns="ok"), audit), _bucket_cells(accepted, audit)],
+        [_bucket_cells(counted_cells, audit), _bucket_cells(accepted, audit)],
         ignore_index=True,
     )
     buckets = buckets.groupby(names, dropna=False, sort=True, as_index=False)["n"].sum()
@@ -330,9 +317,12 @@ def pushdown_thresholds(engine, audit: Audit, start, end, now: datetime) -> list
     return _per_threshold(buckets, audit, quarantine, accounting)
 
 
-def _fetch_suspects(connection, window: Window, start, end, flag, keys, bad, names):
-    """The rows that failed a per-row rule or belong to a group with an invalid key, with their
-    flag and keys (to drop rows a loose SQL key comparison fetched too)."""
+def _fetch_suspects(
+    connection, window: Window, start, end, flag, keys, bad, names, any_suspect: bool
+):
+    """The rows that failed a per-row rule (read only if ``any_suspect``) or belong to a group
+    with an invalid key, with their flag and keys (to drop rows a loose SQL key comparison
+    fetched too)."""
     conditions = []
     key_of = {n: k.element for n, k in zip(names, keys)}
     for first in range(0, len(bad), FETCH_GROUPS):
@@ -351,13 +341,12 @@ def _fetch_suspects(connection, window: Window, start, end, flag, keys, bad, nam
             )
         )
     columns = window.selected() + keys + [flag.label("ok")]
-    frames = []
+    frames = [pd.DataFrame(columns=[c.name for c in columns])]
     # A row is fetched once: for its failed rule, or (passing every per-row rule) for its key.
-    for condition in [flag == 0, *[and_(flag == 1, c) for c in conditions]]:
+    for condition in [flag == 0] * any_suspect + [and_(flag == 1, c) for c in conditions]:
         result = connection.execute(select(*columns).where(and_(window.where(start, end), condition)))
         frames.append(rows_frame(result, list(result.keys())))
-    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    return frame
+    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
 
 
 def scan_thresholds(engine, audit: Audit, start, end, now: datetime) -> list[Scanned]:

@@ -43,6 +43,7 @@ from sqlalchemy import (
     Double,
     Engine,
     Enum,
+    Float,
     Integer,
     LargeBinary,
     MetaData,
@@ -153,7 +154,7 @@ def _reflect_duckdb(engine: Engine, schema: str, name: str) -> Table:
     """A DuckDB table or view from its information schema (duckdb-engine's reflection goes
     through PostgreSQL catalogue tables DuckDB does not have)."""
     query = text(
-        "SELECT column_name, data_type FROM information_schema.columns "
+        "SELECT column_name, data_type, is_nullable FROM information_schema.columns "
         "WHERE table_name = :name AND table_schema = coalesce(:schema, current_schema()) "
         "ORDER BY ordinal_position"
     )
@@ -170,8 +171,22 @@ def _reflect_duckdb(engine: Engine, schema: str, name: str) -> Table:
         known = DUCKDB_TYPES.get(data_type.split("(")[0])
         return known() if known else NullType()
 
-    columns = [Column(column, kind(data_type)) for column, data_type in found]
+    columns = [
+        Column(column, kind(data_type), nullable=nullable != "NO")
+        for column, data_type, nullable in found
+    ]
     return Table(name, MetaData(), *columns, schema=schema or None)
+
+
+def duckdb_unique_keys(connection, table: Table) -> list[list[str]]:
+    """The column lists of a DuckDB table's primary key and unique constraints."""
+    query = text(
+        "SELECT constraint_column_names FROM duckdb_constraints() WHERE table_name = :name "
+        "AND schema_name = coalesce(:schema, current_schema()) "
+        "AND constraint_type IN ('PRIMARY KEY', 'UNIQUE')"
+    )
+    found = connection.execute(query, {"name": table.name, "schema": table.schema})
+    return [list(names) for (names,) in found]
 
 
 def reflect_source(engine: Engine, source: str) -> Table:
@@ -285,7 +300,7 @@ def parsed_number(column, dialect: str):
     kind = column.type
     if dialect != "sqlite" and isinstance(kind, Boolean):
         return null()
-    if dialect != "sqlite" and isinstance(kind, (Numeric, Integer)):
+    if dialect != "sqlite" and isinstance(kind, (Numeric, Float, Integer)):
         return to_double(column)
     text = _as_text(column, dialect)
     if dialect == "sqlite":  # numbers stored as numbers; text only in the grammar
@@ -402,22 +417,30 @@ class Window:
     def query(self, start: datetime | None, end: datetime):
         return select(*self.selected()).where(self.where(start, end))
 
-    def row_ok(self, now: datetime):
+    def row_ok(self, now: datetime, end: datetime | None = None):
         """True only for rows the Pandera rules accept on the per-row rules (a sound filter: a
         row it does not pass is judged by Pandera). Attribute and label rules are checked on the
-        grouped keys instead (db.scan)."""
+        grouped keys instead (db.scan).
+
+        Rules that the catalogue or the window filter already guarantee are left out, so the scan
+        pays per row only for what can fail: a NOT NULL (or primary key) id needs no null check,
+        a non-text id no text check, the model filter implies a model id, and a window ending
+        (``end``) before ``now`` plus the clock skew implies no timestamp in the future. A text id
+        holds more than spaces if it sorts at or after ``'!'`` byte by byte (its first byte is
+        above the space): one comparison, no TRIM; ids that sort before (tabs, leading spaces)
+        are merely fetched and judged by Pandera."""
         c, d = self.raw, self.dialect
-        latest = now + CLOCK_SKEW - MARGIN
         ident = c["prediction_id"]
-        rules = [ident.is_not(None)]
+        rules = []  # a rule that is NULL (a NULL value) fails: db.scan counts only TRUE
         if d == "sqlite" or _is_text(ident):
-            rules.append(func.length(func.trim(_as_text(ident, d))) > 0)
-        rules += [
-            c["model_id"].is_not(None),
-            self.time.is_not(None),
-            self.time >= bound(EARLIEST + MARGIN, d),
-            self.time <= bound(latest, d),
-        ]
+            rules.append(_bytewise(_as_text(ident, d), d) >= literal("!", Text))
+        elif getattr(ident, "nullable", True):
+            rules.append(ident.is_not(None))
+        t, aware = self._filter_time()
+        latest = now + CLOCK_SKEW - MARGIN
+        rules.append(t >= bound(EARLIEST + MARGIN, d, aware))
+        if end is None or end > latest:
+            rules.append(t <= bound(latest, d, aware))
         if self.has_score:
             score, number = c["score"], parsed_number(c["score"], d)
             rules.append(or_(score.is_(None), and_(number >= 0, number <= 1)))
@@ -425,6 +448,12 @@ class Window:
             number = parsed_number(c["decision_score"], d)
             rules.append(and_(number >= -1e300, number <= 1e300))  # finite (NaN fails too)
         return and_(*rules)
+
+
+def _bytewise(text, dialect: str):
+    """``text`` compared byte by byte (code point order) on every dialect."""
+    collation = {"postgresql": "C", "mysql": MYSQL_EXACT, "sqlite": "BINARY"}.get(dialect)
+    return collate(text, collation) if collation else text
 
 
 def window_of(engine_or_connection, audit: Audit) -> Window:
@@ -481,10 +510,50 @@ def empty_window_message(connection, table: Table, audit: Audit, start, end) -> 
     return f"no predictions of model {audit.model_id!r} in {audit.source!r} for {window}"
 
 
+# The hash of a missing value (None, NaN, NaT, NA), whatever the column's type.
+MISSING_HASH = np.uint64(0x9E3779B97F4A7C15)
+ROW_PRIME = np.uint64(1099511628211)
+# Values sampled to tell a column of (mostly) distinct texts from one of few groups.
+SAMPLE = 1000
+
+
+def _text_hashes(series: pd.Series, kind: str) -> np.ndarray:
+    """Hashes of the values' ``str``, each distinct value formatted and hashed once where the
+    column holds one type (factorize would merge 1, 1.0 and True in a mixed object column)."""
+    typed = not pd.api.types.is_object_dtype(series.dtype)
+    if kind == "string" and series.iloc[:SAMPLE].nunique() > SAMPLE // 2:  # ids: mostly distinct
+        return pd.util.hash_array(series.to_numpy(dtype=object, na_value=""), categorize=False)
+    if typed or kind in {"string", "integer", "boolean"}:
+        codes, uniques = pd.factorize(series)
+        texts = np.array([str(v) for v in np.asarray(uniques, dtype=object)] + [""], dtype=object)
+        return pd.util.hash_array(texts, categorize=False)[codes]
+    texts = np.array([str(v) for v in series.to_numpy(dtype=object)], dtype=object)
+    return pd.util.hash_array(texts, categorize=False)
+
+
+def column_hashes(series: pd.Series) -> np.ndarray:
+    """A uint64 hash of each value by its meaning, equal for a driver's Python values (object
+    columns) and the same values read as typed columns (db.stream): floats by their double,
+    timestamps by their UTC microsecond, every other value by its ``str``; missing values alike."""
+    missing = series.isna().to_numpy(dtype=bool)
+    kind = pd.api.types.infer_dtype(series, skipna=True)
+    if kind == "floating":
+        hashes = pd.util.hash_array(series.to_numpy(dtype="float64", na_value=0.0))
+    elif kind in {"datetime", "datetime64"}:
+        moments = pd.to_datetime(series, utc=True).astype("datetime64[us, UTC]")
+        hashes = pd.util.hash_array(moments.to_numpy(dtype="int64", na_value=0))
+    else:
+        hashes = _text_hashes(series, kind)
+    return np.where(missing, MISSING_HASH, hashes)
+
+
 def row_hash_sum(frame: pd.DataFrame) -> int:
-    """Sum (mod 2^64) of the rows' hashes: order-independent and additive over chunks."""
-    hashes = pd.util.hash_pandas_object(frame.astype(str), index=False).to_numpy(np.uint64)
-    return int(hashes.sum(dtype=np.uint64))
+    """Sum (mod 2^64) of the rows' hashes (column_hashes combined in column order):
+    order-independent and additive over chunks."""
+    rows = np.zeros(len(frame), dtype=np.uint64)
+    for name in frame.columns:
+        rows = rows * ROW_PRIME + column_hashes(frame[name])
+    return int(rows.sum(dtype=np.uint64))
 
 
 def fingerprint(frame: pd.DataFrame | None, hash_sum: int = 0, rows: int = 0) -> str:

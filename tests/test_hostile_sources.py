@@ -151,6 +151,7 @@ def test_hostile_tables_modes_agree_and_balance(source_db_url, table):
     finally:
         engine.dispose()
     memory = scans["memory"]
+    assert scans["stream"].fingerprint == memory.fingerprint  # the same input, read alike
     for mode, scanned in scans.items():
         quarantined_rows = scanned.quarantine["row_number"].nunique()
         assert scanned.rows_read == scanned.rows_valid + quarantined_rows, mode

@@ -45,12 +45,15 @@ def audit_of(**fields):
 
 
 def all_modes(engine, audit, start=None, end=NOW):
-    """The scans of the three modes (one Scanned per threshold each)."""
-    return {
+    """The scans of the three modes (one Scanned per threshold each); the stream mode reads the
+    same input as memory (equal fingerprints)."""
+    scans = {
         "memory": memory_thresholds(engine, audit, start, end, NOW),
         "stream": stream_thresholds(engine, audit, start, end, NOW, chunk_rows=1000),
         "pushdown": pushdown_thresholds(engine, audit, start, end, NOW),
     }
+    assert scans["stream"][0].fingerprint == scans["memory"][0].fingerprint
+    return scans
 
 
 def expected_cells(frame: pd.DataFrame, attributes: list[str]) -> pd.DataFrame:

@@ -1,0 +1,145 @@
+"""The push-down reads a clean typed table once (issue 18): the per-row rules are a conditional
+sum inside the GROUP BY, rules the catalogue guarantees are left out, and rows are read again only
+when one is suspect, on SQLite, PostgreSQL, MariaDB and DuckDB.
+
+Expected cells are counted here from the generated Python values, never by the code under test.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pandas as pd
+import pytest
+from biasaudit.db.engine import make_engine
+from biasaudit.db.scan import PUSHDOWN_RULES, memory_thresholds, pushdown_thresholds
+from biasaudit.schemas.frames import predictions_schema
+from sqlalchemy import Column, DateTime, Float, Integer, MetaData, String, Table, event
+
+from tests.test_typed_sources import audit_of, create, expected_cells, same_cells
+
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+
+
+def table_and_rows(dialect: str, n: int = 400):
+    """A production-like table: text id as primary key, zoned timestamps, a REAL score."""
+    aware = dialect in {"postgresql", "duckdb"}
+    rng = np.random.default_rng(7)
+    table = Table(
+        "src",
+        MetaData(),
+        Column("pid", String(40), primary_key=True),
+        Column("model", String(10)),
+        Column("made_at", DateTime(timezone=aware)),
+        Column("label", Integer),
+        Column("pred", Integer),
+        Column("score", Float),
+        Column("grp", String(10)),
+    )
+    rows = []
+    for i in range(n):
+        moment = NOW - timedelta(hours=float(rng.uniform(1, 2000)))
+        rows.append(
+            {
+                "pid": f"p{i:05d}",
+                "model": "m",
+                "made_at": moment if aware else moment.replace(tzinfo=None),
+                "label": int(rng.random() < 0.4),
+                "pred": int(rng.random() < 0.5),
+                "score": float(rng.random()),
+                "grp": str(rng.choice(["a", "b", "c"])),
+            }
+        )
+    return table, rows
+
+
+def source_reads(engine) -> list[str]:
+    """Statements of the scan that read the source table (catalogue queries excluded)."""
+    seen: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        if "FROM src" in statement or 'FROM "src"' in statement or "FROM `src`" in statement:
+            seen.append(statement)
+
+    event.listen(engine, "before_cursor_execute", record)
+    return seen
+
+
+AUDIT = audit_of(
+    columns={"prediction_id": "pid", "predicted_at": "made_at", "y_true": "label", "y_pred": "pred"},
+    attributes=["grp"],
+    scan={"mode": "pushdown"},
+)
+
+
+def test_clean_typed_table_is_read_once(source_db_url):
+    """It counts a clean table with a text key, zoned timestamps and a REAL score in one
+    statement, with the cells of the generated values and nothing quarantined."""
+    engine = make_engine(source_db_url)
+    table, rows = table_and_rows(engine.dialect.name)
+    create(engine, table, rows)
+    reads = source_reads(engine)
+    scanned = pushdown_thresholds(engine, AUDIT, None, NOW, NOW)[0]
+    assert len(reads) == 1, reads
+    assert "GROUP BY" in reads[0]
+    frame = pd.DataFrame(rows).rename(columns={"label": "y_true", "pred": "y_pred"})
+    same_cells(scanned.cells, expected_cells(frame, ["grp"]))
+    assert scanned.rows_read == scanned.rows_valid == len(rows)
+    assert scanned.quarantine.empty
+
+
+@pytest.mark.parametrize(
+    "change, quarantined",
+    [
+        ({"pid": "   "}, 1),  # only spaces: sorts before '!', fetched, quarantined
+        ({"pid": "\tp"}, 0),  # sorts before '!' too, but holds more than spaces: accepted
+        ({"score": 1.5}, 1),
+        ({"made_at": None}, 1),
+        ({"made_at": datetime(1850, 1, 1)}, 1),
+        ({"made_at": NOW + timedelta(days=3)}, None),  # after the window's end: not read at all
+    ],
+)
+def test_suspect_rows_are_read_again_and_judged_like_memory(source_db_url, change, quarantined):
+    """A row that a per-row rule does not clear is read again and judged by the Pandera schema:
+    push-down and memory mode accept and quarantine the same rows."""
+    engine = make_engine(source_db_url)
+    table, rows = table_and_rows(engine.dialect.name, n=60)
+    value = change.get("made_at", ...)
+    if isinstance(value, datetime) and engine.dialect.name in {"postgresql", "duckdb"}:
+        change = {"made_at": value.replace(tzinfo=UTC) if value.tzinfo is None else value}
+    elif isinstance(value, datetime):
+        change = {"made_at": value.replace(tzinfo=None)}
+    rows[3] = {**rows[3], **change}
+    create(engine, table, rows)
+    reads = source_reads(engine)
+    pushed = pushdown_thresholds(engine, AUDIT, None, NOW, NOW)[0]
+    pushdown_reads = len(reads)
+    memory = memory_thresholds(engine, AUDIT, None, NOW, NOW)[0]
+    assert (pushed.rows_read, pushed.rows_valid) == (memory.rows_read, memory.rows_valid)
+    same_cells(pushed.cells, memory.cells)
+    assert len(pushed.quarantine) == len(memory.quarantine)
+    if quarantined is None:  # outside the window: one pass, and one row fewer read
+        assert pushed.rows_read == len(rows) - 1
+        assert pushdown_reads == 1, reads
+    else:
+        assert len(pushed.quarantine) == quarantined
+        assert pushed.rows_read == len(rows)
+        assert pushdown_reads == 2, reads  # the GROUP BY, then the suspect rows
+
+
+@pytest.mark.parametrize("decision", [False, True])
+def test_every_schema_rule_has_its_place_in_the_pushdown(decision):
+    """Each rule of the Pandera predictions schema (the one judge) is enforced somewhere by the
+    push-down (PUSHDOWN_RULES), and nothing is listed that the schema does not have."""
+    schema = predictions_schema(["grp"], decision=decision)
+    rules = {}
+    for name, column in schema.columns.items():
+        names = {check.name for check in column.checks}
+        names |= {"not_nullable"} if not column.nullable else set()
+        names |= {"field_uniqueness"} if column.unique else set()
+        if names:
+            rules["attribute" if name == "grp" else name] = names
+    listed = {c: set(r) for c, r in PUSHDOWN_RULES.items() if c in rules}
+    assert listed == rules
+    assert set(PUSHDOWN_RULES) - set(rules) == {"decision_score" if not decision else "y_pred"}
