@@ -195,6 +195,11 @@ def _cdf_at(x1, n1, x2, n2, tau):
     return np.clip((w * density * inner).sum(axis=-1), 0.0, 1.0)
 
 
+# Posteriors with both Beta parameters of both groups at least this large take the HDI's
+# Edgeworth approximation (_large_sample_hdi); its ends are within 2e-7 of the quadrature's there.
+LARGE_POSTERIOR = 5000
+
+
 def hdi_difference(x1, n1, x2, n2, mass=0.95) -> tuple[np.ndarray, np.ndarray]:
     """Narrowest interval holding ``mass`` of T = e2 − e1: the level set {f_T >= h}.
 
@@ -202,9 +207,39 @@ def hdi_difference(x1, n1, x2, n2, mass=0.95) -> tuple[np.ndarray, np.ndarray]:
     the HDI is one interval with f_T(l) = f_T(u) and F_T(u) − F_T(l) = mass. A dense grid of the
     density brackets it (bisection on the level; ends interpolated linearly, error up to ~3e-4),
     then Newton's method on those two equations, with the CDF and density by quadrature, solves
-    for the ends to better than 1e-6 (tests/test_detection.py: quadrature plus brentq).
+    for the ends to better than 1e-6 (tests/test_detection.py: quadrature plus brentq). Where
+    every Beta parameter is at least LARGE_POSTERIOR, the one-term Edgeworth expansion gives the
+    ends in closed form instead (_large_sample_hdi; same test).
     """
-    return _in_chunks(partial(_hdi, mass=mass), x1, n1, x2, n2)
+    x1, n1, x2, n2 = np.broadcast_arrays(*(np.asarray(v, "float64") for v in (x1, n1, x2, n2)))
+    a1, b1 = _params(x1, n1)
+    a2, b2 = _params(x2, n2)
+    large = np.minimum(np.minimum(a1, b1), np.minimum(a2, b2)) >= LARGE_POSTERIOR
+    low, high = (np.array(v, dtype="float64") for v in _large_sample_hdi(a1, b1, a2, b2, mass))
+    if (~large).any():
+        rest = _in_chunks(partial(_hdi, mass=mass), x1[~large], n1[~large], x2[~large], n2[~large])
+        low[~large], high[~large] = rest
+    return low, high
+
+
+def _large_sample_hdi(a1, b1, a2, b2, mass):
+    """HDI of T = e2 − e1 from its mean μ, sd σ and skewness γ: μ + σ(±z + γ(z² − 3)/6).
+
+    The Edgeworth density φ(x)(1 + γ(x³ − 3x)/6) has its level set [−z + ε, z + ε] with
+    ε = γ(z² − 3)/6 to first order in γ (equal density at both ends; the mass condition keeps the
+    width); γ = (κ₃(e2) − κ₃(e1))/σ³ with a Beta's third cumulant 2(b − a)√(a + b + 1)/
+    ((a + b + 2)√(ab))·sd³. The error is O(1/n) in units of σ."""
+    m1, v1 = _beta_moments(a1, b1)
+    m2, v2 = _beta_moments(a2, b2)
+
+    def third_cumulant(a, b, v):
+        return 2 * (b - a) * np.sqrt(a + b + 1) / ((a + b + 2) * np.sqrt(a * b)) * v**1.5
+
+    sd = np.sqrt(v1 + v2)
+    gamma = (third_cumulant(a2, b2, v2) - third_cumulant(a1, b1, v1)) / sd**3
+    z = stats.norm.ppf(0.5 + mass / 2)
+    shift = gamma * (z * z - 3) / 6
+    return m2 - m1 + sd * (-z + shift), m2 - m1 + sd * (z + shift)
 
 
 def _hdi(x1, n1, x2, n2, mass):
