@@ -14,8 +14,35 @@ the CLI), ``biasaudit.tasks`` (the pure stages and the core), ``biasaudit.schema
 configuration, metric ids) and ``biasaudit.db`` (tables, migrations, persistence, history).
 """
 
-from biasaudit.tasks.api import audit_frame
-from biasaudit.tasks.core import AuditResult, audit_counts
-from biasaudit.tasks.monitor_frame import monitor_frame
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from biasaudit.tasks.api import audit_frame
+    from biasaudit.tasks.core import AuditResult, audit_counts
+    from biasaudit.tasks.monitor_frame import monitor_frame
 
 __all__ = ["AuditResult", "audit_counts", "audit_frame", "monitor_frame"]
+
+# Imported on first use (PEP 562), so that ``import biasaudit.db.scan`` or the CLI does not pay
+# for scipy and the statistical stages.
+_HOMES = {
+    "AuditResult": "biasaudit.tasks.core",
+    "audit_counts": "biasaudit.tasks.core",
+    "audit_frame": "biasaudit.tasks.api",
+    "monitor_frame": "biasaudit.tasks.monitor_frame",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'biasaudit' has no attribute {name!r}")
+    value = getattr(import_module(_HOMES[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

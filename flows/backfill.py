@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pandas as pd
 from biasaudit.db.engine import database_url
-from biasaudit.flows.audit import audit_flow, default_config_path
+from biasaudit.flows.audit import audit_flow
 from biasaudit.flows.logs import install_short_errors, one_line
 from biasaudit.flows.monitoring import backfill_plan
+from biasaudit.flows.pipeline import default_config_path
 from biasaudit.schemas.config import load_audit
 from prefect import flow
 

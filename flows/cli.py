@@ -531,7 +531,7 @@ def run(
     """Run one audit now (one Prefect flow run); prints the run, its flagged findings and the
     report's path."""
     from biasaudit.db.engine import flow_url
-    from biasaudit.flows.audit import default_config_path
+    from biasaudit.flows.pipeline import default_config_path
     from biasaudit.schemas.config import load_audit
 
     moment = _date(as_of)
@@ -870,8 +870,8 @@ def backfill(
     ends at --to); exits 1 when any period failed."""
     import pandas as pd
     from biasaudit.db.engine import flow_url
-    from biasaudit.flows.audit import default_config_path
     from biasaudit.flows.backfill import parse_period, periods
+    from biasaudit.flows.pipeline import default_config_path
     from biasaudit.schemas.config import load_audit
 
     start, end = _date(from_, "--from"), _date(to, "--to")
@@ -914,8 +914,8 @@ def backtest(
 ) -> None:
     """What nightly monitored runs would have said from --from to --to (nothing is written)."""
     from biasaudit.db.engine import database_url
-    from biasaudit.flows.audit import default_config_path
     from biasaudit.flows.monitoring import backtest as replay
+    from biasaudit.flows.pipeline import default_config_path
     from biasaudit.schemas.config import load_audit
 
     _check_format(format_)
@@ -1067,7 +1067,7 @@ def serve(
     `prefect deployment run 'nightly/NAME' -p audits='["AUDIT"]'`)."""
     from biasaudit.db.engine import database_url, make_engine, safe_url
     from biasaudit.db.migrate import upgrade
-    from biasaudit.flows.audit import default_config_path
+    from biasaudit.flows.pipeline import default_config_path
     from biasaudit.schemas.config import configured_names
 
     if task_runner not in ("threads", "dask"):
@@ -1090,7 +1090,7 @@ def serve(
 def audits(config: ConfigOption = None) -> None:
     """List the configured audits and validate each one (exit 1 if any is invalid)."""
     import pandas as pd
-    from biasaudit.flows.audit import default_config_path
+    from biasaudit.flows.pipeline import default_config_path
     from biasaudit.schemas.config import ConfigError, configured_names, load_audit
 
     path = Path(config or default_config_path())

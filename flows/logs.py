@@ -78,6 +78,8 @@ def install_short_errors() -> None:
     """Add the filter to every handler of Prefect's loggers and the root logger (idempotent)."""
     if os.environ.get(DEBUG_ENV) == "1":
         return
+    import prefect.main  # noqa: F401 - configures Prefect's logging: its handlers must exist first
+
     for name in (None, "prefect", "prefect.flow_runs", "prefect.task_runs", "prefect.engine"):
         for handler in logging.getLogger(name).handlers:
             if _FILTER not in handler.filters:

@@ -103,7 +103,7 @@ def backtest(db_url: str, audit: Audit, start: datetime, end: datetime) -> pd.Da
 def monitor_tables(
     db_url: str, audit: Audit, as_of: datetime, now: datetime
 ) -> dict[type, pd.DataFrame]:
-    """The monitor_results rows of a run, as an extra table for flows.stages.persist."""
+    """The monitor_results rows of a run, as an extra table for flows.pipeline.persist."""
     return {MonitorResult: monitor_run(db_url, audit, as_of, now)}
 
 

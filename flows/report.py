@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 
 from biasaudit.db.engine import engine_scope
@@ -38,7 +39,10 @@ def artifact_key(audit_name: str) -> str:
 
 def publish_artifacts(markdown: str, records: list[dict], audit_name: str, run_id: int) -> bool:
     """Publish the first screen (markdown) and the comparisons (table) as Prefect artifacts;
-    False, and nothing published, outside a Prefect flow or task run."""
+    False, and nothing published, outside a Prefect flow or task run (a process that has not
+    imported Prefect is in none: it is not imported to find out)."""
+    if "prefect.context" not in sys.modules:
+        return False
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
     from prefect.context import FlowRunContext, TaskRunContext
 

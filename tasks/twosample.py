@@ -91,19 +91,39 @@ def _log_pmf(k: np.ndarray, n: int, p: np.ndarray) -> np.ndarray:
         return log_choose + special.xlogy(k, p) + special.xlog1py(n - k, -p)
 
 
-def _region_probability(n_a, n_b, a_small, edge, p_b, u_tol) -> np.ndarray:
-    """P(region) at p_B = each of ``p_b`` and p_A = p_B + U_tol: the smaller group's pmf times
-    the larger group's CDF (or SF) at the region's edge, summed where the pmf is not negligible."""
+def _small_pmf(
+    n_a, n_b, a_small, p_b, u_tol
+) -> tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray]:
+    """The smaller group's pmf at p_B = each of ``p_b`` (p_A = p_B + U_tol), where it is not
+    negligible (its rows and columns), and the larger group's rate per row."""
     p_b = np.asarray(p_b, dtype="float64")[:, None]
     p_a = np.minimum(p_b + u_tol, 1.0)
     n_s, p_s, p_l = (n_a, p_a, p_b) if a_small else (n_b, p_b, p_a)
-    n_l = n_b if a_small else n_a
     k = np.arange(n_s + 1, dtype="float64")[None, :]
     pmf = np.exp(_log_pmf(k, n_s, p_s))
     keep = pmf > 1e-18
-    rows, cols = np.nonzero(keep)
+    return pmf, np.nonzero(keep), p_l[:, 0]
+
+
+@functools.lru_cache(maxsize=64)
+def _grid_pmf(n_a: int, n_b: int, a_small: bool, u_tol: float):
+    """_small_pmf on the nuisance grid of _supremum: the same for every region of a pair of
+    sizes, so computed once per pair (planning's bisection asks for dozens of regions)."""
+    return _small_pmf(n_a, n_b, a_small, _grid(u_tol), u_tol)
+
+
+def _grid(u_tol: float) -> np.ndarray:
+    return np.linspace(0.0, 1.0 - u_tol, _GRID)
+
+
+def _region_probability(n_a, n_b, a_small, edge, p_b, u_tol, small_pmf=None) -> np.ndarray:
+    """P(region) at p_B = each of ``p_b`` and p_A = p_B + U_tol: the smaller group's pmf times
+    the larger group's CDF (or SF) at the region's edge, summed where the pmf is not negligible
+    (``small_pmf``: that pmf, from _small_pmf with the same arguments, when already known)."""
+    pmf, (rows, cols), p_l = small_pmf or _small_pmf(n_a, n_b, a_small, p_b, u_tol)
+    n_l = n_b if a_small else n_a
     cut = edge[cols].astype("float64")
-    p = p_l[rows, 0]
+    p = p_l[rows]
     if a_small:  # P(X_B <= cut); cut −1: 0, cut n_B: 1
         tail = np.where(
             cut < 0, 0.0, np.where(cut >= n_l, 1.0, special.bdtr(np.clip(cut, 0, n_l), n_l, p))
@@ -117,11 +137,20 @@ def _region_probability(n_a, n_b, a_small, edge, p_b, u_tol) -> np.ndarray:
     return out.sum(axis=1)
 
 
-def _supremum(n_a: int, n_b: int, a_small: bool, edge: np.ndarray, u_tol: float) -> float:
-    """sup over p_B in [0, 1 − U_tol] of P(region): a grid, refined around its largest values."""
+def _supremum(
+    n_a: int, n_b: int, a_small: bool, edge: np.ndarray, u_tol: float, above: float = np.inf
+) -> float:
+    """sup over p_B in [0, 1 − U_tol] of P(region): a grid, refined around its largest values.
+
+    With ``above``: once the grid alone shows the supremum is above it, that grid value is
+    returned unrefined (enough for the caller's comparison with ``above``)."""
     top = 1.0 - u_tol
-    grid = np.linspace(0.0, top, _GRID)
-    values = _region_probability(n_a, n_b, a_small, edge, grid, u_tol)
+    grid = _grid(u_tol)
+    values = _region_probability(
+        n_a, n_b, a_small, edge, grid, u_tol, _grid_pmf(n_a, n_b, a_small, u_tol)
+    )
+    if min(1.0, values.max()) > above:
+        return float(min(1.0, values.max()))
     step = grid[1] - grid[0]
     peaks = grid[np.argsort(values)[-_PEAKS:]]
     fine = np.clip((peaks[:, None] + np.linspace(-step, step, _REFINE)[None, :]).ravel(), 0, top)
@@ -204,15 +233,25 @@ def critical_statistic(n_a: int, n_b: int, u_tol: float, level: float, steps: in
     """The one-sided exact test's critical value by bisection on T itself (no list of every
     table's statistic): the smallest t > 0, to ~1e-4 (a table's statistic closer than that to
     it may fall on either side: a negligible share of power), with sup_H0 P(T >= t) <= ``level``.
-    Cached: planning asks for the same sizes and level again and again."""
+    Cached: planning asks for the same sizes and level again and again. Statistics t that give
+    the same region give the same answer, so each region is assessed once."""
+    seen: dict[tuple[bool, bytes], bool] = {}
+
+    def too_likely(t: float) -> bool:  # sup_H0 P(T >= t) > level
+        a_small, edge = _boundary(n_a, n_b, t, u_tol)
+        key = (a_small, edge.tobytes())
+        if key not in seen:
+            seen[key] = _supremum(n_a, n_b, a_small, edge, u_tol, above=level) > level
+        return seen[key]
+
     lo, hi = 0.0, float(stats.norm.isf(level)) + 2.0
-    while _supremum(n_a, n_b, *_boundary(n_a, n_b, hi, u_tol), u_tol) > level:
+    while too_likely(hi):
         lo, hi = hi, 2 * hi
         if hi > 1e6:
             return float("inf")
     for _ in range(steps):
         mid = (lo + hi) / 2
-        if _supremum(n_a, n_b, *_boundary(n_a, n_b, mid, u_tol), u_tol) > level:
+        if too_likely(mid):
             lo = mid
         else:
             hi = mid

@@ -1,5 +1,6 @@
 """The Python API: audit_frame runs the flow's schema and core on a DataFrame."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -222,3 +223,36 @@ def test_api_does_not_import_prefect():
         [sys.executable, "-c", probe], check=True, capture_output=True, text=True
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_plain_pipeline_runs_without_prefect(tmp_path):
+    """It runs a whole audit as plain calls, and reuses it for unchanged input, without ever
+    importing Prefect."""
+    from .conftest import DEMO_CONFIG
+
+    url = f"sqlite:///{tmp_path / 'plain.db'}"
+    probe = (
+        "import sys\n"
+        "from biasaudit.db.engine import make_engine\n"
+        "from biasaudit.db.load import load_predictions\n"
+        "from biasaudit.db.migrate import upgrade\n"
+        "from biasaudit.flows.demo import END, GROUPS, synthetic_predictions\n"
+        "from biasaudit.flows.pipeline import run_audit\n"
+        f"upgrade({url!r})\n"
+        "data = synthetic_predictions()\n"
+        "data = data[data['model_id'] == 'credit-scorer'].head(2000)\n"
+        f"load_predictions(make_engine({url!r}), data, list(GROUPS), 'test')\n"
+        f"first = run_audit('credit-race', {str(DEMO_CONFIG)!r}, {url!r}, END)\n"
+        f"again = run_audit('credit-race', {str(DEMO_CONFIG)!r}, {url!r}, END)\n"
+        "assert first['new'] and not again['new'] and again['run_id'] == first['run_id']\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'prefect'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "BIASAUDIT_REPORTS_DIR": str(tmp_path / "reports")},
+    )
+    assert done.stdout.strip().splitlines()[-1] == "[]"

@@ -1,0 +1,309 @@
+"""The audit pipeline, one body for both ways of running it (../shared/DESIGN.md). No Prefect here:
+
+    begin -> scan (memory, stream or push-down) -> counts -> identical run? (stop: reuse it)
+          -> core stages (tasks.core: metrics, compare, match, planning, detection,
+             smoothing, meta-metrics) -> persist -> report
+
+``execute_audit`` runs every stage through a ``run(stage, function, *args)`` hook, the same hook
+tasks.core takes: ``run_audit`` calls the functions (tests, benchmarks, embedding; Prefect is
+never imported), ``flows.audit.audit_flow`` runs each one as a Prefect task (flows.stages: the
+DATABASE_STEPS with retries). ``begin`` commits a ``running`` row; a failure at any stage marks
+it failed with the error (and any quarantined rows) and re-raises; only a complete run commits,
+with all its results, as succeeded. A run whose input and configuration equal a succeeded run's
+returns that run before the statistics (unless forced).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from importlib.metadata import version as package_version
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from biasaudit.db.engine import database_url, engine_scope
+from biasaudit.db.history import previous_run_metrics
+from biasaudit.db.results import result_tables
+from biasaudit.db.runs import (
+    RunRecord,
+    record_failed_run,
+    release_run,
+    reuse_identical_run,
+    save_run,
+    start_run,
+)
+from biasaudit.db.scan import Scanned, scan_window
+from biasaudit.db.source import window_bounds
+from biasaudit.flows.report import write_report
+from biasaudit.schemas.config import Audit, load_audit
+from biasaudit.schemas.quarantine import check_invalid_fraction
+from biasaudit.tasks.core import AuditResult, audit_counts, call
+from biasaudit.tasks.counts import group_counts
+
+CONFIG_ENV = "BIASAUDIT_CONFIG"
+Runner = Callable[..., Any]
+
+
+def default_config_path() -> str:
+    return os.environ.get(CONFIG_ENV, "biasaudit.toml")
+
+
+def new_record(audit: Audit, as_of: datetime, flow_run_id: str | None = None) -> RunRecord:
+    """The run's record before any stage: identity, window, configuration, code version."""
+    start, end = window_bounds(audit, as_of)
+    return RunRecord(
+        audit_name=audit.name,
+        model_id=audit.model_id,
+        model_version=audit.model_version,
+        as_of=end,
+        window_start=start,
+        window_end=end,
+        config=audit.model_dump(mode="json"),
+        config_hash=audit.config_hash(),
+        code_version=package_version("biasaudit"),
+        started_at=datetime.now(UTC),
+        flow_run_id=flow_run_id,
+    )
+
+
+# ---- database steps (flows.stages runs these as Prefect tasks with retries) -------------------
+
+
+def begin(db_url: str, record: RunRecord, stale_after: timedelta) -> int:
+    """Mark this audit's dead runs failed, wait for a live run of it still going (up to
+    ``stale_after``), then commit a ``running`` row and take its lease (db.runs)."""
+    with engine_scope(db_url) as engine:
+        return start_run(engine, record, wait=stale_after, stale=stale_after)
+
+
+def scan(
+    db_url: str, audit: Audit, start: datetime | None, end: datetime, now: datetime
+) -> Scanned:
+    """The audit window as validated cells, quarantine and row accounting (db.scan), read from
+    the audit's source database (``source_db``, else the store)."""
+    from biasaudit.db.source import source_url
+
+    with engine_scope(source_url(audit, db_url)) as engine:
+        return scan_window(engine, audit, start, end, now)
+
+
+def previous_run(
+    db_url: str,
+    audit_name: str,
+    model_id: str,
+    as_of: datetime | None = None,
+    window_start: datetime | None = None,
+) -> tuple[int | None, pd.DataFrame] | tuple[int | None, pd.DataFrame, bool]:
+    """The previous run of the audit and its per-group metrics, for the compare stage (with
+    ``as_of``: the run of the previous as-of, and whether its window overlaps this run's)."""
+    with engine_scope(db_url) as engine:
+        return previous_run_metrics(engine, audit_name, model_id, as_of, window_start)
+
+
+def identical_run(db_url: str, run_id: int, record: RunRecord) -> tuple[int, dict] | None:
+    """A succeeded run with this run's input and configuration (its id and summary), this run's
+    row then removed; None when there is none (db.runs.reuse_identical_run)."""
+    with engine_scope(db_url) as engine:
+        return reuse_identical_run(engine, run_id, record)
+
+
+def monitor(db_url: str, audit: Audit, as_of: datetime, now: datetime) -> dict[type, pd.DataFrame]:
+    """This run's increment of a monitored audit (flows.monitoring.monitor_tables)."""
+    from biasaudit.flows.monitoring import monitor_tables
+
+    return monitor_tables(db_url, audit, as_of, now)
+
+
+def persist(
+    db_url: str,
+    run_id: int,
+    record: RunRecord,
+    result: AuditResult,
+    quarantine: pd.DataFrame,
+    force: bool = False,
+    extra: dict[type, pd.DataFrame] | None = None,
+) -> tuple[int, bool]:
+    """Commit the results (and ``extra`` tables, e.g. monitor_results) as the next version;
+    returns (run id, whether it is new)."""
+    tables = {**result_tables(result), **(extra or {})}
+    with engine_scope(db_url) as engine:
+        saved = save_run(engine, run_id, record, tables, quarantine, force=force)
+    release_run(run_id)
+    return saved
+
+
+def record_failure(
+    db_url: str, run_id: int | None, record: RunRecord, error: str, quarantine: pd.DataFrame | None
+) -> int:
+    """Mark the run failed with its error; no results become visible."""
+    with engine_scope(db_url) as engine:
+        failed = record_failed_run(engine, run_id, record, error, quarantine)
+    release_run(run_id)
+    return failed
+
+
+def report(db_url: str, run_id: int, audit_name: str, summary: dict) -> str:
+    """Write the run's HTML report and publish its first screen and comparisons as Prefect
+    artifacts when inside a Prefect run (flows.report)."""
+    return write_report(db_url, run_id, audit_name, summary)
+
+
+DATABASE_STEPS = frozenset(
+    {
+        "begin",
+        "scan",
+        "previous_run",
+        "identical_run",
+        "monitor",
+        "persist",
+        "record_failure",
+        "report",
+    }
+)
+
+
+# ---- the body --------------------------------------------------------------------------------
+
+
+@contextmanager
+def _timed(timings: dict[str, float], stage: str) -> Iterator[None]:
+    start = time.perf_counter()
+    yield
+    timings[stage] = round(time.perf_counter() - start, 4)
+
+
+def _timed_stages(run: Runner, timings: dict[str, float]) -> Runner:
+    """The core's ``run`` hook: each pure stage through ``run``, timed."""
+
+    def timed(name: str, function: Callable[..., Any], *args: Any) -> Any:
+        with _timed(timings, name):
+            return run(name, function, *args)
+
+    return timed
+
+
+def run_audit(
+    audit_name: str,
+    config_path: str | None = None,
+    db_url: str | None = None,
+    as_of: datetime | None = None,
+    force: bool = False,
+) -> dict:
+    """The audit as plain function calls: no Prefect run, no retries, no Prefect import."""
+    return execute_audit(audit_name, config_path, db_url, as_of, force, run=call)
+
+
+def execute_audit(
+    audit_name: str,
+    config_path: str | None,
+    db_url: str | None,
+    as_of: datetime | None,
+    force: bool,
+    run: Runner,
+    flow_run_id: str | None = None,
+) -> dict:
+    """begin -> scan -> counts -> core stages -> persist -> report, each through ``run``."""
+    audit = load_audit(Path(config_path or default_config_path()), audit_name)
+    url = database_url(db_url)
+    record = new_record(audit, as_of or datetime.now(UTC), flow_run_id)
+    thresholds, timings = audit.thresholds, record.timings
+    run_id = run("begin", begin, url, record, timedelta(hours=thresholds.stale_run_hours))
+    quarantine = None
+    try:
+        with _timed(timings, f"scan ({audit.scan.mode})"):
+            scanned = run(
+                "scan", scan, url, audit, record.window_start, record.window_end, record.started_at
+            )
+        quarantine = scanned.quarantine
+        record.rows_read, record.rows_valid = scanned.rows_read, scanned.rows_valid
+        record.rows_unlabelled = scanned.rows_unlabelled
+        record.rows_quarantined = scanned.rows_read - scanned.rows_valid
+        record.input_fingerprint = scanned.fingerprint
+        check_invalid_fraction(
+            record.rows_read, record.rows_quarantined, thresholds.max_invalid_fraction
+        )
+        existing = None if force else run("identical_run", identical_run, url, run_id, record)
+        if existing is not None:
+            saved, record.summary = (existing[0], False), existing[1]
+        else:
+            saved = _audit_and_persist(run, url, audit, run_id, record, scanned, force)
+    except Exception as exc:
+        run(
+            "record_failure",
+            record_failure,
+            url,
+            run_id,
+            record,
+            f"{type(exc).__name__}: {exc}",
+            quarantine,
+        )
+        raise
+    finally:
+        release_run(run_id)
+    run_id, new = saved
+    _print_outcome(audit, run_id, new, record)
+    try:
+        path = run("report", report, url, run_id, audit.name, record.summary)
+    except Exception as exc:  # noqa: BLE001 - the run has committed: a failing report fails alone
+        print(f"run {run_id} succeeded; its report was not written: {type(exc).__name__}: {exc}")
+        path = None
+    return {
+        "audit": audit.name,
+        "model": audit.model_id,
+        "run_id": run_id,
+        "new": new,
+        "report": path,
+    }
+
+
+def _audit_and_persist(
+    run: Runner,
+    url: str,
+    audit: Audit,
+    run_id: int,
+    record: RunRecord,
+    scanned: Scanned,
+    force: bool,
+) -> tuple[int, bool]:
+    """counts -> core stages -> monitor -> persist, for a run whose input is new."""
+    timings = record.timings
+    with _timed(timings, "counts"):
+        counts = run("counts", group_counts, scanned.cells, audit.attributes, audit.intersections)
+    previous = run(  # the previous as-of, and whether its window overlaps (issue 16)
+        "previous_run",
+        previous_run,
+        url,
+        audit.name,
+        audit.model_id,
+        record.as_of,
+        record.window_start,
+    )
+    result = audit_counts(counts, audit, previous=previous, run=_timed_stages(run, timings))
+    record.summary = dict(result.summary)
+    monitoring = {}
+    if audit.monitor is not None:  # issue 16: this run's increment, anytime-valid alarms
+        with _timed(timings, "monitor"):
+            monitoring = run("monitor", monitor, url, audit, record.as_of, record.started_at)
+    with _timed(timings, "persist"):
+        return run(
+            "persist", persist, url, run_id, record, result, scanned.quarantine, force, monitoring
+        )
+
+
+def _print_outcome(audit: Audit, run_id: int, new: bool, record: RunRecord) -> None:
+    status = "new version" if new else "unchanged input: existing run"
+    # an existing run's stored summary may predate a key: "?" rather than a failed re-run
+    summary = defaultdict(lambda: "?", {"flagged": [], **record.summary})
+    print(
+        f"audit {audit.name}: run {run_id} ({status}), {record.rows_valid} valid rows, "
+        f"{record.rows_quarantined} quarantined, {summary['undefined_metrics']} undefined metric "
+        f"values, {summary['match_below_alpha']} of {summary['match_tests']} MATCH tests below α, "
+        f"{len(summary['flagged'])} of {summary['detection_tests']} detection tests flagged"
+    )
+    for line in summary["flagged"]:
+        print(f"  flagged: {line}")
