@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 # Prefect reads its settings at import: isolate it before anything imports it.
@@ -131,3 +132,49 @@ def source_db_url(request, tmp_path):
         connection.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
     engine.dispose()
     return url
+
+
+def on_databases(*kinds: str):
+    """Run a ``db_url`` test on these databases only: for behaviour that is not dialect-specific
+    (task runners, retries, failure injection, statistics over stored runs), once is proof enough;
+    the dialect-specific SQL paths (store, migrations, views, scans, locks, datetimes) keep every
+    database. Usage: ``@on_databases("sqlite")``."""
+    return pytest.mark.parametrize("db_url", kinds, indirect=True)
+
+
+@contextmanager
+def separate_database(kind: str, folder: Path):
+    """A migrated database of its own (not the session's PostgreSQL or MariaDB database, which
+    function-scoped ``db_url`` tests empty), dropped on exit: for module-scoped fixtures."""
+    if kind == "sqlite":
+        url = f"sqlite:///{folder / 'shared.db'}"
+        upgrade(url)
+        yield url
+        return
+    server, require = (
+        (POSTGRES_URL, REQUIRE_POSTGRES) if kind == "postgresql" else (MARIADB_URL, REQUIRE_MARIADB)
+    )
+    admin = create_engine(server, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.execute(text("SELECT 1"))
+    except OperationalError as exc:
+        admin.dispose()
+        reason = f"{kind} at {server} is not reachable: {exc.orig}"
+        if require:
+            pytest.fail(reason + " (required in CI)")
+        pytest.skip(reason)
+    name = f"biasaudit_test_{uuid.uuid4().hex[:12]}"
+    quoted = f'"{name}"' if kind == "postgresql" else f"`{name}`"
+    create = f"CREATE DATABASE {quoted}" + (" CHARACTER SET utf8mb4" if kind == "mariadb" else "")
+    drop = f"DROP DATABASE IF EXISTS {quoted}" + (" WITH (FORCE)" if kind == "postgresql" else "")
+    with admin.connect() as connection:
+        connection.execute(text(create))
+    url = admin.url.set(database=name).render_as_string(hide_password=False)
+    try:
+        upgrade(url)
+        yield url
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(drop))
+        admin.dispose()

@@ -22,6 +22,8 @@ from biasaudit.tasks.compare import compare_metrics, windows_overlap
 from biasaudit.tasks.report import render_html
 from typer.testing import CliRunner
 
+from .conftest import on_databases
+
 START = datetime(2026, 3, 1, tzinfo=UTC)
 KEYS = ["as_of", "attribute", "group_name", "reference", "metric"]
 
@@ -65,6 +67,9 @@ def test_db_state_columns_are_the_monitors():
     assert db_monitor.KEYS == monitor.KEYS
 
 
+# Ten nightly runs and a replay: once, on SQLite. The stored state's round trip and its equality
+# with a backtest are checked on every database by test_backfill_replays_later_runs_in_as_of_order.
+@on_databases("sqlite")
 def test_backtest_equals_nightly_monitored_runs(db_url, tmp_path):
     """Nightly monitored runs store per comparison the e-process, CS and alarm (shown in the
     report); a re-run at the same as-of changes nothing; backtest over the same nights gives the

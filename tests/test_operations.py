@@ -19,7 +19,7 @@ from biasaudit.flows.cli import app
 from sqlalchemy import text
 from typer.testing import CliRunner
 
-from .conftest import COMPAS
+from .conftest import COMPAS, on_databases
 
 ROOT = Path(__file__).resolve().parents[1]
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -48,6 +48,9 @@ def period(rng, days, shift: float, n=3000):
     )
 
 
+# The comparison is computed from stored counts (the previous as-of's run found on every database
+# by tests/test_monitor_db.py::test_previous_is_the_previous_as_of_and_overlaps_are_not_tested).
+@on_databases("sqlite")
 def test_compare_flags_only_real_changes(db_url, tmp_path):
     """It flags the FPR shift injected into one period, and nothing between two unchanged periods."""
     rng = np.random.default_rng(8)
@@ -215,8 +218,14 @@ def test_nightly_deployment_schedule_and_parameters():
     assert deployment.name == "nightly"
 
 
+# Concurrent audits writing to each database (threads); the Dask cluster once, on SQLite (and on
+# PostgreSQL through a real server in tests/test_server.py).
 @pytest.mark.usefixtures("prefect_harness")
-@pytest.mark.parametrize("runner", ["threads", "dask"])
+@pytest.mark.parametrize(
+    ("db_url", "runner"),
+    [("sqlite", "threads"), ("postgresql", "threads"), ("mariadb", "threads"), ("sqlite", "dask")],
+    indirect=["db_url"],
+)
 def test_nightly_fans_out_over_audits(db_url, runner):
     """It runs every audit of the nightly flow on the task runner, a local Dask cluster included."""
     from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
@@ -256,11 +265,14 @@ def _load_credit(url):
     load_predictions(make_engine(url), data, list(GROUPS), "test")
 
 
+# The retry is injected in Python (a persist retried on each database: tests/test_reliability.py::
+# test_connection_dropped_during_persist_is_retried); the isolation of a broken audit is the flow's.
 @pytest.mark.usefixtures("prefect_harness")
+@on_databases("sqlite")
 def test_nightly_isolates_a_broken_audit_and_retries_database_steps(db_url, tmp_path, monkeypatch):
     """It completes the good audit (its persist step retried after a dropped connection, as in a
     single run), fails only the audit with a configuration typo, and names it in the summary."""
-    import biasaudit.flows.stages
+    import biasaudit.flows.pipeline
     from biasaudit.flows.demo import END
     from biasaudit.flows.nightly import AuditsFailed, nightly_flow
     from sqlalchemy.exc import OperationalError
@@ -268,7 +280,7 @@ def test_nightly_isolates_a_broken_audit_and_retries_database_steps(db_url, tmp_
     _load_credit(db_url)
     config = tmp_path / "two.toml"
     config.write_text(TWO_AUDITS)
-    original, attempts = biasaudit.flows.stages.save_run, {"n": 0}
+    original, attempts = biasaudit.flows.pipeline.save_run, {"n": 0}
 
     def flaky(*args, **kwargs):
         attempts["n"] += 1
@@ -276,7 +288,7 @@ def test_nightly_isolates_a_broken_audit_and_retries_database_steps(db_url, tmp_
             raise OperationalError("INSERT ...", {}, ConnectionResetError("connection reset"))
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(biasaudit.flows.stages, "save_run", flaky)
+    monkeypatch.setattr(biasaudit.flows.pipeline, "save_run", flaky)
     with pytest.raises(AuditsFailed) as failure:
         nightly_flow(str(config), db_url, END)
     message = str(failure.value)

@@ -1,5 +1,6 @@
 """Reliability and security: nothing lost, no partial runs, no injection (SQLite and PostgreSQL)."""
 
+import functools
 import json
 import multiprocessing
 import signal
@@ -8,9 +9,8 @@ import sys
 import textwrap
 import time
 from datetime import UTC, datetime, timedelta
-from types import SimpleNamespace
 
-import biasaudit.flows.stages
+import biasaudit.flows.pipeline
 import pandas as pd
 import pytest
 from biasaudit.db.engine import make_engine
@@ -27,13 +27,19 @@ from hypothesis import strategies as st
 from sqlalchemy import func, select, text
 from sqlalchemy.exc import OperationalError
 
-from .conftest import DEMO_CONFIG
+from .conftest import DEMO_CONFIG, on_databases, separate_database
 
 RESULT_TABLES = (GroupCount, MetricResult)
 
 
+@functools.cache
+def _demo_data() -> pd.DataFrame:
+    """The demo's predictions, generated once per session (about a second each time otherwise)."""
+    return synthetic_predictions()
+
+
 def load_small(url, models=("credit-scorer",), rows=3000):
-    data = synthetic_predictions()
+    data = _demo_data()
     data = data[data["model_id"].isin(models)].groupby("model_id").head(rows)
     load_predictions(make_engine(url), data, list(GROUPS), "test")
     return data
@@ -161,7 +167,13 @@ STAGES = [
 ]
 
 
-@pytest.mark.parametrize("stage", STAGES)
+# Where a stage fails is the flow's business, not the database's: every stage on SQLite, and the
+# last stage before the results transaction on each database (its failed run recorded there).
+@pytest.mark.parametrize(
+    ("db_url", "stage"),
+    [("sqlite", stage) for stage in STAGES] + [("postgresql", STAGES[-1]), ("mariadb", STAGES[-1])],
+    indirect=["db_url"],
+)
 def test_failure_at_any_stage_leaves_no_results(db_url, tmp_path, monkeypatch, stage):
     """It records the run failed with the error and shows none of its results."""
     load_small(db_url)
@@ -169,15 +181,10 @@ def test_failure_at_any_stage_leaves_no_results(db_url, tmp_path, monkeypatch, s
     def boom(*_):
         raise RuntimeError(f"injected failure in {stage}")
 
-    if stage == "scan":
-        monkeypatch.setattr(biasaudit.flows.stages, "scan", SimpleNamespace(fn=boom))
-    else:
-        stage_task = biasaudit.flows.stages.stage_task
+    def failing_stage(name, function, *args):
+        return boom() if name == stage else function(*args)
 
-        def failing_stage(name, function):
-            return SimpleNamespace(fn=boom) if name == stage else stage_task(name, function)
-
-        monkeypatch.setattr(biasaudit.flows.stages, "stage_task", failing_stage)
+    monkeypatch.setattr(biasaudit.flows.pipeline, "call", failing_stage)
     with pytest.raises(RuntimeError, match="injected"):
         run_audit("credit-race", str(DEMO_CONFIG), db_url, END)
     run = list_runs(make_engine(db_url)).iloc[0]
@@ -260,15 +267,19 @@ def test_killed_mid_write_leaves_nothing_and_is_marked_abandoned(db_url, tmp_pat
     assert result["new"] and list_runs(engine, status="succeeded")["version"].tolist() == [1]
 
 
-@pytest.mark.parametrize("lease", [None, "6"])
+# The default lease's length (None: 30 s, waited for) is proven once, on SQLite; the heartbeat
+# (SQLite, MariaDB) and the advisory lock (PostgreSQL) each with a 6 s lease on their database.
+@pytest.mark.parametrize(
+    ("db_url", "lease"),
+    [("sqlite", None), ("sqlite", "6"), ("postgresql", "6"), ("mariadb", "6")],
+    indirect=["db_url"],
+)
 def test_killed_run_never_blocks_the_next_one(db_url, tmp_path, monkeypatch, lease):
     """After kill -9 of a running audit, the next run of it starts and completes within a minute
     with no manual step (PostgreSQL: the dead session's lock is free at once; SQLite: the heartbeat
     lapses), and the dead run shows as failed, abandoned. ``lease`` None: the default 30 s."""
     if lease is not None:
         monkeypatch.setenv("BIASAUDIT_LEASE_SECONDS", lease)
-    elif db_url.startswith("postgresql"):
-        pytest.skip("the default lease matters only where the heartbeat decides (SQLite)")
     load_small(db_url)
     marker = tmp_path / "marker"
     child = subprocess.Popen(
@@ -303,7 +314,7 @@ def test_live_run_is_waited_for_not_abandoned(db_url, monkeypatch):
     import threading
 
     from biasaudit.db.runs import RunInProgress, release_run, start_run
-    from biasaudit.flows.audit import new_record
+    from biasaudit.flows.pipeline import new_record
     from biasaudit.schemas.config import load_config
 
     monkeypatch.setenv("BIASAUDIT_LEASE_SECONDS", "3")
@@ -367,6 +378,7 @@ def test_parallel_runs_get_distinct_gap_free_versions(postgres_server_url, force
 
 
 @pytest.mark.usefixtures("prefect_harness")
+@on_databases("sqlite")  # the unreachable database is a fixed PostgreSQL URL whatever db_url is
 def test_database_unreachable_then_a_later_run_succeeds(db_url):
     """It retries, then fails with the cause when the database is down; a later run succeeds."""
     load_small(db_url)
@@ -380,7 +392,7 @@ def test_database_unreachable_then_a_later_run_succeeds(db_url):
 def test_connection_dropped_during_persist_is_retried(db_url, monkeypatch):
     """It retries the persist task with backoff when the connection drops, and the run lands once."""
     load_small(db_url)
-    original = biasaudit.flows.stages.save_run
+    original = biasaudit.flows.pipeline.save_run
     attempts = {"n": 0}
 
     def flaky(*args, **kwargs):
@@ -391,13 +403,23 @@ def test_connection_dropped_during_persist_is_retried(db_url, monkeypatch):
             )
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(biasaudit.flows.stages, "save_run", flaky)
+    monkeypatch.setattr(biasaudit.flows.pipeline, "save_run", flaky)
     result = audit_flow("credit-race", str(DEMO_CONFIG), db_url, END)
     assert attempts["n"] == 2 and result["new"]
     assert list_runs(make_engine(db_url))["status"].tolist() == ["succeeded"]
 
 
 # ---- security ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql", "mariadb"])
+def loaded_db_url(request, tmp_path_factory):
+    """A migrated database per engine holding the small demo load, shared by the injection tests:
+    each adds one failed run and must change nothing else (checked against the state before it)."""
+    with separate_database(request.param, tmp_path_factory.mktemp("injection")) as url:
+        load_small(url)
+        yield url
+
 
 INJECTIONS = [
     "predictions; DROP TABLE audit_runs; --",
@@ -421,11 +443,14 @@ INJECTIONS = [
         "reference group",
     ],
 )
-def test_injection_in_every_configurable_identifier_is_inert(db_url, tmp_path, where, payload):
+def test_injection_in_every_configurable_identifier_is_inert(
+    loaded_db_url, tmp_path, where, payload
+):
     """It looks names up in the catalogue and binds values: a hostile string fails cleanly and
     changes nothing."""
-    load_small(db_url)
-    before = counts(db_url, Prediction)
+    db_url = loaded_db_url
+    before = counts(db_url, Prediction, *RESULT_TABLES)
+    runs_before = set(list_runs(make_engine(db_url))["id"])
     changes = {
         "source": {"source": payload},
         "y_true column": {"columns": {"y_true": payload}},
@@ -438,8 +463,10 @@ def test_injection_in_every_configurable_identifier_is_inert(db_url, tmp_path, w
     }[where]
     with pytest.raises((SourceError, EmptyWindow, TooManyInvalidRows, LookupError)):
         run_audit("a", write_config(tmp_path, **changes), db_url, END)
-    assert counts(db_url, Prediction) == before
-    assert list_runs(make_engine(db_url))["status"].tolist() == ["failed"]
+    assert counts(db_url, Prediction, *RESULT_TABLES) == before
+    runs = list_runs(make_engine(db_url))
+    assert set(runs["id"]) > runs_before  # nothing dropped or deleted; the new run only:
+    assert runs[~runs["id"].isin(runs_before)]["status"].tolist() == ["failed"]
 
 
 def test_runs_of_the_same_audit_do_not_overlap(postgres_server_url):
@@ -565,7 +592,7 @@ def test_a_failing_report_leaves_the_committed_run_succeeded(db_url, monkeypatch
     def broken(*_):
         raise OSError("disk full (injected)")
 
-    monkeypatch.setattr(biasaudit.flows.stages, "report", SimpleNamespace(fn=broken))
+    monkeypatch.setattr(biasaudit.flows.pipeline, "report", broken)
     result = run_audit("credit-race", str(DEMO_CONFIG), db_url, END)
     assert result["new"] and result["report"] is None
     assert "its report was not written: OSError: disk full" in capsys.readouterr().out
