@@ -1,27 +1,38 @@
-"""End-to-end audit time and peak memory at scale, against the database's own GROUP BY floor.
+"""Audit time and peak memory at scale against the database's own GROUP BY floor (issue 18).
 
 Generates N predictions in the database (3 sensitive attributes: race 6 groups, sex 2, age 8;
-96 intersectional groups; the prediction id is the table's primary key, as in production), then audits them with the full metric catalogue and B = 1,000 in each
-scan mode, each in a fresh process (wall time and peak RSS), beside the floor: one GROUP BY scan of
-the same table, measured in the same run. Optionally: Fairlearn's MetricFrame on the same data in
-memory, and the Prefect overhead (the same audit as a flow and as plain calls).
+96 intersectional groups; the prediction id is the table's primary key, as in production; a REAL
+score and a zoned timestamp that the push-down validates), then measures in one run:
 
-    python benchmarks/scale.py --rows 1000000 --db sqlite:///bench.db [--modes stream,pushdown]
-    python benchmarks/scale.py --rows 10000000 --db postgresql://postgres@127.0.0.1:5432/bench
-    python benchmarks/scale.py --rows 10000000 --fairlearn      # in memory, no database
+- floor: one bare ``GROUP BY race, sex, age, label, pred`` of the model's rows (best of --repeat);
+- scan: the push-down scan alone (db.scan.pushdown_thresholds) in this process (best of --repeat);
+- process: a fresh Python process running the whole audit as plain calls (imports, scan,
+  statistics with the full metric catalogue and B = 1,000, persist, report), wall time and peak RSS;
+- cli: ``biasaudit run`` against a running Prefect server (--prefect starts one), wall time and
+  peak RSS; optionally other scan modes in a fresh process (--modes);
+- fairlearn (--fairlearn, meant for 1M-2M): pandas reads the table, Fairlearn's MetricFrame
+  computes tpr, fpr and selection rate by race x sex x age.
+
+    python benchmarks/scale.py --rows 10000000 --db postgresql://postgres@127.0.0.1:5432/bench10m --prefect
+    python benchmarks/scale.py --rows 100000000 --db postgresql://postgres@127.0.0.1:5432/bench100m --repeat 2
+    python benchmarks/scale.py --rows 2000000 --db postgresql://postgres@127.0.0.1:5432/bench2m --fairlearn
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from biasaudit.db.engine import make_engine
 from biasaudit.db.migrate import upgrade
@@ -29,7 +40,6 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 TABLE = "bench_predictions"
-RACES, SEXES, AGES = list("ABCDEF"), ["F", "M"], [f"a{i}" for i in range(8)]
 
 POSTGRES_FILL = f"""
 INSERT INTO {TABLE}
@@ -57,7 +67,9 @@ FLOOR = f"SELECT race, sex, age, label, pred, count(*) FROM {TABLE} WHERE model 
 
 def prepare(url: str, rows: int, keyed: bool = True) -> None:
     """Create the audit tables and a source table of exactly ``rows`` predictions (the prediction
-    id its primary key unless ``keyed`` is false: then every scan also checks ids for repeats)."""
+    id its primary key, added after the fill, unless ``keyed`` is false: then every scan also
+    checks ids for repeats). On PostgreSQL the table is UNLOGGED (no WAL for the fill; scans read
+    it like any table)."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "postgresql":
         admin = make_engine(parsed.set(database="postgres").render_as_string(hide_password=False))
@@ -82,13 +94,18 @@ def prepare(url: str, rows: int, keyed: bool = True) -> None:
         timestamp = "timestamptz" if postgres else "timestamp"
         connection.execute(
             text(
-                f"CREATE TABLE {TABLE} (pid text{' PRIMARY KEY' if keyed else ''}, model text, "
-                f"at {timestamp}, label smallint, "
-                "pred smallint, score real, race text, sex text, age text)"
+                f"CREATE {'UNLOGGED ' if postgres else ''}TABLE {TABLE} (pid text, model text, "
+                f"at {timestamp}, label smallint, pred smallint, score real, race text, sex text, "
+                "age text)"
             )
         )
         start = time.perf_counter()
         connection.execute(text(POSTGRES_FILL if postgres else SQLITE_FILL), {"n": rows})
+        if keyed:
+            if postgres:
+                connection.execute(text(f"ALTER TABLE {TABLE} ADD PRIMARY KEY (pid)"))
+            else:
+                connection.execute(text(f"CREATE UNIQUE INDEX {TABLE}_pid ON {TABLE} (pid)"))
         print(f"generated {rows:,} rows in {time.perf_counter() - start:.0f} s", flush=True)
     if postgres:
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
@@ -99,13 +116,19 @@ def _keyed(connection) -> bool:
     """A production table keys its prediction ids; the scan then needs no duplicate check."""
     from sqlalchemy import inspect
 
-    return inspect(connection).get_pk_constraint(TABLE).get("constrained_columns") == ["pid"]
+    inspector = inspect(connection)
+    if inspector.get_pk_constraint(TABLE).get("constrained_columns") == ["pid"]:
+        return True
+    return any(i["column_names"] == ["pid"] and i["unique"] for i in inspector.get_indexes(TABLE))
 
 
 def _exists(connection) -> bool:
     from sqlalchemy import inspect
 
     return inspect(connection).has_table(TABLE)
+
+
+AS_OF = datetime(2026, 3, 1, tzinfo=UTC)
 
 
 def config_file(mode: str, folder: Path, chunk_rows: int = 500_000) -> Path:
@@ -121,40 +144,47 @@ def config_file(mode: str, folder: Path, chunk_rows: int = 500_000) -> Path:
     return path
 
 
-CHILD = """
+# A fresh process: the whole audit as plain calls (no Prefect), its wall time and peak RSS.
+PROCESS = """
 import json, resource, sys, time
 from datetime import datetime, UTC
 start = time.perf_counter()
-from biasaudit.flows.audit import run_audit, audit_flow
-url, config, audit, how = sys.argv[1:5]
-as_of = datetime(2026, 3, 1, tzinfo=UTC)
-timings = {}
-if how == "prefect":
-    audit_flow(audit, config, url, as_of, True)          # includes the local server's start-up
-    flow, plain = [], []
-    for _ in range(3):                                   # alternate, then take medians
-        t = time.perf_counter(); audit_flow(audit, config, url, as_of, True); flow.append(time.perf_counter() - t)
-        t = time.perf_counter(); run_audit(audit, config, url, as_of, True); plain.append(time.perf_counter() - t)
-    timings["flow"], timings["plain"] = sorted(flow)[1], sorted(plain)[1]
-else:
-    run_audit(audit, config, url, as_of, True)
-timings["total"] = time.perf_counter() - start
-timings["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print("RESULT " + json.dumps(timings))
+from biasaudit.flows.pipeline import run_audit
+url, config, audit = sys.argv[1:4]
+run_audit(audit, config, url, datetime(2026, 3, 1, tzinfo=UTC), True)
+print("RESULT " + json.dumps({"seconds": time.perf_counter() - start,
+      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+# A command's wall time and the peak RSS of its process (it runs as this wrapper's only child).
+MEASURED = """
+import json, resource, subprocess, sys, time
+start = time.perf_counter()
+done = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+if done.returncode:
+    sys.exit(done.stdout[-2000:] + done.stderr[-2000:])
+print("RESULT " + json.dumps({"seconds": time.perf_counter() - start,
+      "peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
 """
 
 
-def child(url: str, config: Path, audit: str, how: str = "plain") -> dict:
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, url, str(config), audit, how],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+def _result(args: list[str], env: dict | None = None) -> dict:
+    out = subprocess.run(args, capture_output=True, text=True, check=False, env=env)
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
     if not lines:
-        raise RuntimeError(out.stderr[-3000:])
+        raise RuntimeError(out.stdout[-2000:] + out.stderr[-3000:])
     return json.loads(lines[-1][7:])
+
+
+def process_run(url: str, config: Path, audit: str) -> dict:
+    return _result([sys.executable, "-c", PROCESS, url, str(config), audit])
+
+
+def cli_run(url: str, config: Path, audit: str, api_url: str) -> dict:
+    """``biasaudit run`` in a fresh process against the running Prefect server at ``api_url``."""
+    command = [str(Path(sys.executable).with_name("biasaudit")), "run", audit, "--config",
+               str(config), "--db", url, "--as-of", AS_OF.strftime("%Y-%m-%d"), "--force"]
+    env = {**os.environ, "PREFECT_API_URL": api_url}
+    return _result([sys.executable, "-c", MEASURED, *command], env)
 
 
 def floor_seconds(url: str) -> float:
@@ -165,10 +195,46 @@ def floor_seconds(url: str) -> float:
         return time.perf_counter() - start
 
 
-def fairlearn_comparison(rows: int) -> None:
-    """Per-group metrics of the same N predictions in memory: Fairlearn's MetricFrame vs ours."""
-    from biasaudit.tasks.counts import group_counts
-    from biasaudit.tasks.metrics import compute_metrics
+def scan_seconds(url: str, config: Path, audit_name: str) -> float:
+    """The push-down scan alone, in this process."""
+    from biasaudit.db.scan import pushdown_thresholds
+    from biasaudit.db.source import window_bounds
+    from biasaudit.schemas.config import load_audit
+
+    audit = load_audit(config, audit_name)
+    start_at, end = window_bounds(audit, AS_OF)
+    engine = make_engine(url)
+    start = time.perf_counter()
+    pushdown_thresholds(engine, audit, start_at, end, datetime.now(UTC))
+    return time.perf_counter() - start
+
+
+def prefect_server(folder: Path) -> tuple[subprocess.Popen, str]:
+    """A local ``prefect server start`` in its own home and process group, and its API URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "PREFECT_HOME": str(folder / "prefect"),
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    prefect = str(Path(sys.executable).with_name("prefect"))
+    server = subprocess.Popen(
+        [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    api = f"http://127.0.0.1:{port}/api"
+    for _ in range(240):
+        try:
+            urllib.request.urlopen(f"{api}/health", timeout=2)
+            return server, api
+        except OSError:
+            time.sleep(0.5)
+    os.killpg(server.pid, signal.SIGKILL)
+    raise RuntimeError("the Prefect server did not come up in 120 s")
+
+
+def fairlearn_seconds(url: str) -> float:
+    """pandas reads the audit's columns, Fairlearn computes tpr, fpr and selection rate per
+    race x sex x age group (labelled rows: Fairlearn takes no missing labels)."""
     from fairlearn.metrics import (
         MetricFrame,
         false_positive_rate,
@@ -176,81 +242,67 @@ def fairlearn_comparison(rows: int) -> None:
         true_positive_rate,
     )
 
-    rng = np.random.default_rng(0)
-    frame = pd.DataFrame(
-        {
-            "race": rng.choice(RACES, rows, p=[0.31, 0.25, 0.19, 0.14, 0.08, 0.03]),
-            "sex": rng.choice(SEXES, rows),
-            "age": rng.choice(AGES, rows),
-            "y_true": (rng.random(rows) < 0.3).astype("int8"),
-            "y_pred": (rng.random(rows) < 0.35).astype("int8"),
-        }
-    )
-    metrics = {"tpr": true_positive_rate, "fpr": false_positive_rate, "ppr": selection_rate}
     start = time.perf_counter()
+    frame = pd.read_sql(
+        text(f"SELECT race, sex, age, label, pred FROM {TABLE} WHERE model = 'm'"),
+        make_engine(url),
+    )
+    frame = frame[frame["label"].notna()]
     _ = MetricFrame(
-        metrics=metrics,
-        y_true=frame["y_true"],
-        y_pred=frame["y_pred"],
+        metrics={"tpr": true_positive_rate, "fpr": false_positive_rate, "ppr": selection_rate},
+        y_true=frame["label"].astype("int8"),
+        y_pred=frame["pred"].astype("int8"),
         sensitive_features=frame[["race", "sex", "age"]],
     ).by_group
-    theirs = time.perf_counter() - start
-    start = time.perf_counter()
-    counts = group_counts(
-        frame.assign(y_true=frame["y_true"].astype(float)),
-        ["race", "sex", "age"],
-        [["race", "sex", "age"]],
-    )
-    compute_metrics(counts, ["tpr", "fpr", "ppr"])
-    ours = time.perf_counter() - start
-    print(
-        f"\n| {rows:,} rows in memory | seconds |\n|---|---|\n"
-        f"| Fairlearn MetricFrame (tpr, fpr, ppr by race x sex x age) | {theirs:.2f} |\n"
-        f"| biasaudit counts + metrics (each attribute, the intersection, complements) | {ours:.2f} |\n"
-        f"| ratio | {theirs / ours:.1f}x |"
-    )
+    return time.perf_counter() - start
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--db", default="sqlite:///bench.db")
-    parser.add_argument("--modes", default="stream,pushdown")
-    parser.add_argument("--prefect", action="store_true", help="also measure the Prefect overhead")
+    parser.add_argument("--repeat", type=int, default=3, help="floor and scan: best of this many")
+    parser.add_argument("--modes", default="", help="also these scan modes in a fresh process")
+    parser.add_argument("--prefect", action="store_true", help="also `biasaudit run` (a server)")
+    parser.add_argument("--fairlearn", action="store_true", help="also pandas + Fairlearn")
     parser.add_argument("--no-key", action="store_true", help="no primary key on the prediction id")
     parser.add_argument("--chunk-rows", type=int, default=500_000, help="rows per streamed chunk")
-    parser.add_argument("--fairlearn", action="store_true", help="only the MetricFrame comparison")
     args = parser.parse_args()
-    if args.fairlearn:
-        fairlearn_comparison(args.rows)
-        return
     prepare(args.db, args.rows, keyed=not args.no_key)
     folder = Path(tempfile.mkdtemp())
-    rows = []
-    for mode in args.modes.split(","):
-        floor = floor_seconds(args.db)
-        result = child(args.db, config_file(mode, folder, args.chunk_rows), f"bench-{mode}")
-        rows.append(
-            {
-                "mode": mode,
-                "audit s": result["total"],
-                "floor s": floor,
-                "ratio": result["total"] / floor,
-                "peak RSS MB": result["peak_rss_mb"],
-            }
-        )
-        print(rows[-1], flush=True)
+    config = config_file("pushdown", folder)
+    floors, scans = [], []
+    for _ in range(args.repeat):  # alternate, so that both see the same load
+        floors.append(floor_seconds(args.db))
+        scans.append(scan_seconds(args.db, config, "bench-pushdown"))
+    floor = min(floors)
+    rows = [{"what": "floor: GROUP BY", "seconds": floor, "peak RSS MB": None}]
+    rows.append({"what": "push-down scan", "seconds": min(scans), "peak RSS MB": None})
+    measured = process_run(args.db, config, "bench-pushdown")
+    rows.append({"what": "audit process (push-down)", **_renamed(measured)})
+    for mode in filter(None, args.modes.split(",")):
+        other = config_file(mode, folder, args.chunk_rows)
+        rows.append({"what": f"audit process ({mode})",
+                     **_renamed(process_run(args.db, other, f"bench-{mode}"))})
+    if args.prefect:
+        server, api = prefect_server(folder)
+        try:
+            rows.append({"what": "biasaudit run, Prefect server",
+                         **_renamed(cli_run(args.db, config, "bench-pushdown", api))})
+        finally:
+            os.killpg(server.pid, signal.SIGKILL)
+    if args.fairlearn:
+        rows.append({"what": "pandas read + Fairlearn", "seconds": fairlearn_seconds(args.db),
+                     "peak RSS MB": None})
+    table = pd.DataFrame(rows).assign(**{"x floor": lambda t: t["seconds"] / floor})
     backend = make_url(args.db).get_backend_name()
     key = "no key on the prediction id" if args.no_key else "prediction id as primary key"
-    print(f"\n{args.rows:,} rows on {backend} ({key}):\n")
-    print(pd.DataFrame(rows).to_markdown(index=False, floatfmt=".2f"))
-    if args.prefect:
-        result = child(args.db, config_file("pushdown", folder), "bench-pushdown", "prefect")
-        print(
-            f"\nPrefect overhead (pushdown audit, {args.rows:,} rows; medians of 3 alternating runs): "
-            f"flow {result['flow']:.2f} s, "
-            f"plain calls {result['plain']:.2f} s, difference {result['flow'] - result['plain']:.2f} s"
-        )
+    print(f"\n{args.rows:,} rows on {backend} ({key}); floors {floors}, scans {scans}:\n")
+    print(table.to_markdown(index=False, floatfmt=".2f"))
+
+
+def _renamed(result: dict) -> dict:
+    return {"seconds": result["seconds"], "peak RSS MB": result["peak_rss_mb"]}
 
 
 if __name__ == "__main__":
