@@ -87,7 +87,7 @@ class Real(TypeDecorator):
 
     def load_dialect_impl(self, dialect):
         if dialect.name in {"mysql", "mariadb"}:
-            return dialect.type_descriptor(mysql.DOUBLE())
+            return dialect.type_descriptor(mysql.DOUBLE(asdecimal=False))  # floats, not Decimals
         return dialect.type_descriptor(Float())
 
     def process_bind_param(self, value, dialect):

@@ -32,7 +32,19 @@ from typing import Any, cast
 
 import pandas as pd
 from biasaudit.db.models import AuditRun, QuarantinedRow
-from sqlalchemy import Connection, Engine, and_, delete, func, insert, or_, select, text, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Table,
+    and_,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
@@ -68,14 +80,51 @@ class RunRecord:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def _records(frame: pd.DataFrame, run_id: int) -> list[dict]:
-    """Rows as dicts of Python values for executemany, with NaN turned into NULL (built column
-    by column: DataFrame.to_dict boxes every cell on its own and was most of persist's time)."""
+def _columns(frame: pd.DataFrame, run_id: int) -> tuple[list[str], list[list[Any]]]:
+    """Column names and values as Python objects, ``run_id`` first, NaN turned into NULL (built
+    column by column: DataFrame.to_dict boxes every cell on its own and was most of persist's
+    time)."""
     names = ["run_id", *frame.columns]
     columns = [[run_id] * len(frame)] + [
         column.astype(object).where(column.notna(), None).tolist() for _, column in frame.items()
     ]
+    return names, columns
+
+
+def _records(frame: pd.DataFrame, run_id: int) -> list[dict]:
+    """Rows as dicts of Python values for executemany, with NaN turned into NULL."""
+    names, columns = _columns(frame, run_id)
     return [dict(zip(names, values)) for values in zip(*columns)]
+
+
+def _insert_results(connection: Connection, table: Table, frame: pd.DataFrame, run_id: int) -> None:
+    """Insert a result frame: through COPY on PostgreSQL with psycopg 3, else one Core executemany.
+    COPY parses text as the column's type, where INSERT would cast a parameter: integers and
+    booleans held as floats (a frame with a missing value) are made ints and bools first, then
+    each value goes through its column type's bind processor, as in an INSERT."""
+    dialect = connection.dialect
+    if dialect.name != "postgresql" or dialect.driver != "psycopg":
+        connection.execute(insert(table), _records(frame, run_id))
+        return
+    from psycopg import sql
+
+    names, columns = _columns(frame, run_id)
+    for position, name in enumerate(names):
+        kind = table.c[name].type
+        cast_to = {int: int, bool: bool}.get(kind.python_type)
+        if cast_to is not None:
+            columns[position] = [None if v is None else cast_to(v) for v in columns[position]]
+        process = kind.bind_processor(dialect)
+        if process is not None:
+            columns[position] = [process(value) for value in columns[position]]
+    statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
+        sql.Identifier(*([table.schema] if table.schema else []), table.name),
+        sql.SQL(", ").join(map(sql.Identifier, names)),
+    )
+    driver = cast(Any, connection.connection.driver_connection)  # this transaction's psycopg one
+    with driver.cursor().copy(statement) as copy:
+        for row in zip(*columns):
+            copy.write_row(row)
 
 
 def _lock_key(*parts: str) -> int:
@@ -400,11 +449,11 @@ def save_run(
                         f"run {run_id} is no longer running (another run found its lease "
                         "lapsed and marked it failed): its results are not saved"
                     )
-                connection = session.connection()  # Core executemany: no ORM bulk layer
+                connection = session.connection()  # Core or COPY: no ORM bulk layer
                 for model, frame in results.items():
                     if not frame.empty:
                         table = cast(Any, model).__table__  # a mapped class: its Table
-                        connection.execute(insert(table), _records(frame, run_id))
+                        _insert_results(connection, table, frame, run_id)
                 _add_quarantine(session, run_id, record, quarantine)
                 return run_id, True
         except IntegrityError:

@@ -16,7 +16,7 @@ from biasaudit.db.migrate import upgrade
 from biasaudit.db.models import ComparisonResult
 from biasaudit.flows.audit import run_audit
 from biasaudit.flows.cli import app
-from sqlalchemy import text
+from sqlalchemy import select, text
 from typer.testing import CliRunner
 
 from .conftest import COMPAS, on_databases
@@ -353,3 +353,64 @@ def test_cli_prints_data_as_text_and_exports_runs(tmp_path):
     assert all(r["rule"] for r in rows) and all(r["run_id"] is None for r in rows)
     listed = runner.invoke(app, ["quarantine", str(run_id), "--db", url])
     assert listed.exit_code == 0 and "no quarantined rows" in listed.output
+
+
+def test_result_values_are_stored_exactly(db_url):
+    """It stores a result frame's values as they are on every database (PostgreSQL through COPY):
+    NaN as NULL, +-infinity, integers held as floats, text with tabs, newlines, backslashes,
+    quotes and non-ASCII characters."""
+    from biasaudit.db.models import GroupCount, MetricResult
+    from biasaudit.db.runs import release_run, save_run, start_run
+    from biasaudit.flows.pipeline import new_record
+    from biasaudit.schemas.config import load_audit
+
+    from .conftest import DEMO_CONFIG
+
+    text_values = ["a\tb", "line\nbreak", "back\\slash", "quote's \"q\"", "Ünïcødé ✓", "\\N"]
+    metrics = pd.DataFrame(
+        {
+            "attribute": "race",
+            "group_name": text_values,
+            "subset": "all",
+            "metric": "tpr",
+            "estimator": "plain",
+            "value": [0.1, np.nan, np.inf, -np.inf, 1e-300, 0.1 + 0.2],
+            "numerator": [1.0, 2.0, np.nan, 4.0, 5.0, 6.0],
+            "denominator": 7.0,
+            "undefined_reason": [None, "zero denominator", None, None, None, "x\ty"],
+        }
+    )
+    counts = pd.DataFrame(
+        {
+            "attribute": "race",
+            "group_name": ["A", "B"],
+            "subset": "all",
+            "tp": [3.0, 2**40],
+            "fp": [0, 1],
+            "fn": [1.0, 0.0],
+            "tn": [5, 6],
+            "n_unlabelled": [0.0, 2.0],
+            "unlabelled_pos": [np.nan, 1.0],
+            "unlabelled_neg": [np.nan, 1.0],
+        }
+    )
+    engine = make_engine(db_url)
+    record = new_record(load_audit(DEMO_CONFIG, "credit-race"), datetime(2026, 1, 1, tzinfo=UTC))
+    run_id = start_run(engine, record)
+    try:
+        save_run(engine, run_id, record, {MetricResult: metrics, GroupCount: counts}, pd.DataFrame())
+    finally:
+        release_run(run_id)
+    with engine.connect() as connection:
+        stored, stored_counts = (  # read through the column types, as db.history reads
+            pd.DataFrame(connection.execute(select(model).where(model.c.run_id == run_id)).all())
+            for model in (MetricResult.__table__, GroupCount.__table__)
+        )
+    stored_counts = stored_counts.sort_values("group_name")
+    stored = stored.set_index("group_name").loc[text_values]
+    assert stored["value"].tolist() == pytest.approx(metrics["value"].tolist(), nan_ok=True)
+    assert stored["value"].iloc[4] == 1e-300 and stored["value"].iloc[5] == 0.1 + 0.2
+    assert stored["numerator"].isna().tolist() == metrics["numerator"].isna().tolist()
+    assert stored["undefined_reason"].tolist() == metrics["undefined_reason"].tolist()
+    assert stored_counts["tp"].tolist() == [3, 2**40]
+    assert stored_counts["unlabelled_pos"].isna().tolist() == [True, False]
