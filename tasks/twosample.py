@@ -33,6 +33,7 @@ _GRID = 129  # nuisance values on the null boundary
 _REFINE = 17  # extra values around each of the _PEAKS largest grid values
 _PEAKS = 4
 _TIE = 1e-9  # statistics within this (relative) of the observed one count as "as extreme"
+_TABLE_CELLS = 2_000_000  # largest table of the larger group's tails on the grid (_grid_tails)
 
 
 def statistic(x_a, n_a, x_b, n_b, u_tol=0.0) -> np.ndarray:
@@ -112,19 +113,44 @@ def _grid_pmf(n_a: int, n_b: int, a_small: bool, u_tol: float):
     return _small_pmf(n_a, n_b, a_small, _grid(u_tol), u_tol)
 
 
+@functools.lru_cache(maxsize=4)
+def _grid_tails(n_a: int, n_b: int, a_small: bool, u_tol: float) -> np.ndarray | None:
+    """The larger group's tail at every count, at each nuisance value of the grid: its CDF
+    P(X <= k), k = −1 .. n, when A is the smaller group, else its survival P(X >= k), k = 0 ..
+    n + 1 (the tails _region_probability takes), by cumulative sums of its pmf from the far end (within 1e-12 of
+    scipy's binomial CDF: tests/test_twosample.py). Computed once per pair of sizes and shared by the
+    dozens of regions planning's bisection assesses; None when the table would exceed
+    _TABLE_CELLS (the binomial CDF is then called per region)."""
+    n_l = n_b if a_small else n_a
+    if _GRID * (n_l + 1) > _TABLE_CELLS:
+        return None
+    p_b = _grid(u_tol)[:, None]
+    p_l = p_b if a_small else np.minimum(p_b + u_tol, 1.0)
+    pmf = np.exp(_log_pmf(np.arange(n_l + 1, dtype="float64")[None, :], n_l, p_l))
+    tails = np.cumsum(pmf, axis=1) if a_small else np.cumsum(pmf[:, ::-1], axis=1)[:, ::-1]
+    tails[:, -1 if a_small else 0] = 1.0  # the whole range, exactly
+    # padded with the empty region's 0: the CDF at −1 first, the survival at n + 1 last
+    return np.pad(np.minimum(tails, 1.0), ((0, 0), (1, 0) if a_small else (0, 1)))
+
+
 def _grid(u_tol: float) -> np.ndarray:
     return np.linspace(0.0, 1.0 - u_tol, _GRID)
 
 
-def _region_probability(n_a, n_b, a_small, edge, p_b, u_tol, small_pmf=None) -> np.ndarray:
+def _region_probability(
+    n_a, n_b, a_small, edge, p_b, u_tol, small_pmf=None, tails=None
+) -> np.ndarray:
     """P(region) at p_B = each of ``p_b`` and p_A = p_B + U_tol: the smaller group's pmf times
     the larger group's CDF (or SF) at the region's edge, summed where the pmf is not negligible
-    (``small_pmf``: that pmf, from _small_pmf with the same arguments, when already known)."""
+    (``small_pmf``: that pmf, from _small_pmf with the same arguments, when already known;
+    ``tails``: the larger group's tails at ``p_b``, from _grid_tails, when already known)."""
     pmf, (rows, cols), p_l = small_pmf or _small_pmf(n_a, n_b, a_small, p_b, u_tol)
     n_l = n_b if a_small else n_a
     cut = edge[cols].astype("float64")
     p = p_l[rows]
-    if a_small:  # P(X_B <= cut); cut −1: 0, cut n_B: 1
+    if tails is not None:  # CDF at cut (cut −1: 0) or SF at cut (cut n_A + 1: 0)
+        tail = tails[rows, edge[cols] + 1 if a_small else edge[cols]]
+    elif a_small:  # P(X_B <= cut); cut −1: 0, cut n_B: 1
         tail = np.where(
             cut < 0, 0.0, np.where(cut >= n_l, 1.0, special.bdtr(np.clip(cut, 0, n_l), n_l, p))
         )
@@ -147,7 +173,14 @@ def _supremum(
     top = 1.0 - u_tol
     grid = _grid(u_tol)
     values = _region_probability(
-        n_a, n_b, a_small, edge, grid, u_tol, _grid_pmf(n_a, n_b, a_small, u_tol)
+        n_a,
+        n_b,
+        a_small,
+        edge,
+        grid,
+        u_tol,
+        _grid_pmf(n_a, n_b, a_small, u_tol),
+        _grid_tails(n_a, n_b, a_small, u_tol),
     )
     if min(1.0, values.max()) > above:
         return float(min(1.0, values.max()))

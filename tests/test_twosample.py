@@ -136,3 +136,22 @@ def test_min_group_size_leaves_small_groups_untested():
     reasons = comparison_reasons(group, reference, min_group_size=30)
     assert reasons[0] == "group size 9 < min_group_size 30"
     assert reasons[1] is None and reasons[2] is None
+
+
+@pytest.mark.parametrize(("n_a", "n_b"), [(5, 40), (40, 5), (37, 37), (150, 900), (900, 150)])
+@pytest.mark.parametrize("u_tol", [0.0, 0.05])
+def test_grid_tail_table_equals_the_binomial_cdf(n_a, n_b, u_tol):
+    """The tails planning reads from one table per pair of sizes (cumulative sums of the pmf)
+    equal scipy's binomial CDF and survival function (special.bdtr, bdtrc) at every region
+    edge, within 1e-12 (summing n terms), so their regions and powers are the CDF's."""
+    from biasaudit.tasks import twosample
+
+    grid = twosample._grid(u_tol)
+    for t in (0.5, 1.5, 2.5, 3.5):
+        a_small, edge = twosample._boundary(n_a, n_b, t, u_tol)
+        arguments = (n_a, n_b, a_small, edge, grid, u_tol)
+        table = twosample._grid_tails(n_a, n_b, a_small, u_tol)
+        assert table is not None
+        from_table = twosample._region_probability(*arguments, tails=table)
+        from_cdf = twosample._region_probability(*arguments)
+        assert np.abs(from_table - from_cdf).max() < 1e-12
