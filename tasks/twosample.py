@@ -34,6 +34,7 @@ _REFINE = 17  # extra values around each of the _PEAKS largest grid values
 _PEAKS = 4
 _TIE = 1e-9  # statistics within this (relative) of the observed one count as "as extreme"
 _TABLE_CELLS = 2_000_000  # largest table of the larger group's tails on the grid (_grid_tails)
+_SPREAD = 5.0  # _grid_tails keeps the counts within this many √n of the mean
 
 
 def statistic(x_a, n_a, x_b, n_b, u_tol=0.0) -> np.ndarray:
@@ -114,23 +115,40 @@ def _grid_pmf(n_a: int, n_b: int, a_small: bool, u_tol: float):
 
 
 @functools.lru_cache(maxsize=4)
-def _grid_tails(n_a: int, n_b: int, a_small: bool, u_tol: float) -> np.ndarray | None:
-    """The larger group's tail at every count, at each nuisance value of the grid: its CDF
-    P(X <= k), k = −1 .. n, when A is the smaller group, else its survival P(X >= k), k = 0 ..
-    n + 1 (the tails _region_probability takes), by cumulative sums of its pmf from the far end (within 1e-12 of
-    scipy's binomial CDF: tests/test_twosample.py). Computed once per pair of sizes and shared by the
-    dozens of regions planning's bisection assesses; None when the table would exceed
-    _TABLE_CELLS (the binomial CDF is then called per region)."""
+def _grid_tails(
+    n_a: int, n_b: int, a_small: bool, u_tol: float
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The larger group's tail at each nuisance value of the grid: its CDF P(X <= k) when A is
+    the smaller group, else its survival P(X >= k) (the tails _region_probability takes), by
+    cumulative sums of its pmf (within 1e-12 of scipy's binomial CDF up to n ~ 1,000, 1e-9
+    beyond, where the log-gamma of n carries the rounding: tests/test_twosample.py). The same
+    for every region of a pair of sizes, so computed once per pair (planning's bisection asks
+    for dozens of regions). Per row only the counts within _SPREAD·√n of the mean are kept
+    (outside, Hoeffding bounds the mass by 2·exp(−2·_SPREAD²) < 1e-21: the tail there is 0 or
+    1), so a reference of millions takes a table of thousands of columns.
+
+    Returns (first, table): row r holds the tail at counts first[r] − 1 .. first[r] + width, its
+    first and last columns the constant tail beyond the kept counts; None when the table would
+    exceed _TABLE_CELLS (the binomial CDF is then called per region)."""
     n_l = n_b if a_small else n_a
-    if _GRID * (n_l + 1) > _TABLE_CELLS:
+    width = min(n_l + 1, 2 * int(np.ceil(_SPREAD * np.sqrt(n_l))) + 1)
+    if _GRID * width > _TABLE_CELLS:
         return None
-    p_b = _grid(u_tol)[:, None]
+    p_b = _grid(u_tol)
     p_l = p_b if a_small else np.minimum(p_b + u_tol, 1.0)
-    pmf = np.exp(_log_pmf(np.arange(n_l + 1, dtype="float64")[None, :], n_l, p_l))
-    tails = np.cumsum(pmf, axis=1) if a_small else np.cumsum(pmf[:, ::-1], axis=1)[:, ::-1]
-    tails[:, -1 if a_small else 0] = 1.0  # the whole range, exactly
-    # padded with the empty region's 0: the CDF at −1 first, the survival at n + 1 last
-    return np.pad(np.minimum(tails, 1.0), ((0, 0), (1, 0) if a_small else (0, 1)))
+    first = np.clip(np.round(n_l * p_l).astype("int64") - width // 2, 0, n_l + 1 - width)
+    counts = (first[:, None] + np.arange(width)[None, :]).astype("float64")
+    pmf = np.exp(_log_pmf(counts, n_l, p_l[:, None]))
+    if a_small:  # CDF; 1 exactly where the kept counts reach n
+        tails = np.cumsum(pmf, axis=1)
+        tails[first + width - 1 == n_l, -1] = 1.0
+        beyond = (0.0, 1.0)
+    else:  # survival; 1 exactly where the kept counts start at 0
+        tails = np.cumsum(pmf[:, ::-1], axis=1)[:, ::-1]
+        tails[first == 0, 0] = 1.0
+        beyond = (1.0, 0.0)
+    padded = np.pad(np.minimum(tails, 1.0), ((0, 0), (1, 1)), constant_values=(beyond, beyond))
+    return first, padded
 
 
 def _grid(u_tol: float) -> np.ndarray:
@@ -148,8 +166,10 @@ def _region_probability(
     n_l = n_b if a_small else n_a
     cut = edge[cols].astype("float64")
     p = p_l[rows]
-    if tails is not None:  # CDF at cut (cut −1: 0) or SF at cut (cut n_A + 1: 0)
-        tail = tails[rows, edge[cols] + 1 if a_small else edge[cols]]
+    if tails is not None:  # the table's column of count k is k − first + 1, clipped to its ends
+        first, table = tails
+        column = np.clip(edge[cols] - first[rows] + 1, 0, table.shape[1] - 1)
+        tail = table[rows, column]
     elif a_small:  # P(X_B <= cut); cut −1: 0, cut n_B: 1
         tail = np.where(
             cut < 0, 0.0, np.where(cut >= n_l, 1.0, special.bdtr(np.clip(cut, 0, n_l), n_l, p))

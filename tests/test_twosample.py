@@ -138,15 +138,20 @@ def test_min_group_size_leaves_small_groups_untested():
     assert reasons[1] is None and reasons[2] is None
 
 
-@pytest.mark.parametrize(("n_a", "n_b"), [(5, 40), (40, 5), (37, 37), (150, 900), (900, 150)])
+@pytest.mark.parametrize(
+    ("n_a", "n_b"), [(5, 40), (40, 5), (37, 37), (150, 900), (900, 150), (200, 150_000), (150_000, 60)]
+)
 @pytest.mark.parametrize("u_tol", [0.0, 0.05])
-def test_grid_tail_table_equals_the_binomial_cdf(n_a, n_b, u_tol):
-    """The tails planning reads from one table per pair of sizes (cumulative sums of the pmf)
-    equal scipy's binomial CDF and survival function (special.bdtr, bdtrc) at every region
-    edge, within 1e-12 (summing n terms), so their regions and powers are the CDF's."""
+def test_grid_tail_table_equals_the_binomial_cdf(n_a, n_b, u_tol, monkeypatch):
+    """The tails planning reads from one table per pair of sizes (cumulative sums of the pmf,
+    only the counts near the mean kept at large n) equal scipy's binomial CDF and survival
+    function (special.bdtr, bdtrc) at every region edge: within 1e-12 up to n = 1,000, within
+    1e-9 beyond (the log-gamma of n carries the rounding); and the critical statistics and exact
+    powers they give equal those computed with the CDF alone (no table)."""
     from biasaudit.tasks import twosample
 
     grid = twosample._grid(u_tol)
+    tolerance = 1e-12 if max(n_a, n_b) <= 1000 else 1e-9
     for t in (0.5, 1.5, 2.5, 3.5):
         a_small, edge = twosample._boundary(n_a, n_b, t, u_tol)
         arguments = (n_a, n_b, a_small, edge, grid, u_tol)
@@ -154,4 +159,14 @@ def test_grid_tail_table_equals_the_binomial_cdf(n_a, n_b, u_tol):
         assert table is not None
         from_table = twosample._region_probability(*arguments, tails=table)
         from_cdf = twosample._region_probability(*arguments)
-        assert np.abs(from_table - from_cdf).max() < 1e-12
+        assert np.abs(from_table - from_cdf).max() < tolerance
+    rates = (0.3 + u_tol, 0.25) if n_a < n_b else (0.25, 0.3 + u_tol)
+    with_table = twosample.exact_power(n_a, n_b, *rates, u_tol, ALPHA)
+    monkeypatch.setattr(twosample, "_TABLE_CELLS", 0)
+    for cached in (twosample._grid_tails, twosample.critical_statistic):
+        cached.cache_clear()
+    assert twosample.exact_power(n_a, n_b, *rates, u_tol, ALPHA) == pytest.approx(
+        with_table, abs=tolerance
+    )
+    for cached in (twosample._grid_tails, twosample.critical_statistic):
+        cached.cache_clear()
