@@ -18,11 +18,14 @@ Inline CSS and SVG only: no scripts, no external resources. Every value from the
 
 from __future__ import annotations
 
+import copy
+import functools
 import html
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -190,6 +193,24 @@ def references(frames: ReportFrames) -> dict[str, str]:
     return dict((frames.run.get("config") or {}).get("reference_groups") or {})
 
 
+T = TypeVar("T")
+
+
+def per_frames(function: Callable[..., T]) -> Callable[..., T]:
+    """Compute a table derived from the run's frames once per ReportFrames (several sections
+    read the same groups, comparisons and verdicts); each caller gets its own copy."""
+
+    @functools.wraps(function)
+    def cached(frames: ReportFrames, *args: Any, **kwargs: Any) -> T:
+        key = (function.__name__, args, tuple(sorted(kwargs.items())))
+        if key not in frames.derived:
+            frames.derived[key] = function(frames, *args, **kwargs)
+        return copy.deepcopy(frames.derived[key])
+
+    return cached
+
+
+@per_frames
 def groups(frames: ReportFrames) -> pd.DataFrame:
     """One row per (attribute, group): predictions, labelled, label completeness, small flag."""
     counts = frames.counts
@@ -211,6 +232,7 @@ def groups(frames: ReportFrames) -> pd.DataFrame:
     return own.sort_values(["attribute", "n"], ascending=[True, False]).reset_index(drop=True)
 
 
+@per_frames
 def comparisons(frames: ReportFrames, deduplicate: bool = True) -> pd.DataFrame:
     """Detection rows with both rates, difference, ratio, four-fifths rule and size marks.
 
@@ -275,6 +297,7 @@ def _deduplicate(out: pd.DataFrame, size: pd.DataFrame, named: dict[str, str]) -
     return out[~two | out.index.isin(chosen)]
 
 
+@per_frames
 def verdicts(frames: ReportFrames) -> pd.DataFrame:
     """Per attribute: verdict key, groups, smallest group, flagged and tested comparisons.
 
@@ -319,6 +342,7 @@ def verdicts(frames: ReportFrames) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+@per_frames
 def completeness_by_attribute(frames: ReportFrames) -> dict[str, float]:
     """The run's own label-completeness decision (tasks.counts.label_completeness, SPEC section
     6): per attribute whose completeness differs between groups beyond chance and by a gap that
@@ -901,20 +925,23 @@ def trend_section(frames: ReportFrames) -> str:
         f"{pd.Timestamp(t):%Y-%m-%d}<br>v{esc(v)}" for t, v in zip(runs["as_of"], runs["version"])
     ]
     rated = set(frames.detection["metric"]) if not frames.detection.empty else set(trend["metric"])
+    # every (attribute, metric, group) row with its value at each run, in one reshape
+    wide_all = (
+        trend[trend["metric"].isin(rated)]
+        .groupby(["attribute", "metric", "group_name", "run_id"], sort=True)["value"]
+        .first()
+        .unstack("run_id")
+        .reindex(columns=runs["run_id"])
+    )
     sections = []
-    for attribute, mine in trend[trend["metric"].isin(rated)].groupby("attribute", sort=True):
+    for attribute, mine in wide_all.groupby(level="attribute", sort=True):
         blocks = []
-        for metric, part in mine.groupby("metric", sort=True):
-            wide = part.pivot_table(
-                index="group_name", columns="run_id", values="value", aggfunc="first", dropna=False
-            ).reindex(columns=runs["run_id"])
+        for metric, wide in mine.groupby(level="metric", sort=True):
             rows = [
-                [
-                    esc(group),
-                    *(percent(v) for v in values.tolist()),
-                    sparkline(values.tolist(), f"{metric} {group}"),
-                ]
-                for group, values in wide.iterrows()
+                [esc(group), *(percent(v) for v in values), sparkline(values, f"{metric} {group}")]
+                for group, values in zip(
+                    wide.index.get_level_values("group_name"), wide.to_numpy().tolist()
+                )
             ]
             blocks.append(
                 f"<div><h3>{esc(attribute)} · {esc(metric.upper())}</h3>"
