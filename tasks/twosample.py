@@ -33,7 +33,7 @@ _GRID = 129  # nuisance values on the null boundary
 _REFINE = 17  # extra values around each of the _PEAKS largest grid values
 _PEAKS = 4
 _TIE = 1e-9  # statistics within this (relative) of the observed one count as "as extreme"
-_TABLE_CELLS = 2_000_000  # largest table of the larger group's tails on the grid (_grid_tails)
+_TABLE_RATIO = 10  # _grid_tails: a table at most this many times the smaller group's counts
 _SPREAD = 5.0  # _grid_tails keeps the counts within this many √n of the mean
 
 
@@ -128,11 +128,12 @@ def _grid_tails(
     1), so a reference of millions takes a table of thousands of columns.
 
     Returns (first, table): row r holds the tail at counts first[r] − 1 .. first[r] + width, its
-    first and last columns the constant tail beyond the kept counts; None when the table would
-    exceed _TABLE_CELLS (the binomial CDF is then called per region)."""
-    n_l = n_b if a_small else n_a
+    first and last columns the constant tail beyond the kept counts. None where the table would
+    be wider than _TABLE_RATIO times the smaller group's counts: the binomial CDF at the few
+    edges of each region is then cheaper (benchmarks/README.md, fixed costs)."""
+    n_l, n_s = (n_b, n_a) if a_small else (n_a, n_b)
     width = min(n_l + 1, 2 * int(np.ceil(_SPREAD * np.sqrt(n_l))) + 1)
-    if _GRID * width > _TABLE_CELLS:
+    if width > _TABLE_RATIO * (n_s + 1):
         return None
     p_b = _grid(u_tol)
     p_l = p_b if a_small else np.minimum(p_b + u_tol, 1.0)

@@ -139,7 +139,7 @@ def test_min_group_size_leaves_small_groups_untested():
 
 
 @pytest.mark.parametrize(
-    ("n_a", "n_b"), [(5, 40), (40, 5), (37, 37), (150, 900), (900, 150), (200, 150_000), (150_000, 60)]
+    ("n_a", "n_b"), [(5, 40), (40, 5), (37, 37), (150, 900), (900, 150), (400, 4000), (12_000, 999)]
 )
 @pytest.mark.parametrize("u_tol", [0.0, 0.05])
 def test_grid_tail_table_equals_the_binomial_cdf(n_a, n_b, u_tol, monkeypatch):
@@ -162,7 +162,7 @@ def test_grid_tail_table_equals_the_binomial_cdf(n_a, n_b, u_tol, monkeypatch):
         assert np.abs(from_table - from_cdf).max() < tolerance
     rates = (0.3 + u_tol, 0.25) if n_a < n_b else (0.25, 0.3 + u_tol)
     with_table = twosample.exact_power(n_a, n_b, *rates, u_tol, ALPHA)
-    monkeypatch.setattr(twosample, "_TABLE_CELLS", 0)
+    monkeypatch.setattr(twosample, "_TABLE_RATIO", 0)
     for cached in (twosample._grid_tails, twosample.critical_statistic):
         cached.cache_clear()
     assert twosample.exact_power(n_a, n_b, *rates, u_tol, ALPHA) == pytest.approx(
