@@ -53,7 +53,10 @@ def _boundary(n_a: int, n_b: int, t: float, u_tol: float) -> tuple[bool, np.ndar
     numerator D = m_A − m_B − U_tol is positive, and there T decreases in x_B and increases in
     x_A (∂T/∂m_B = −(s + D·∂s/∂m_B)/s² < 0 because D·|1 − 2m_B|/(2(n_B + 2)) < m_B(1 − m_B)/(n_B + 2)
     <= s² when 0 < D < 1 − m_B; likewise for x_A), so each section of the region is an interval
-    found by bisection, and the region is monotone, as Barnard's construction needs.
+    and the region is monotone, as Barnard's construction needs. Each section's end solves T = t:
+    with y the larger group's adjusted rate, c the smaller's shifted by ∓U_tol and v its variance
+    term, (c − y)² = t²(v + y(1 − y)/(n + 2)) is a quadratic in y; its root, rounded to a count,
+    is then checked and moved against T itself, so rounding never moves an edge.
     """
     a_small = n_a <= n_b
     small, large = (n_a, n_b) if a_small else (n_b, n_a)
@@ -65,30 +68,42 @@ def _boundary(n_a: int, n_b: int, t: float, u_tol: float) -> tuple[bool, np.ndar
             return statistic(xs, n_a, x_large, n_b, u_tol) >= threshold
         return statistic(x_large, n_a, xs, n_b, u_tol) >= threshold
 
-    # a_small: largest x_B inside (prefix); else: smallest x_A inside (suffix)
-    lo = np.full(small + 1, -1.0 if a_small else 0.0)
-    hi = np.full(small + 1, float(large) if a_small else large + 1.0)
-    while True:
-        open_ = hi - lo > 1
-        if not open_.any():
+    m = (xs + 1) / (small + 2)
+    c, v = (m - u_tol if a_small else m + u_tol), m * (1 - m) / (small + 2)
+    k = threshold**2 / (large + 2)
+    b = 2 * c + k
+    root = np.sqrt(np.maximum(b**2 - 4 * (1 + k) * (c**2 - threshold**2 * v), 0.0))
+    if threshold <= 0:  # never in practice (t > 1e-9): start from the far end
+        edge = np.full(small + 1, float(large) if a_small else 0.0)
+    elif a_small:  # largest x_B whose rate is at most the smaller root
+        edge = np.floor((b - root) / (2 * (1 + k)) * (large + 2) - 1)
+    else:  # smallest x_A whose rate is at least the larger root
+        edge = np.ceil((b + root) / (2 * (1 + k)) * (large + 2) - 1)
+    edge = np.clip(edge, -1, large + 1)
+    step = 1 if a_small else -1  # the direction that takes in more of the larger group's counts
+    while True:  # out to the last count inside, in from the first outside: T decides
+        ahead = edge + step
+        grow = (ahead >= 0) & (ahead <= large) & inside(np.clip(ahead, 0, large))
+        shrink = (edge >= 0) & (edge <= large) & ~inside(np.clip(edge, 0, large))
+        if not (grow.any() or shrink.any()):
             break
-        mid = np.floor((lo + hi) / 2)
-        good = inside(np.minimum(mid, large))
-        if a_small:  # invariant: lo inside (or −1), hi + 1 outside ... use lo/hi as [last in, ?]
-            lo, hi = np.where(open_ & good, mid, lo), np.where(open_ & ~good, mid, hi)
-        else:
-            hi, lo = np.where(open_ & good, mid, hi), np.where(open_ & ~good, mid, lo)
+        edge = edge + step * (grow.astype("int64") - shrink.astype("int64"))
+    edge = np.clip(edge, -1, large) if a_small else np.clip(edge, 0, large + 1)
     if a_small:
-        # lo is the last x_B known inside; hi the first known outside unless hi = large, tested
-        edge = np.where(inside(np.full(small + 1, float(large))), large, lo).astype("int64")
-        return True, np.maximum.accumulate(edge)
-    edge = np.where(inside(np.zeros(small + 1)), 0, hi).astype("int64")
-    return False, np.minimum.accumulate(edge[::-1])[::-1]
+        return True, np.maximum.accumulate(edge.astype("int64"))
+    return False, np.minimum.accumulate(edge.astype("int64")[::-1])[::-1]
+
+
+@functools.lru_cache(maxsize=16)
+def _log_choose(n: int) -> np.ndarray:
+    """log C(n, k) for k = 0 .. n, once per n (read by _log_pmf for every nuisance value)."""
+    k = np.arange(n + 1, dtype="float64")
+    return special.gammaln(n + 1) - special.gammaln(k + 1) - special.gammaln(n - k + 1)
 
 
 def _log_pmf(k: np.ndarray, n: int, p: np.ndarray) -> np.ndarray:
-    """log Binomial(n, p) pmf at counts k (row) for probabilities p (column)."""
-    log_choose = special.gammaln(n + 1) - special.gammaln(k + 1) - special.gammaln(n - k + 1)
+    """log Binomial(n, p) pmf at counts k (row, or one row per p) for probabilities p (column)."""
+    log_choose = _log_choose(int(n))[k.astype("int64")]
     with np.errstate(divide="ignore", invalid="ignore"):
         return log_choose + special.xlogy(k, p) + special.xlog1py(n - k, -p)
 
@@ -118,12 +133,34 @@ def _grid_pmf(n_a: int, n_b: int, a_small: bool, u_tol: float):
 def _grid_tails(
     n_a: int, n_b: int, a_small: bool, u_tol: float
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """The larger group's tail at each nuisance value of the grid: its CDF P(X <= k) when A is
+    """_tails on the nuisance grid of _supremum."""
+    return _tails(n_a, n_b, a_small, _grid(u_tol), u_tol)
+
+
+@functools.lru_cache(maxsize=64)
+def _refinement(n_a: int, n_b: int, a_small: bool, u_tol: float, peaks: tuple[int, ...]):
+    """The refined nuisance values of _supremum around the grid's ``peaks`` (grid indices), the
+    smaller group's pmf and the larger group's tails there: successive regions of planning's
+    bisection mostly peak at the same grid values, so these are computed once."""
+    grid = _grid(u_tol)
+    step = grid[1] - grid[0]
+    fine = np.clip(
+        (grid[list(peaks)][:, None] + np.linspace(-step, step, _REFINE)[None, :]).ravel(),
+        0,
+        1.0 - u_tol,
+    )
+    pmf = _small_pmf(n_a, n_b, a_small, fine, u_tol)
+    return fine, pmf, _tails(n_a, n_b, a_small, fine, u_tol)
+
+
+def _tails(
+    n_a: int, n_b: int, a_small: bool, p_b: np.ndarray, u_tol: float
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The larger group's tail at p_B = each of ``p_b`` (p_A = p_B + U_tol): its CDF P(X <= k) when A is
     the smaller group, else its survival P(X >= k) (the tails _region_probability takes), by
     cumulative sums of its pmf (within 1e-12 of scipy's binomial CDF up to n ~ 1,000, 1e-9
-    beyond, where the log-gamma of n carries the rounding: tests/test_twosample.py). The same
-    for every region of a pair of sizes, so computed once per pair (planning's bisection asks
-    for dozens of regions). Per row only the counts within _SPREAD·√n of the mean are kept
+    beyond, where the log-gamma of n carries the rounding: tests/test_twosample.py), for the
+    dozens of regions planning's bisection assesses at the same nuisance values. Per row only the counts within _SPREAD·√n of the mean are kept
     (outside, Hoeffding bounds the mass by 2·exp(−2·_SPREAD²) < 1e-21: the tail there is 0 or
     1), so a reference of millions takes a table of thousands of columns.
 
@@ -135,7 +172,6 @@ def _grid_tails(
     width = min(n_l + 1, 2 * int(np.ceil(_SPREAD * np.sqrt(n_l))) + 1)
     if width > _TABLE_RATIO * (n_s + 1):
         return None
-    p_b = _grid(u_tol)
     p_l = p_b if a_small else np.minimum(p_b + u_tol, 1.0)
     first = np.clip(np.round(n_l * p_l).astype("int64") - width // 2, 0, n_l + 1 - width)
     counts = (first[:, None] + np.arange(width)[None, :]).astype("float64")
@@ -191,7 +227,6 @@ def _supremum(
 
     With ``above``: once the grid alone shows the supremum is above it, that grid value is
     returned unrefined (enough for the caller's comparison with ``above``)."""
-    top = 1.0 - u_tol
     grid = _grid(u_tol)
     values = _region_probability(
         n_a,
@@ -205,10 +240,9 @@ def _supremum(
     )
     if min(1.0, values.max()) > above:
         return float(min(1.0, values.max()))
-    step = grid[1] - grid[0]
-    peaks = grid[np.argsort(values)[-_PEAKS:]]
-    fine = np.clip((peaks[:, None] + np.linspace(-step, step, _REFINE)[None, :]).ravel(), 0, top)
-    refined = _region_probability(n_a, n_b, a_small, edge, fine, u_tol)
+    peaks = tuple(sorted(int(i) for i in np.argsort(values)[-_PEAKS:]))
+    fine, pmf, tails = _refinement(n_a, n_b, a_small, u_tol, peaks)
+    refined = _region_probability(n_a, n_b, a_small, edge, fine, u_tol, pmf, tails)
     return float(min(1.0, max(values.max(), refined.max())))
 
 

@@ -170,3 +170,23 @@ def test_grid_tail_table_equals_the_binomial_cdf(n_a, n_b, u_tol, monkeypatch):
     )
     for cached in (twosample._grid_tails, twosample.critical_statistic):
         cached.cache_clear()
+
+
+@pytest.mark.parametrize(("n_a", "n_b"), [(1, 1), (3, 17), (17, 3), (25, 25), (8, 60), (60, 8)])
+@pytest.mark.parametrize("u_tol", [0.0, 0.05, 0.2])
+def test_region_edges_are_those_of_every_table(n_a, n_b, u_tol):
+    """The region {T >= t} that _boundary describes (one edge per count of the smaller group,
+    from the quadratic's root moved against T) is exactly the set of tables whose statistic is
+    at least t, found by computing T for every table, at statistics from 1e-4 to 30."""
+    from biasaudit.tasks import twosample
+
+    x_a, x_b = np.meshgrid(np.arange(n_a + 1), np.arange(n_b + 1), indexing="ij")
+    table = statistic(x_a, n_a, x_b, n_b, u_tol)
+    for t in (1e-4, 0.3, 1.0, 1.96, 2.8, 4.0, 30.0):
+        a_small, edge = twosample._boundary(n_a, n_b, t, u_tol)
+        region = table >= t - twosample._TIE * (1 + t)
+        if a_small:  # {x_B <= edge[x_A]}
+            described = x_b <= edge[:, None]
+        else:  # {x_A >= edge[x_B]}
+            described = x_a >= edge[None, :]
+        assert np.array_equal(described, region), (t, a_small, edge)
