@@ -1,8 +1,10 @@
 """Planning's exact power per pair of sizes: the tail table (tasks.twosample._grid_tails) against
 the binomial CDF at every region edge (the table switched off), each the best of --repeat, the
-caches cleared before every call, in one process.
+caches cleared before every call, in one process. With --plain: only the time per pair, on
+whatever code is imported (an older checkout first on PYTHONPATH, to compare versions).
 
     python benchmarks/planning_power.py
+    PYTHONPATH=/tmp/basepath python benchmarks/planning_power.py --plain
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from biasaudit.tasks import twosample
 
 PAIRS = [
     (50, 5_000),
+    (239, 400),
+    (809, 1_383),
+    (1_254, 938),
     (400, 4_000),
     (999, 12_000),
     (150, 60_000),
@@ -26,17 +31,27 @@ PAIRS = [
 
 
 def seconds(n_a: int, n_b: int) -> float:
-    for cached in (twosample._grid_tails, twosample._grid_pmf, twosample.critical_statistic):
-        cached.cache_clear()
+    """exact_power at U_tol 0 and 0.05, levels 0.05 and 0.0003, caches cleared first."""
+    for name in ("_grid_tails", "_grid_pmf", "_refinement", "_log_choose", "critical_statistic"):
+        if hasattr(twosample, name):
+            getattr(twosample, name).cache_clear()
     start = time.perf_counter()
-    twosample.exact_power(n_a, n_b, 0.3, 0.28, 0.0, 0.05)
+    for u_tol in (0.0, 0.05):
+        for level in (0.05, 0.0003):
+            twosample.exact_power(n_a, n_b, 0.3 + u_tol, 0.25, u_tol, level)
     return time.perf_counter() - start
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--plain", action="store_true", help="time per pair only (any version)")
     args = parser.parse_args()
+    if args.plain:
+        print(f"{'group':>6} {'reference':>10} {'seconds':>8}")
+        for n_a, n_b in PAIRS:
+            print(f"{n_a:6d} {n_b:10d} {min(seconds(n_a, n_b) for _ in range(args.repeat)):8.3f}")
+        return
     ratio = twosample._TABLE_RATIO
     print(f"{'group':>6} {'reference':>10} {'table':>7} {'with table':>11} {'CDF only':>9} {'gain':>6}")
     for n_a, n_b in PAIRS:
