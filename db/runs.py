@@ -45,7 +45,7 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 RUNNING, SUCCEEDED, FAILED = "running", "succeeded", "failed"
@@ -122,9 +122,14 @@ def _insert_results(connection: Connection, table: Table, frame: pd.DataFrame, r
         sql.SQL(", ").join(map(sql.Identifier, names)),
     )
     driver = cast(Any, connection.connection.driver_connection)  # this transaction's psycopg one
-    with driver.cursor().copy(statement) as copy:
-        for row in zip(*columns):
-            copy.write_row(row)
+    try:
+        with driver.cursor().copy(statement) as copy:
+            for row in zip(*columns):
+                copy.write_row(row)
+    except dialect.loaded_dbapi.Error as error:  # as SQLAlchemy's own: db.retry retries a drop
+        raise DBAPIError.instance(
+            statement.as_string(driver), None, error, dialect.loaded_dbapi.Error
+        ) from error
 
 
 def _lock_key(*parts: str) -> int:

@@ -198,7 +198,7 @@ def test_failure_inside_the_results_transaction_rolls_back(db_url, monkeypatch):
     import biasaudit.db.runs
 
     calls = {"n": 0}
-    original = biasaudit.db.runs._records
+    original = biasaudit.db.runs._columns  # each result table's values, INSERT or COPY
 
     def failing(frame, run_id):
         calls["n"] += 1
@@ -206,7 +206,7 @@ def test_failure_inside_the_results_transaction_rolls_back(db_url, monkeypatch):
             raise OSError("disk full (injected)")
         return original(frame, run_id)
 
-    monkeypatch.setattr(biasaudit.db.runs, "_records", failing)
+    monkeypatch.setattr(biasaudit.db.runs, "_columns", failing)
     with pytest.raises(OSError, match="disk full"):
         run_audit("credit-race", str(DEMO_CONFIG), db_url, END)
     assert counts(db_url, *RESULT_TABLES) == [0, 0]
@@ -216,25 +216,20 @@ def test_failure_inside_the_results_transaction_rolls_back(db_url, monkeypatch):
 KILL_SCRIPT = textwrap.dedent(
     """
     import sys, time, pathlib
-    from sqlalchemy import event
-    import biasaudit.db.engine
+    import biasaudit.db.runs
     from biasaudit.flows.audit import run_audit
     from biasaudit.flows.demo import END
 
     url, config, marker = sys.argv[1:4]
-    original = biasaudit.db.engine.make_engine
-    def make_engine(u=None):
-        engine = original(u)
-        inserts = {"n": 0}
-        @event.listens_for(engine, "after_cursor_execute")
-        def pause(conn, cursor, statement, *args):
-            if statement.lstrip().upper().startswith("INSERT INTO GROUP_COUNTS") or "metric_results" in statement and statement.startswith("INSERT"):
-                inserts["n"] += 1
-                if inserts["n"] == 1:
-                    pathlib.Path(marker).write_text("between two inserts")
-                    time.sleep(120)
-        return engine
-    biasaudit.db.engine.make_engine = make_engine
+    original = biasaudit.db.runs._insert_results
+    written = {"n": 0}
+    def insert_then_pause(connection, table, frame, run_id):  # INSERTs, or COPY on PostgreSQL
+        original(connection, table, frame, run_id)
+        written["n"] += 1
+        if written["n"] == 1:
+            pathlib.Path(marker).write_text("between two result tables")
+            time.sleep(120)
+    biasaudit.db.runs._insert_results = insert_then_pause
     run_audit("credit-race", config, url, END)
     """
 )
@@ -407,6 +402,68 @@ def test_connection_dropped_during_persist_is_retried(db_url, monkeypatch):
     result = audit_flow("credit-race", str(DEMO_CONFIG), db_url, END)
     assert attempts["n"] == 2 and result["new"]
     assert list_runs(make_engine(db_url))["status"].tolist() == ["succeeded"]
+
+
+@on_databases("postgresql")
+def test_connection_dropped_during_copy_is_retried_like_any_drop(db_url, monkeypatch):
+    """A PostgreSQL session terminated in the middle of persist's COPY raises SQLAlchemy's
+    OperationalError (the error db.retry retries), not the driver's own, and nothing is stored."""
+    import psycopg
+    from biasaudit.db.retry import is_transient
+    from biasaudit.db.runs import _insert_results, release_run, start_run
+    from biasaudit.flows.pipeline import new_record
+    from biasaudit.schemas.config import load_audit
+
+    engine = make_engine(db_url)
+    record = new_record(load_audit(DEMO_CONFIG, "credit-race"), END)
+    run_id = start_run(engine, record)
+    counts_frame = pd.DataFrame(
+        {"attribute": "race", "group_name": [f"g{i}" for i in range(2000)], "subset": "all"}
+        | dict.fromkeys(["tp", "fp", "fn", "tn", "n_unlabelled"], 1)
+    )
+    original, admin = psycopg.Copy.write_row, make_engine(db_url)
+
+    def write_after_termination(self, row):
+        if not getattr(self, "_terminated", False):
+            self._terminated = True
+            with admin.connect() as other:
+                other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": backend})
+        return original(self, row)
+
+    monkeypatch.setattr(psycopg.Copy, "write_row", write_after_termination)
+    try:
+        with pytest.raises(OperationalError) as raised, engine.begin() as connection:
+            backend = connection.execute(text("SELECT pg_backend_pid()")).scalar()
+            _insert_results(connection, GroupCount.__table__, counts_frame, run_id)
+        assert is_transient(raised.value)
+    finally:
+        release_run(run_id)
+    assert counts(db_url, GroupCount) == [0]
+
+
+@on_databases("postgresql")
+def test_a_value_copy_refuses_is_sqlalchemys_error(db_url):
+    """A result value PostgreSQL refuses during persist's COPY (a group name over the column's
+    512 characters) raises SQLAlchemy's DataError, as an INSERT would: a handled error with a
+    one-line message (flows.logs), not the driver's own exception."""
+    from biasaudit.db.runs import _insert_results, release_run, start_run
+    from biasaudit.flows.logs import handled_errors
+    from biasaudit.flows.pipeline import new_record
+    from biasaudit.schemas.config import load_audit
+    from sqlalchemy.exc import DataError
+
+    engine = make_engine(db_url)
+    run_id = start_run(engine, new_record(load_audit(DEMO_CONFIG, "credit-race"), END))
+    frame = pd.DataFrame(
+        {"attribute": "race", "group_name": ["x" * 600], "subset": "all"}
+        | dict.fromkeys(["tp", "fp", "fn", "tn", "n_unlabelled"], 1)
+    )
+    try:
+        with pytest.raises(DataError) as raised, engine.begin() as connection:
+            _insert_results(connection, GroupCount.__table__, frame, run_id)
+        assert isinstance(raised.value, handled_errors())
+    finally:
+        release_run(run_id)
 
 
 # ---- security ----------------------------------------------------------------------------------
