@@ -26,6 +26,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
@@ -111,8 +112,9 @@ def _insert_results(connection: Connection, table: Table, frame: pd.DataFrame, r
     names, columns = _columns(frame, run_id)
     for position, name in enumerate(names):
         kind = table.c[name].type
-        cast_to = {int: int, bool: bool}.get(kind.python_type)
-        if cast_to is not None:
+        casts: dict[type, Callable[[Any], Any]] = {int: round, bool: bool}
+        cast_to = casts.get(kind.python_type)
+        if cast_to is not None:  # round, as INSERT's cast of a float to an integer does
             columns[position] = [None if v is None else cast_to(v) for v in columns[position]]
         process = kind.bind_processor(dialect)
         if process is not None:
@@ -122,14 +124,13 @@ def _insert_results(connection: Connection, table: Table, frame: pd.DataFrame, r
         sql.SQL(", ").join(map(sql.Identifier, names)),
     )
     driver = cast(Any, connection.connection.driver_connection)  # this transaction's psycopg one
+    shown = statement.as_string(driver)
     try:
-        with driver.cursor().copy(statement) as copy:
+        with driver.cursor() as cursor, cursor.copy(statement) as copy:
             for row in zip(*columns):
                 copy.write_row(row)
     except dialect.loaded_dbapi.Error as error:  # as SQLAlchemy's own: db.retry retries a drop
-        raise DBAPIError.instance(
-            statement.as_string(driver), None, error, dialect.loaded_dbapi.Error
-        ) from error
+        raise DBAPIError.instance(shown, None, error, dialect.loaded_dbapi.Error) from error
 
 
 def _lock_key(*parts: str) -> int:

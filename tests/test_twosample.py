@@ -163,12 +163,12 @@ def test_grid_tail_table_equals_the_binomial_cdf(n_a, n_b, u_tol, monkeypatch):
     rates = (0.3 + u_tol, 0.25) if n_a < n_b else (0.25, 0.3 + u_tol)
     with_table = twosample.exact_power(n_a, n_b, *rates, u_tol, ALPHA)
     monkeypatch.setattr(twosample, "_TABLE_RATIO", 0)
-    for cached in (twosample._grid_tails, twosample.critical_statistic):
+    for cached in (twosample._grid_tails, twosample._refinement, twosample.critical_statistic):
         cached.cache_clear()
     assert twosample.exact_power(n_a, n_b, *rates, u_tol, ALPHA) == pytest.approx(
         with_table, abs=tolerance
     )
-    for cached in (twosample._grid_tails, twosample.critical_statistic):
+    for cached in (twosample._grid_tails, twosample._refinement, twosample.critical_statistic):
         cached.cache_clear()
 
 
@@ -190,3 +190,25 @@ def test_region_edges_are_those_of_every_table(n_a, n_b, u_tol):
         else:  # {x_A >= edge[x_B]}
             described = x_a >= edge[None, :]
         assert np.array_equal(described, region), (t, a_small, edge)
+
+
+def test_region_edges_take_few_evaluations_even_at_a_tie(monkeypatch):
+    """At a table tying the tolerance exactly (T ~ 1e-16: adjusted rates 0.20 and 0.15, U_tol
+    0.05) and with U_tol near 1 (no real root), the edges are bisected (about log2 of the
+    larger group's counts evaluations of T), never walked count by count (a million steps)."""
+    from biasaudit.tasks import twosample
+
+    calls = {"n": 0}
+    original = twosample.statistic
+
+    def counted(*args, **kwargs):
+        calls["n"] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(twosample, "statistic", counted)
+    tie = float(original(3, 18, 149_999, 999_998, 0.05))
+    assert 0 < tie < 1e-12
+    for n_a, n_b, t, u_tol in [(18, 999_998, tie, 0.05), (164_826, 988, 710.4, 0.999)]:
+        calls["n"] = 0
+        twosample._boundary(n_a, n_b, t, u_tol)
+        assert calls["n"] <= 2 * twosample._WALK + 2 * np.log2(max(n_a, n_b)) + 4
