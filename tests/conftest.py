@@ -44,19 +44,28 @@ def prefect_harness():
         yield
 
 
-@pytest.fixture(scope="session")
-def postgres_server_url():
-    """URL of a fresh database on the test PostgreSQL server, dropped at the end of the session."""
-    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+def _reachable_admin(url: str, label: str, required: bool, how: str):
+    """An AUTOCOMMIT engine on the test server at ``url``; skip the test when it is not
+    reachable, or fail it where ``required`` (``how`` names the setting that requires it)."""
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as connection:
             connection.execute(text("SELECT 1"))
     except OperationalError as exc:
         admin.dispose()
-        reason = f"PostgreSQL at {POSTGRES_URL} is not reachable: {exc.orig}"
-        if REQUIRE_POSTGRES:
-            pytest.fail(reason + " (BIASAUDIT_REQUIRE_POSTGRES=1)")
+        reason = f"{label} at {url} is not reachable: {exc.orig}"
+        if required:
+            pytest.fail(f"{reason} ({how})")
         pytest.skip(reason)
+    return admin
+
+
+@pytest.fixture(scope="session")
+def postgres_server_url():
+    """URL of a fresh database on the test PostgreSQL server, dropped at the end of the session."""
+    admin = _reachable_admin(
+        POSTGRES_URL, "PostgreSQL", REQUIRE_POSTGRES, "BIASAUDIT_REQUIRE_POSTGRES=1"
+    )
     name = f"biasaudit_test_{uuid.uuid4().hex[:12]}"
     with admin.connect() as connection:
         connection.execute(text(f'CREATE DATABASE "{name}"'))
@@ -70,16 +79,7 @@ def postgres_server_url():
 def mariadb_server_url():
     """URL of a throw-away database on the test MariaDB server, dropped at the end of the session
     (BIASAUDIT_REQUIRE_MARIADB=1 makes an unreachable server a failure, as in CI)."""
-    admin = create_engine(MARIADB_URL, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as connection:
-            connection.execute(text("SELECT 1"))
-    except OperationalError as exc:
-        admin.dispose()
-        reason = f"MariaDB at {MARIADB_URL} is not reachable: {exc.orig}"
-        if REQUIRE_MARIADB:
-            pytest.fail(reason + " (BIASAUDIT_REQUIRE_MARIADB=1)")
-        pytest.skip(reason)
+    admin = _reachable_admin(MARIADB_URL, "MariaDB", REQUIRE_MARIADB, "BIASAUDIT_REQUIRE_MARIADB=1")
     name = f"biasaudit_test_{uuid.uuid4().hex[:12]}"
     yield admin, admin.url.set(database=name).render_as_string(hide_password=False)
     with admin.connect() as connection:
@@ -154,16 +154,7 @@ def separate_database(kind: str, folder: Path):
     server, require = (
         (POSTGRES_URL, REQUIRE_POSTGRES) if kind == "postgresql" else (MARIADB_URL, REQUIRE_MARIADB)
     )
-    admin = create_engine(server, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as connection:
-            connection.execute(text("SELECT 1"))
-    except OperationalError as exc:
-        admin.dispose()
-        reason = f"{kind} at {server} is not reachable: {exc.orig}"
-        if require:
-            pytest.fail(reason + " (required in CI)")
-        pytest.skip(reason)
+    admin = _reachable_admin(server, kind, require, "required in CI")
     name = f"biasaudit_test_{uuid.uuid4().hex[:12]}"
     quoted = f'"{name}"' if kind == "postgresql" else f"`{name}`"
     create = f"CREATE DATABASE {quoted}" + (" CHARACTER SET utf8mb4" if kind == "mariadb" else "")
