@@ -196,7 +196,7 @@ def _cdf_at(x1, n1, x2, n2, tau):
 
 
 # Posteriors with both Beta parameters of both groups at least this large take the HDI's
-# Edgeworth approximation (_large_sample_hdi); its ends are within 2e-7 of the quadrature's there.
+# Edgeworth approximation (_large_sample_hdi); its ends are within 3e-7 of the quadrature's there
 LARGE_POSTERIOR = 5000
 
 
