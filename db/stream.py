@@ -32,6 +32,7 @@ from typing import Any, TypeAlias
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from biasaudit.db.engine import connect_timeout, statement_timeout
 from biasaudit.db.scan import (
     BUCKET,
     Scanned,
@@ -50,6 +51,7 @@ from biasaudit.schemas.config import Audit
 from biasaudit.schemas.frames import as_binary, as_number, text_of
 from biasaudit.schemas.quarantine import QUARANTINE_COLUMNS, failures, split_valid
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 Chunk: TypeAlias = "pa.RecordBatch | pd.DataFrame"  # Arrow, or driver values (cursor)
 
@@ -71,15 +73,27 @@ def _postgres_batches(connection: Connection, query) -> Iterator[pa.RecordBatch]
     compiled = _compiled(connection, query)
     driver: Any = connection.connection.driver_connection
     sql = psycopg.ClientCursor(driver).mogrify(str(compiled), compiled.params)
-    url = connection.engine.url.set(drivername="postgresql")
+    # The engine's limits (db.engine), so that a silent server fails the scan instead of hanging
+    # it; libpq's URI takes no space in ``options``.
+    url = connection.engine.url.set(drivername="postgresql").update_query_dict(
+        {
+            "connect_timeout": str(max(1, round(connect_timeout()))),
+            "options": f"-cstatement_timeout={round(statement_timeout() * 1000)}",
+        }
+    )
 
     def batches() -> Iterator[pa.RecordBatch]:
-        with (
-            adbc.connect(url.render_as_string(hide_password=False)) as conn,
-            conn.cursor() as cursor,
-        ):
-            cursor.execute(sql)
-            yield from cursor.fetch_record_batch()
+        try:
+            with (
+                adbc.connect(url.render_as_string(hide_password=False)) as conn,
+                conn.cursor() as cursor,
+            ):
+                cursor.execute(sql)
+                yield from cursor.fetch_record_batch()
+        except adbc.Error as error:  # as SQLAlchemy's own: db.retry retries a drop or timeout
+            raise DBAPIError.instance(str(compiled), None, error, adbc.Error) from error
+        except OSError as error:  # a failure mid-stream arrives through Arrow as an IO error
+            raise OperationalError(str(compiled), None, error) from error
 
     return batches()
 

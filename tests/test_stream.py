@@ -13,6 +13,8 @@ from biasaudit.db.stream import _rebatched, object_frame, stream_thresholds, typ
 from biasaudit.schemas.config import parse_config
 from sqlalchemy import Column, DateTime, Integer, MetaData, String, Table
 
+from .conftest import on_databases
+
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
 
@@ -90,3 +92,42 @@ def test_typed_and_driver_values_fingerprint_alike():
         }
     )
     assert row_hash_sum(typed_frame(batch)) == row_hash_sum(object_frame(batch))
+
+
+@on_databases("postgresql")
+def test_a_slow_source_fails_the_arrow_read_at_the_statement_timeout(db_url, monkeypatch):
+    """The Arrow reader's own connection keeps the engine's statement timeout: a source slower
+    than it fails the scan with SQLAlchemy's OperationalError (which db.retry retries) instead of
+    hanging. The engine is made before the timeout is lowered, so its own statements (the
+    duplicate scan) run under the default and the failure is the Arrow reader's."""
+    import psycopg
+    from biasaudit.db.retry import is_transient
+    from sqlalchemy import text
+    from sqlalchemy.exc import OperationalError
+
+    engine = make_engine(db_url)
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "CREATE TABLE rows_ (pid text, model text, made timestamp, label int, pred int, "
+                "grp text)"
+            )
+        )
+        connection.execute(
+            text(
+                "INSERT INTO rows_ SELECT 'p' || g, 'm', '2026-05-01', 1, 0, 'x' "
+                "FROM generate_series(1, 300) g"
+            )
+        )
+        connection.execute(  # 10 ms a row: 3 s in all
+            text(
+                "CREATE VIEW quoted AS SELECT r.* FROM rows_ r "
+                "WHERE length(r.pid || pg_sleep(0.01)::text) > 0"
+            )
+        )
+    monkeypatch.setenv("BIASAUDIT_STATEMENT_TIMEOUT_SECONDS", "0.5")
+    with pytest.raises(OperationalError) as raised:
+        stream_thresholds(engine, audit_for("m"), None, NOW, NOW, chunk_rows=100)
+    assert is_transient(raised.value) and "statement timeout" in str(raised.value)
+    assert not isinstance(raised.value.orig, psycopg.Error)  # not the engine's connection
+    engine.dispose()
