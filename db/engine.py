@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
@@ -178,6 +178,28 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
             f"cannot use database {safe_url(parsed.render_as_string(hide_password=False))}: "
             f"{type(exc).__name__}"
         ) from None
+
+
+@contextmanager
+def one_snapshot(engine: Engine) -> Iterator[Connection]:
+    """A connection whose reads all see one snapshot of the database, so that the several
+    statements of one scan (duplicate ids, the GROUP BY, the suspect rows) agree on every row
+    while rows are inserted and labels arrive: PostgreSQL in a read-only REPEATABLE READ
+    transaction (its default, READ COMMITTED, takes a snapshot per statement), MariaDB at
+    REPEATABLE READ (InnoDB's consistent read, whatever the server's default), SQLite with an
+    explicit BEGIN (pysqlite begins none before a SELECT); DuckDB's transaction is one already.
+    Nothing is written: the transaction is rolled back when the block ends."""
+    with engine.connect() as connection:
+        backend = engine.dialect.name
+        if backend == "postgresql":
+            connection.execution_options(
+                isolation_level="REPEATABLE READ", postgresql_readonly=True
+            )
+        elif backend == "mysql":
+            connection.execution_options(isolation_level="REPEATABLE READ")
+        elif backend == "sqlite":
+            connection.exec_driver_sql("BEGIN")
+        yield connection
 
 
 @contextmanager

@@ -36,6 +36,7 @@ from datetime import datetime
 
 import numpy as np
 import pandas as pd
+from biasaudit.db.engine import one_snapshot
 from biasaudit.db.source import (
     EmptyWindow,
     Window,
@@ -238,9 +239,10 @@ def pushdown_thresholds(engine, audit: Audit, start, end, now: datetime) -> list
 
     One pass counts each key's rows and, as a conditional sum, those a per-row rule does not
     clear (``suspect``); the key rules run on the grouped keys. Only when a key is invalid or a
-    row suspect are those rows read again and judged by the Pandera schema."""
+    row suspect are those rows read again and judged by the Pandera schema. Every statement reads
+    one snapshot (db.engine.one_snapshot): a label arriving between two of them changes nothing."""
     names = [*audit.attributes, "y_true", BUCKET]
-    with engine.connect() as connection:
+    with one_snapshot(engine) as connection:
         window, duplicated = _window_and_duplicates(connection, audit, start, end)
         ok = window.row_ok(now, end)
         if duplicated:

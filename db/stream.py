@@ -16,6 +16,8 @@ judge. Rows it accepts are folded into counts at once; the rows it rejects are j
 the driver's Python values, by ``split_valid`` for their quarantine records, so these are the same
 as in the other modes. Rows whose prediction id repeats in the window (one GROUP BY first) are kept
 aside and judged together at the end, so the first occurrence in read order is kept, as in memory.
+The duplicate check and the rows read one snapshot (db.engine.one_snapshot; ADBC's connection
+imports the scan's), so rows written meanwhile reach neither.
 
 Memory holds one batch, the counts, the quarantine and the rows of repeated ids.
 """
@@ -32,7 +34,7 @@ from typing import Any, TypeAlias
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from biasaudit.db.engine import connect_timeout, statement_timeout
+from biasaudit.db.engine import connect_timeout, one_snapshot, statement_timeout
 from biasaudit.db.scan import (
     BUCKET,
     Scanned,
@@ -82,12 +84,18 @@ def _postgres_batches(connection: Connection, query) -> Iterator[pa.RecordBatch]
         }
     )
 
+    # The reader's transaction imports the snapshot of the scan's own (db.engine.one_snapshot),
+    # so that its rows are those the duplicate check saw.
+    snapshot = connection.exec_driver_sql("SELECT pg_export_snapshot()").scalar_one()
+
     def batches() -> Iterator[pa.RecordBatch]:
         try:
             with (
                 adbc.connect(url.render_as_string(hide_password=False)) as conn,
                 conn.cursor() as cursor,
             ):
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                cursor.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
                 cursor.execute(sql)
                 yield from cursor.fetch_record_batch()
         except adbc.Error as error:  # as SQLAlchemy's own: db.retry retries a drop or timeout
@@ -253,7 +261,7 @@ def stream_thresholds(
     decision = audit.decision is not None
     parts, quarantines, repeated, repeated_numbers = [], [], [], []
     rows = hash_sum = 0
-    with engine.connect() as connection:
+    with one_snapshot(engine) as connection:
         window, duplicated = _window_and_duplicates(connection, audit, start, end)
         for chunk in read_batches(connection, window.query(start, end), chunk_rows):
             typed = typed_frame(chunk)
