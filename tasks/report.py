@@ -23,7 +23,8 @@ import functools
 import html
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections import namedtuple
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -68,6 +69,17 @@ flex-wrap:wrap}
 # ---------------------------------------------------------------------------------------------
 # Numbers for people
 # ---------------------------------------------------------------------------------------------
+
+
+def _tuples(frame: pd.DataFrame, index: bool = True) -> Iterator[Any]:
+    """The rows of ``frame.itertuples(index=index)``, the same values, read a column at a time:
+    itertuples selects every column through ``iloc`` on each call, most of the report's time."""
+    fields = (["Index"] if index else []) + list(frame.columns)
+    columns = [list(frame.index)] if index else []
+    for _, series in frame.items():  # noqa: PERF102 (DataFrame.values is not the columns)
+        plain = isinstance(series.dtype, np.dtype) and series.dtype.kind not in "mM"
+        columns.append(series.to_numpy().tolist() if plain else list(series))
+    return map(namedtuple("Row", fields, rename=True)._make, zip(*columns))
 
 
 def _missing(value) -> bool:
@@ -477,7 +489,7 @@ def forest_plot(rows: pd.DataFrame, tolerance: float, title: str, minimum: int) 
         f'<text x="{label_w + plot_w / 2}" y="{axis_y + 29}" text-anchor="middle" '
         f'font-size="11" fill="#555">difference, percentage points</text>'
     )
-    for i, row in enumerate(rows.itertuples()):
+    for i, row in enumerate(_tuples(rows)):
         y = top + i * line + 4
         small = bool(row.small)
         name = _shorten(str(row.group_name), 22)
@@ -569,29 +581,35 @@ _COUNT = re.compile(r"^(n|n_.*|size_.*|needed.*|labelled|denominator_.*|numerato
 _P = re.compile(r"^(p_value|p_adjusted|percentile.*)$")
 
 
-def _format(column: str, value) -> str:
-    """A stored value for people, by what its column holds: rates and differences as
-    percentages, counts with separators, p-values to 2 digits, other numbers to 3 digits."""
+def _number_format(column: str) -> Callable[[float], str]:
+    """How a column's numbers read: rates and differences as percentages, counts with
+    separators, p-values to 2 digits, other numbers to 3 digits."""
+    if _PERCENT.match(column):
+        return percent
+    if _COUNT.match(column):
+        return count
+    if _P.match(column):
+        return p_text
+    return lambda value: esc(sig3(value))
+
+
+def _format(value, number: Callable[[float], str]) -> str:
+    """A stored value for people: a number as its column's ``_number_format`` writes it,
+    anything else escaped as it is."""
     if isinstance(value, bool | np.bool_) or not isinstance(value, float | int | np.number):
         return esc(value)
-    value = float(value)
-    if _PERCENT.match(column):
-        return percent(value)
-    if _COUNT.match(column):
-        return count(value)
-    if _P.match(column):
-        return p_text(value)
-    return esc(sig3(value))
+    return number(float(value))
 
 
 def _frame_table(frame: pd.DataFrame, columns: list[str] | None = None) -> str:
-    """A frame as a table of escaped values formatted for people (``_format``)."""
+    """A frame as a table of escaped values formatted for people (``_number_format``)."""
     if frame is None or frame.empty:
         return '<p class="muted">none</p>'
     columns = [c for c in (columns or list(frame.columns)) if c in frame.columns]
+    numbers = [_number_format(c) for c in columns]
     rows = [
-        [_format(c, v) for c, v in zip(columns, record)]
-        for record in frame[columns].itertuples(index=False)
+        [_format(v, f) for v, f in zip(record, numbers)]
+        for record in _tuples(frame[columns], index=False)
     ]
     return _table([esc(c) for c in columns], rows, left=2)
 
@@ -626,7 +644,7 @@ def _group_chips(part: pd.DataFrame, minimum: int) -> str:
     if len(part) > CHIPS:
         small = part[part["small"]].head(CHIPS // 2)
         shown = pd.concat([part[~part["small"]].head(CHIPS - len(small)), small])
-    for row in shown.itertuples():
+    for row in _tuples(shown):
         done = "" if uniform else f" · {percent(row.completeness)} labelled"
         selected = getattr(row, "completeness_selected", np.nan)
         rejected = getattr(row, "completeness_rejected", np.nan)
@@ -663,7 +681,7 @@ def _completeness_warning(p: float, alpha: float) -> str:
 
 def _finding_rows(comp: pd.DataFrame) -> list[list[str]]:
     rows = []
-    for row in comp.itertuples():
+    for row in _tuples(comp):
         vs = "rest" if row.reference == "rest" else f"{row.reference}"
         rows.append(
             [
@@ -731,7 +749,7 @@ def first_screen(frames: ReportFrames) -> str:
     sizes = groups(frames)
     named = references(frames)
     rows = []
-    for row in verdict.itertuples():
+    for row in _tuples(verdict):
         part = sizes[sizes["attribute"] == row.attribute]
         ref = (
             f"<br><span class=muted>reference: {esc(named[row.attribute])}</span>"
@@ -774,7 +792,7 @@ def first_screen(frames: ReportFrames) -> str:
 
 def _rate_rows(part: pd.DataFrame, has_ref: bool) -> list[list[str]]:
     rows = []
-    for row in part.itertuples():
+    for row in _tuples(part):
         name = esc(row.group_name)
         if row.is_reference:
             name += " <span class=muted>(reference)</span>"
@@ -1132,7 +1150,7 @@ def render_markdown(frames: ReportFrames, report_path: str | None = None) -> str
         "| attribute | verdict | why | groups (predictions) |",
         "|---|---|---|---|",
     ]
-    for row in verdict.itertuples():
+    for row in _tuples(verdict):
         part = sizes[sizes["attribute"] == row.attribute]
         lines.append(
             f"| {md(row.attribute)} | **{VERDICTS[row.verdict][0]}** | {md(row.why)} | "
@@ -1150,7 +1168,7 @@ def render_markdown(frames: ReportFrames, report_path: str | None = None) -> str
             ),
             "|---|---|---|---|---|---|---|---|---|",
         ]
-        for row in findings.head(FIRST_SCREEN_ROWS).itertuples():
+        for row in _tuples(findings.head(FIRST_SCREEN_ROWS)):
             small = " (small)" if row.small else ""
             lines.append(
                 f"| {md(row.attribute)} | {md(row.group_name)}{small} | {md(row.reference)} | "

@@ -27,6 +27,7 @@ from biasaudit.flows.report import build_report
 from biasaudit.schemas.report import ReportFrames
 from biasaudit.tasks.counts import label_completeness
 from biasaudit.tasks.report import (
+    _tuples,
     comparisons,
     forest_plot,
     needs_more,
@@ -737,7 +738,9 @@ def test_completeness_warning_is_the_runs_own_decision(compas):
     counts.loc[black, "n_unlabelled"] = round(0.03 * rejected)
     race = label_completeness(counts[counts["attribute"] == "race"])
     assert race["p_value"].iloc[0] < 0.001 and not race["uneven"].any()  # seen, but small
-    assert "label completeness differs" not in render_html(dataclasses.replace(frames, counts=counts))
+    assert "label completeness differs" not in render_html(
+        dataclasses.replace(frames, counts=counts)
+    )
 
 
 def test_many_groups_stay_on_the_first_screen_and_bare_frames_render():
@@ -761,3 +764,31 @@ def test_many_groups_stay_on_the_first_screen_and_bare_frames_render():
     assert f"and {len(hidden)} more groups of {hidden.min()} to {hidden.max()} predictions" in first
     assert_self_contained(page)
     assert "too little data" in first
+
+
+def test_rows_are_those_of_itertuples():
+    """The report reads frames a column at a time (_tuples): the same rows, values and types as
+    pandas' itertuples, for every dtype a stored run's frames hold."""
+    frame = pd.DataFrame(
+        {
+            "group_name": pd.array(["a", None, "c"], dtype="string[pyarrow]"),
+            "n": pd.array([1, None, 3], dtype="Int64"),
+            "value": [0.5, float("nan"), 1e-300],
+            "flagged": [True, False, True],
+            "at": pd.to_datetime(["2026-01-01", None, "2026-03-01"]),
+            "zoned": pd.to_datetime(["2026-01-01", "2026-02-01", None], utc=True),
+            "mixed": [1, "x", None],
+            "1 bad name": [1, 2, 3],
+        },
+        index=[5, 7, 9],
+    )
+    for index in (True, False):
+        ours = list(_tuples(frame, index=index))
+        theirs = list(frame.itertuples(index=index))
+        assert [r._fields for r in ours] == [r._fields for r in theirs]
+        for mine, pandas_row in zip(ours, theirs, strict=True):
+            assert [type(v) for v in mine] == [type(v) for v in pandas_row]
+            assert all(
+                a is b or (pd.isna(a) and pd.isna(b)) or a == b
+                for a, b in zip(mine, pandas_row, strict=True)
+            )
