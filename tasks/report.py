@@ -26,7 +26,7 @@ import re
 from collections import namedtuple
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import pandas as pd
@@ -79,7 +79,8 @@ def _tuples(frame: pd.DataFrame, index: bool = True) -> Iterator[Any]:
     for _, series in frame.items():  # noqa: PERF102 (DataFrame.values is not the columns)
         plain = isinstance(series.dtype, np.dtype) and series.dtype.kind not in "mM"
         columns.append(series.to_numpy().tolist() if plain else list(series))
-    return map(namedtuple("Row", fields, rename=True)._make, zip(*columns))
+    row = cast(Any, namedtuple)("Row", fields, rename=True)  # fields known at run time only
+    return map(row._make, zip(*columns))
 
 
 def _missing(value) -> bool:
