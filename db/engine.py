@@ -195,7 +195,7 @@ def one_snapshot(engine: Engine) -> Iterator[Connection]:
             connection.execution_options(
                 isolation_level="REPEATABLE READ", postgresql_readonly=True
             )
-        elif backend == "mysql":
+        elif backend in ("mysql", "mariadb"):
             connection.execution_options(isolation_level="REPEATABLE READ")
         elif backend == "sqlite":
             connection.exec_driver_sql("BEGIN")

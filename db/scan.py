@@ -239,8 +239,9 @@ def pushdown_thresholds(engine, audit: Audit, start, end, now: datetime) -> list
 
     One pass counts each key's rows and, as a conditional sum, those a per-row rule does not
     clear (``suspect``); the key rules run on the grouped keys. Only when a key is invalid or a
-    row suspect are those rows read again and judged by the Pandera schema. Every statement reads
-    one snapshot (db.engine.one_snapshot): a label arriving between two of them changes nothing."""
+    row suspect are those rows read again and judged by the Pandera schema. Every statement that
+    reads rows reads one snapshot (db.engine.one_snapshot): a label arriving between two of them
+    changes nothing."""
     names = [*audit.attributes, "y_true", BUCKET]
     with one_snapshot(engine) as connection:
         window, duplicated = _window_and_duplicates(connection, audit, start, end)

@@ -25,6 +25,8 @@ Memory holds one batch, the counts, the quarantine and the rows of repeated ids.
 from __future__ import annotations
 
 import json
+import logging
+import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -55,6 +57,8 @@ from biasaudit.schemas.quarantine import QUARANTINE_COLUMNS, failures, split_val
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+SNAPSHOT_ID = re.compile(r"[0-9A-F]+-[0-9A-F]+-[0-9]+")  # pg_export_snapshot's form
+log = logging.getLogger(__name__)
 Chunk: TypeAlias = "pa.RecordBatch | pd.DataFrame"  # Arrow, or driver values (cursor)
 
 
@@ -63,8 +67,16 @@ def _compiled(connection: Connection, query):
     return query.compile(dialect=connection.dialect, compile_kwargs={"render_postcompile": True})
 
 
+def _exported_snapshot(connection: Connection) -> str:
+    """The snapshot of the scan's transaction (db.engine.one_snapshot), for another session."""
+    return connection.exec_driver_sql("SELECT pg_export_snapshot()").scalar_one()
+
+
 def _postgres_batches(connection: Connection, query) -> Iterator[pa.RecordBatch] | None:
-    """The query's rows through ADBC's binary COPY, or None without the driver."""
+    """The query's rows through ADBC's binary COPY, in the scan's snapshot; None without the
+    driver, or where ADBC's connection cannot import the snapshot (another server behind the
+    same URL: a multi-host URL, a pool across replicas): then the caller reads on the scan's
+    own connection."""
     try:
         import adbc_driver_postgresql.dbapi as adbc
     except ImportError:
@@ -83,19 +95,27 @@ def _postgres_batches(connection: Connection, query) -> Iterator[pa.RecordBatch]
             "options": f"-cstatement_timeout={round(statement_timeout() * 1000)}",
         }
     )
-
-    # The reader's transaction imports the snapshot of the scan's own (db.engine.one_snapshot),
-    # so that its rows are those the duplicate check saw.
-    snapshot = connection.exec_driver_sql("SELECT pg_export_snapshot()").scalar_one()
+    snapshot = _exported_snapshot(connection)
+    if not SNAPSHOT_ID.fullmatch(snapshot):
+        log.warning("stream scan: unexpected snapshot id; reading through the scan's connection")
+        return None
+    try:
+        conn = adbc.connect(url.render_as_string(hide_password=False))
+    except adbc.Error as error:  # as SQLAlchemy's own: db.retry retries a drop or timeout
+        raise DBAPIError.instance(str(compiled), None, error, adbc.Error) from error
+    cursor = conn.cursor()
+    try:
+        cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        cursor.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
+    except adbc.Error as error:
+        cursor.close()
+        conn.close()
+        log.warning("stream scan: %s; reading through the scan's connection", error)
+        return None
 
     def batches() -> Iterator[pa.RecordBatch]:
         try:
-            with (
-                adbc.connect(url.render_as_string(hide_password=False)) as conn,
-                conn.cursor() as cursor,
-            ):
-                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                cursor.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
+            with conn, cursor:
                 cursor.execute(sql)
                 yield from cursor.fetch_record_batch()
         except adbc.Error as error:  # as SQLAlchemy's own: db.retry retries a drop or timeout

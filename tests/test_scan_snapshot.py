@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from biasaudit.db import stream
 from biasaudit.db.engine import make_engine
 from biasaudit.db.scan import memory_thresholds, pushdown_thresholds, stream_thresholds
 from sqlalchemy import Column, DateTime, Integer, MetaData, String, Table, event, update
@@ -90,10 +91,26 @@ def writes_between_reads(engine, table: Table, new_row: dict) -> Iterator[list[s
         event.remove(engine, "after_cursor_execute", commit_a_change)
 
 
+def snapshot_engine(url: str):
+    """An engine on ``url``; MariaDB through its own dialect name, its sessions at READ COMMITTED
+    (a common server default, under which each statement would read its own snapshot)."""
+    if not url.startswith("mysql"):
+        return make_engine(url)
+    engine = make_engine(url.replace("mysql+pymysql", "mariadb+pymysql", 1))
+
+    @event.listens_for(engine, "connect")
+    def read_committed(dbapi_connection, _record):
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+
+    return engine
+
+
 @pytest.mark.parametrize("mode", ["pushdown", "stream"])
 def test_writes_during_a_scan_do_not_reach_it(source_db_url, mode):
-    """Every count, cell and quarantined row is the table's as it was when the scan began."""
-    engine = make_engine(source_db_url)
+    """Every count, cell and quarantined row is the table's as it was when the scan began; the
+    engine writes as before once the scan is over."""
+    engine = snapshot_engine(source_db_url)
     aware = engine.dialect.name in {"postgresql", "duckdb"}
     table, rows = table_and_rows(aware)
     create(engine, table, rows)
@@ -111,5 +128,26 @@ def test_writes_during_a_scan_do_not_reach_it(source_db_url, mode):
     got = scanned.quarantine[columns].sort_values(columns).reset_index(drop=True)
     expected = before.quarantine[columns].sort_values(columns).reset_index(drop=True)
     assert got.astype(str).equals(expected.astype(str)), (got, expected)
+    with engine.begin() as connection:  # the scan's connection, back in the pool, can write
+        connection.execute(table.insert().values({**rows[5], "pid": "after"}))
     now = memory_thresholds(engine, AUDIT, None, NOW, NOW)[0]
-    assert now.rows_read == 60 + len(after)  # each change adds a row a later scan reads
+    assert now.rows_read == 60 + len(after) + 1  # each change added a row a later scan reads
+
+
+@pytest.mark.parametrize("source_db_url", ["postgresql"], indirect=True)
+def test_a_reader_that_cannot_import_the_snapshot_reads_on_the_scans_connection(
+    source_db_url, monkeypatch, caplog
+):
+    """Where ADBC's connection cannot take the scan's snapshot (another server behind the URL),
+    the stream reads on the scan's own connection, in its snapshot, and says so."""
+    monkeypatch.setattr(stream, "_exported_snapshot", lambda connection: "00000003-0000001A-1")
+    engine = make_engine(source_db_url)
+    table, rows = table_and_rows(aware=True)
+    create(engine, table, rows)
+    before = memory_thresholds(engine, AUDIT, None, NOW, NOW)[0]
+    with writes_between_reads(engine, table, rows[5]) as after:
+        scanned = stream_thresholds(engine, AUDIT, None, NOW, NOW, chunk_rows=16)[0]
+    assert len(after) == 2  # both reads went through SQLAlchemy: the cursor, not ADBC
+    assert (scanned.rows_read, scanned.rows_valid) == (before.rows_read, before.rows_valid)
+    same_cells(scanned.cells, before.cells)
+    assert "reading through the scan's connection" in caplog.text
