@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import functools
 import html
+import itertools
 import math
 import re
 from collections import namedtuple
@@ -80,7 +81,7 @@ def _tuples(frame: pd.DataFrame, index: bool = True) -> Iterator[Any]:
         plain = isinstance(series.dtype, np.dtype) and series.dtype.kind not in "mM"
         columns.append(series.to_numpy().tolist() if plain else list(series))
     row = cast(Any, namedtuple)("Row", fields, rename=True)  # fields known at run time only
-    return map(row._make, zip(*columns))
+    return map(row._make, zip(*columns) if columns else itertools.repeat((), len(frame)))
 
 
 def _missing(value) -> bool:
@@ -607,7 +608,7 @@ def _frame_table(frame: pd.DataFrame, columns: list[str] | None = None) -> str:
     if frame is None or frame.empty:
         return '<p class="muted">none</p>'
     columns = [c for c in (columns or list(frame.columns)) if c in frame.columns]
-    numbers = [_number_format(c) for c in columns]
+    numbers = [_number_format(str(c)) for c in columns]
     rows = [
         [_format(v, f) for v, f in zip(record, numbers)]
         for record in _tuples(frame[columns], index=False)

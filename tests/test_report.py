@@ -738,9 +738,7 @@ def test_completeness_warning_is_the_runs_own_decision(compas):
     counts.loc[black, "n_unlabelled"] = round(0.03 * rejected)
     race = label_completeness(counts[counts["attribute"] == "race"])
     assert race["p_value"].iloc[0] < 0.001 and not race["uneven"].any()  # seen, but small
-    assert "label completeness differs" not in render_html(
-        dataclasses.replace(frames, counts=counts)
-    )
+    assert "label completeness differs" not in render_html(dataclasses.replace(frames, counts=counts))
 
 
 def test_many_groups_stay_on_the_first_screen_and_bare_frames_render():
@@ -772,6 +770,7 @@ def test_rows_are_those_of_itertuples():
     frame = pd.DataFrame(
         {
             "group_name": pd.array(["a", None, "c"], dtype="string[pyarrow]"),
+            "attribute": pd.Series(["race", "sex", None], dtype="str"),
             "n": pd.array([1, None, 3], dtype="Int64"),
             "value": [0.5, float("nan"), 1e-300],
             "flagged": [True, False, True],
@@ -792,3 +791,5 @@ def test_rows_are_those_of_itertuples():
                 a is b or (pd.isna(a) and pd.isna(b)) or a == b
                 for a, b in zip(mine, pandas_row, strict=True)
             )
+    no_columns = frame[[]]
+    assert list(_tuples(no_columns, index=False)) == list(no_columns.itertuples(index=False))
