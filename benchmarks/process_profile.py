@@ -1,6 +1,7 @@
 """Where one audit process's time goes, stage by stage, on the scale benchmark's table.
 
-A fresh interpreter times its imports of the plain pipeline, then runs the whole audit
+A fresh interpreter times its imports of the plain pipeline (first the libraries alone:
+pandas, Pandera, psycopg, scipy.stats, SQLAlchemy's ORM), then runs the whole audit
 (flows.pipeline.execute_audit) with a ``run`` hook that times every stage: begin, scan, counts,
 previous run, each statistical stage of tasks.core, persist and report; then the database's
 floor (scale.py's bare GROUP BY, best of 3). Then persist alone, its
@@ -22,6 +23,8 @@ from pathlib import Path
 PROCESS = """
 import sys, time
 start = time.perf_counter()
+import pandas, pandera.pandas, psycopg, scipy.stats, sqlalchemy.orm
+libraries = time.perf_counter() - start
 from biasaudit.flows.pipeline import execute_audit
 from biasaudit.tasks.core import call
 imported = time.perf_counter() - start
@@ -37,7 +40,7 @@ def timed(name, function, *args):
 begun = time.perf_counter()
 execute_audit("bench-pushdown", sys.argv[2], sys.argv[1], AS_OF, True, run=timed)
 total = time.perf_counter() - begun
-print(f"imports {imported:8.3f} s")
+print(f"{'imports':20} {imported:8.3f} s, of which the libraries {libraries:.3f} s")
 for name, seconds in stages.items():
     print(f"{name:20} {seconds:8.3f} s")
 print(f"{'all stages':20} {total:8.3f} s")
