@@ -1,5 +1,6 @@
 """Bayesian and frequentist detection against the blog's numbers, quadrature and Monte Carlo."""
 
+import math
 from functools import partial
 
 import numpy as np
@@ -202,22 +203,30 @@ def test_false_alarms_of_fair_models_stay_below_alpha():
 def reference_hdi(x1, n1, x2, n2, mass):
     """HDI of T = e2 − e1 by adaptive quadrature (density and CDF) and nested brentq: the level h
     whose two crossings hold ``mass`` between them (to ~1e-9: the test asks for 1e-6)."""
-    from scipy import optimize
+    from scipy import optimize, special
 
-    f1, f2 = stats.beta(x1 + 1, n1 - x1 + 1), stats.beta(x2 + 1, n2 - x2 + 1)
+    a1, b1, a2, b2 = x1 + 1, n1 - x1 + 1, x2 + 1, n2 - x2 + 1
+
+    def pdf(e, a, b):  # the Beta density written out (scipy.stats' frozen pdf is 30x slower)
+        return math.exp(special.xlogy(a - 1, e) + special.xlog1py(b - 1, -e) - special.betaln(a, b))
 
     def density(t):
         lo, hi = max(0.0, -t), min(1.0, 1.0 - t)
         if hi <= lo:
             return 0.0
         return integrate.quad(
-            lambda e: f1.pdf(e) * f2.pdf(e + t), lo, hi, epsabs=1e-11, epsrel=1e-10, limit=200
+            lambda e: pdf(e, a1, b1) * pdf(e + t, a2, b2),
+            lo,
+            hi,
+            epsabs=1e-11,
+            epsrel=1e-10,
+            limit=200,
         )[0]
 
     def cdf(t):
         kinks = sorted({min(max(-t, 0.0), 1.0), min(max(1 - t, 0.0), 1.0)})
         return integrate.quad(
-            lambda e: f1.pdf(e) * f2.cdf(min(max(e + t, 0.0), 1.0)),
+            lambda e: pdf(e, a1, b1) * special.betainc(a2, b2, min(max(e + t, 0.0), 1.0)),
             0,
             1,
             points=kinks,
