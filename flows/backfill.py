@@ -19,8 +19,7 @@ from biasaudit.db.engine import database_url
 from biasaudit.flows.audit import audit_flow
 from biasaudit.flows.logs import install_short_errors, one_line
 from biasaudit.flows.monitoring import backfill_plan
-from biasaudit.flows.pipeline import default_config_path
-from biasaudit.schemas.config import load_audit
+from biasaudit.schemas.config import default_config_path, load_audit
 from prefect import flow
 
 _PERIOD = re.compile(r"^\s*(\d+)\s*(d|mo)\s*$")

@@ -531,8 +531,7 @@ def run(
     """Run one audit now (one Prefect flow run); prints the run, its flagged findings and the
     report's path."""
     from biasaudit.db.engine import flow_url
-    from biasaudit.flows.pipeline import default_config_path
-    from biasaudit.schemas.config import load_audit
+    from biasaudit.schemas.config import default_config_path, load_audit
 
     moment = _date(as_of)
     load_audit(Path(config or default_config_path()), audit)  # a mistake fails before Prefect
@@ -871,8 +870,7 @@ def backfill(
     import pandas as pd
     from biasaudit.db.engine import flow_url
     from biasaudit.flows.backfill import parse_period, periods
-    from biasaudit.flows.pipeline import default_config_path
-    from biasaudit.schemas.config import load_audit
+    from biasaudit.schemas.config import default_config_path, load_audit
 
     start, end = _date(from_, "--from"), _date(to, "--to")
     assert start is not None and end is not None
@@ -915,8 +913,7 @@ def backtest(
     """What nightly monitored runs would have said from --from to --to (nothing is written)."""
     from biasaudit.db.engine import database_url
     from biasaudit.flows.monitoring import backtest as replay
-    from biasaudit.flows.pipeline import default_config_path
-    from biasaudit.schemas.config import load_audit
+    from biasaudit.schemas.config import default_config_path, load_audit
 
     _check_format(format_)
     configured = load_audit(Path(config or default_config_path()), audit)
@@ -1067,8 +1064,7 @@ def serve(
     `prefect deployment run 'nightly/NAME' -p audits='["AUDIT"]'`)."""
     from biasaudit.db.engine import database_url, make_engine, safe_url
     from biasaudit.db.migrate import upgrade
-    from biasaudit.flows.pipeline import default_config_path
-    from biasaudit.schemas.config import configured_names
+    from biasaudit.schemas.config import configured_names, default_config_path
 
     if task_runner not in ("threads", "dask"):
         raise Mistake(f"--task-runner is threads or dask, not {task_runner!r}")
@@ -1090,8 +1086,12 @@ def serve(
 def audits(config: ConfigOption = None) -> None:
     """List the configured audits and validate each one (exit 1 if any is invalid)."""
     import pandas as pd
-    from biasaudit.flows.pipeline import default_config_path
-    from biasaudit.schemas.config import ConfigError, configured_names, load_audit
+    from biasaudit.schemas.config import (
+        ConfigError,
+        configured_names,
+        default_config_path,
+        load_audit,
+    )
 
     path = Path(config or default_config_path())
     rows, bad = [], 0

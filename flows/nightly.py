@@ -25,8 +25,7 @@ from typing import Any
 from biasaudit.db.engine import flow_url
 from biasaudit.flows.audit import audit_flow
 from biasaudit.flows.logs import AuditsFailed, install_short_errors, one_line
-from biasaudit.flows.pipeline import default_config_path
-from biasaudit.schemas.config import configured_names
+from biasaudit.schemas.config import configured_names, default_config_path
 from prefect import Flow, flow, task, unmapped
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner

@@ -15,7 +15,6 @@ returns that run before the statistics (unless forced).
 
 from __future__ import annotations
 
-import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -40,17 +39,12 @@ from biasaudit.db.runs import (
 from biasaudit.db.scan import Scanned, scan_window
 from biasaudit.db.source import window_bounds
 from biasaudit.flows.report import write_report
-from biasaudit.schemas.config import Audit, load_audit
+from biasaudit.schemas.config import Audit, default_config_path, load_audit
 from biasaudit.schemas.quarantine import check_invalid_fraction
 from biasaudit.tasks.core import AuditResult, audit_counts, call
 from biasaudit.tasks.counts import group_counts
 
-CONFIG_ENV = "BIASAUDIT_CONFIG"
 Runner = Callable[..., Any]
-
-
-def default_config_path() -> str:
-    return os.environ.get(CONFIG_ENV, "biasaudit.toml")
 
 
 def new_record(audit: Audit, as_of: datetime, flow_run_id: str | None = None) -> RunRecord:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 import tomllib
 from datetime import timedelta
@@ -55,6 +56,8 @@ _WINDOW = re.compile(r"^(all|last_day|last_(\d+)_days)$")
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 Probability = Annotated[float, Field(gt=0.0, lt=1.0)]
 INTERSECTION_SEP = " x "
+
+CONFIG_ENV = "BIASAUDIT_CONFIG"
 
 
 class ConfigError(ValueError):
@@ -393,6 +396,11 @@ def read_config(path: str | Path) -> dict[str, Any]:
 def load_config(path: str | Path) -> AuditFile:
     """Read and validate a TOML audit configuration file."""
     return parse_config(read_config(path), str(path))
+
+
+def default_config_path() -> str:
+    """The configuration file: ``BIASAUDIT_CONFIG``, else ``biasaudit.toml`` here."""
+    return os.environ.get(CONFIG_ENV, "biasaudit.toml")
 
 
 def configured_names(path: str | Path) -> list[str]:

@@ -256,3 +256,34 @@ def test_plain_pipeline_runs_without_prefect(tmp_path):
         env={**os.environ, "BIASAUDIT_REPORTS_DIR": str(tmp_path / "reports")},
     )
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("command", [["audits"], ["history"]])
+def test_listing_commands_import_no_statistics_and_no_prefect(command, tmp_path):
+    """Commands that list configuration or stored runs (of an empty store here) import neither
+    Prefect nor scipy nor Pandera (issue 18: import only what a command needs)."""
+    from biasaudit.db.migrate import upgrade
+
+    from .conftest import DEMO_CONFIG
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    upgrade(url)
+    probe = (
+        "import sys\n"
+        "from biasaudit.flows.cli import app\n"
+        "try:\n"
+        f"    app({[*command, '--db', url] if command[0] != 'audits' else command!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = {'prefect', 'scipy', 'pandera'}\n"
+        "print('imported:', sorted({m.split('.')[0] for m in sys.modules} & heavy))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "BIASAUDIT_CONFIG": str(DEMO_CONFIG)},
+    )
+    assert done.stdout.strip().splitlines()[-1] == "imported: []", done.stdout + done.stderr
