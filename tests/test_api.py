@@ -247,15 +247,7 @@ def test_plain_pipeline_runs_without_prefect(tmp_path):
         "assert first['new'] and not again['new'] and again['run_id'] == first['run_id']\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'prefect'))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        check=True,
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={**os.environ, "BIASAUDIT_REPORTS_DIR": str(tmp_path / "reports")},
-    )
-    assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert last_line_of(probe, tmp_path, BIASAUDIT_REPORTS_DIR=str(tmp_path / "reports")) == "[]"
 
 
 @pytest.mark.parametrize("command", [["audits"], ["history"]])
@@ -278,12 +270,17 @@ def test_listing_commands_import_no_statistics_and_no_prefect(command, tmp_path)
         "heavy = {'prefect', 'scipy', 'pandera'}\n"
         "print('imported:', sorted({m.split('.')[0] for m in sys.modules} & heavy))\n"
     )
+    assert last_line_of(probe, tmp_path, BIASAUDIT_CONFIG=str(DEMO_CONFIG)) == "imported: []"
+
+
+def last_line_of(probe: str, cwd, **env: str) -> str:
+    """The last line a fresh interpreter prints running ``probe`` in ``cwd``, ``env`` added."""
     done = subprocess.run(
         [sys.executable, "-c", probe],
         check=True,
         capture_output=True,
         text=True,
-        cwd=tmp_path,
-        env={**os.environ, "BIASAUDIT_CONFIG": str(DEMO_CONFIG)},
+        cwd=cwd,
+        env={**os.environ, **env},
     )
-    assert done.stdout.strip().splitlines()[-1] == "imported: []", done.stdout + done.stderr
+    return done.stdout.strip().splitlines()[-1]
