@@ -50,7 +50,7 @@ from biasaudit.db.source import (
 from biasaudit.db.source import fingerprint as frame_fingerprint
 from biasaudit.schemas.config import Audit
 from biasaudit.schemas.frames import as_binary, canonical_text, non_empty_text
-from biasaudit.schemas.quarantine import split_valid
+from biasaudit.schemas.quarantine import QUARANTINE_COLUMNS, split_valid
 from sqlalchemy import and_, case, func, inspect, literal, not_, or_, select
 
 OUTCOMES = ["y_true", "y_pred"]
@@ -279,16 +279,17 @@ def pushdown_thresholds(engine, audit: Audit, start, end, now: datetime) -> list
         }
         any_suspect = bool(grouped["suspect"].any())
         rest = _fetch_suspects(connection, window, start, end, flag, keys, bad, names, any_suspect)
-    if len(rest):
+    parts, accepted_rows, accepted_unlabelled = [], 0, 0
+    quarantine = pd.DataFrame(columns=QUARANTINE_COLUMNS)
+    if len(rest):  # rows read again: the schema judges them
         marks = rest[[f"k_{n}" for n in names]].itertuples(index=False)
         suspect_rows = (rest["ok"] == 0).to_numpy() | np.array(
             [tuple(_marker(v) for v in row) in bad_markers for row in marks], dtype=bool
         )
         rest = rest[suspect_rows].drop(columns=[*[f"k_{n}" for n in names], "ok"])
-        rest = rest.reset_index(drop=True)
-    else:
-        rest = rest.drop(columns=[*[f"k_{n}" for n in names], "ok"])
-    accepted, quarantine = _split(rest, audit, now)
+        accepted, quarantine = _split(rest.reset_index(drop=True), audit, now)
+        parts.append(_bucket_cells(accepted, audit))
+        accepted_rows, accepted_unlabelled = len(accepted), int(accepted["y_true"].isna().sum())
     counted_cells = grouped[good_keys].rename(columns={f"k_{n}": n for n in names})
     counted_cells = counted_cells.assign(
         **{a: canonical_text(counted_cells[a]) for a in audit.attributes},
@@ -300,21 +301,16 @@ def pushdown_thresholds(engine, audit: Audit, start, end, now: datetime) -> list
         counted_cells[BUCKET] = counted_cells[BUCKET].astype("int64")
     else:
         counted_cells[BUCKET] = as_binary(counted_cells[BUCKET]).astype("int64")
-    buckets = pd.concat(
-        [_bucket_cells(counted_cells, audit), _bucket_cells(accepted, audit)],
-        ignore_index=True,
-    )
+    buckets = pd.concat([_bucket_cells(counted_cells, audit), *parts], ignore_index=True)
     buckets = buckets.groupby(names, dropna=False, sort=True, as_index=False)["n"].sum()
     digest = hashlib.sha256(buckets.to_csv(index=False).encode())
     digest.update(quarantine.drop(columns="row").to_csv(index=False).encode())
     valid_counted = int(counted_cells["n"].sum())
     accounting = {
         "rows_read": rows,
-        "rows_valid": valid_counted + len(accepted),
-        "rows_unlabelled": int(
-            counted_cells.loc[counted_cells["y_true"].isna(), "n"].sum()
-            + accepted["y_true"].isna().sum()
-        ),
+        "rows_valid": valid_counted + accepted_rows,
+        "rows_unlabelled": int(counted_cells.loc[counted_cells["y_true"].isna(), "n"].sum())
+        + accepted_unlabelled,
         "fingerprint": digest.hexdigest(),
     }
     return _per_threshold(buckets, audit, quarantine, accounting)
