@@ -98,6 +98,11 @@ def _records(frame: pd.DataFrame, run_id: int) -> list[dict]:
     return [dict(zip(names, values)) for values in zip(*columns)]
 
 
+# COPY parses text as the column's type: integers and booleans held as floats are made ints
+# (rounded, as INSERT's cast of a float to an integer does) and bools first.
+_COPY_CASTS: dict[type, Callable[[Any], Any]] = {int: round, bool: bool}
+
+
 def _insert_results(connection: Connection, table: Table, frame: pd.DataFrame, run_id: int) -> None:
     """Insert a result frame: through COPY on PostgreSQL with psycopg 3, else one Core executemany.
     COPY parses text as the column's type, where INSERT would cast a parameter: integers and
@@ -112,9 +117,8 @@ def _insert_results(connection: Connection, table: Table, frame: pd.DataFrame, r
     names, columns = _columns(frame, run_id)
     for position, name in enumerate(names):
         kind = table.c[name].type
-        casts: dict[type, Callable[[Any], Any]] = {int: round, bool: bool}
-        cast_to = casts.get(kind.python_type)
-        if cast_to is not None:  # round, as INSERT's cast of a float to an integer does
+        cast_to = _COPY_CASTS.get(kind.python_type)
+        if cast_to is not None:
             columns[position] = [None if v is None else cast_to(v) for v in columns[position]]
         process = kind.bind_processor(dialect)
         if process is not None:
