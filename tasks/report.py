@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import functools
 import html
+import inspect
 import itertools
 import math
 import re
@@ -214,9 +215,13 @@ def per_frames(function: Callable[..., T]) -> Callable[..., T]:
     """Compute a table derived from the run's frames once per ReportFrames (several sections
     read the same groups, comparisons and verdicts); each caller gets its own copy."""
 
+    signature = inspect.signature(function)
+
     @functools.wraps(function)
     def cached(frames: ReportFrames, *args: Any, **kwargs: Any) -> T:
-        key = (function.__name__, args, tuple(sorted(kwargs.items())))
+        bound = signature.bind(frames, *args, **kwargs)
+        bound.apply_defaults()  # f(frames) and f(frames, x=default) are one table
+        key = (function.__name__, tuple(bound.arguments.items())[1:])
         if key not in frames.derived:
             frames.derived[key] = function(frames, *args, **kwargs)
         return copy.deepcopy(frames.derived[key])

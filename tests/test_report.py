@@ -793,3 +793,24 @@ def test_rows_are_those_of_itertuples():
             )
     no_columns = frame[[]]
     assert list(_tuples(no_columns, index=False)) == list(no_columns.itertuples(index=False))
+
+
+def test_a_derived_table_is_computed_once_per_arguments_and_copied(compas):
+    """per_frames computes a table once per frames and arguments (a default given or not), and
+    each caller gets its own copy."""
+    from biasaudit.tasks.report import per_frames
+
+    calls = []
+
+    @per_frames
+    def table(frames, deduplicate: bool = True):
+        calls.append(deduplicate)
+        return pd.DataFrame({"a": [1]})
+
+    frames = report_frames(compas["engine"], compas["newer"])
+    first = table(frames)
+    first.loc[0, "a"] = 99
+    assert table(frames, deduplicate=True)["a"].tolist() == [1]
+    table(frames, True)
+    table(frames, False)
+    assert calls == [True, False]
