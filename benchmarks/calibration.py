@@ -28,6 +28,8 @@ import time
 
 import numpy as np
 import pandas as pd
+from scipy import stats
+
 from biasaudit.tasks.counts import cell_counts, comparison_pairs, with_complements
 from biasaudit.tasks.detection import detect, hdi_difference, unfairness_test
 from biasaudit.tasks.match import match_test
@@ -41,7 +43,6 @@ from biasaudit.tasks.twosample import (
     statistic,
     two_sample_test,
 )
-from scipy import stats
 
 ALPHA = 0.05
 RATES = np.concatenate([[0.001, 0.005], np.linspace(0.01, 0.99, 99), [0.995, 0.999]])

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
 from biasaudit.tasks.metrics import compute_metrics
 from biasaudit.tasks.smoothing import additive_smoothing
 

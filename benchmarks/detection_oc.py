@@ -15,6 +15,8 @@ import time
 
 import numpy as np
 import pandas as pd
+from scipy import stats
+
 from biasaudit.tasks.detection import (
     beta_difference,
     hdi_difference,
@@ -22,7 +24,6 @@ from biasaudit.tasks.detection import (
     rope_decision,
     unfairness_test,
 )
-from scipy import stats
 
 TOLERANCE = 0.1
 CONFIDENCES = [0.68, 0.90, 0.95, 0.997]

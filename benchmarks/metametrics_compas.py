@@ -13,6 +13,7 @@ import argparse
 from pathlib import Path
 
 import pandas as pd
+
 from biasaudit.db.history import META_COLUMNS
 from biasaudit.tasks.counts import group_counts
 from biasaudit.tasks.metametrics import attribute_meta_metrics

@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 import pandas as pd
+
 from biasaudit.tasks.metametrics import META_METRICS, bootstrap_variance_interval, meta_metrics
 
 K = 100

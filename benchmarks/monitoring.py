@@ -24,10 +24,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import stats
+
 from biasaudit.tasks.detection import unfairness_test
 from biasaudit.tasks.monitor import Settings, e_bh, initial_state, step
 from biasaudit.tasks.monitor_frame import monitor_frame
-from scipy import stats
 
 SHARES = np.array([0.55, 0.25, 0.10, 0.05, 0.05])
 SMALL = 3  # index of the first 5% group

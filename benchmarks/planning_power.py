@@ -13,6 +13,7 @@ import argparse
 import time
 
 import numpy as np
+
 from biasaudit.tasks import twosample
 
 PAIRS = [

@@ -52,6 +52,8 @@ def persist_seconds(url: str, config: Path, repeat: int) -> None:
     """Persist of the audit's results: COPY against executemany, alternated; best and median."""
     from datetime import UTC, datetime
 
+    from scale import AS_OF
+
     from biasaudit.db import runs
     from biasaudit.db.engine import make_engine
     from biasaudit.db.results import result_tables
@@ -59,7 +61,6 @@ def persist_seconds(url: str, config: Path, repeat: int) -> None:
     from biasaudit.schemas.config import load_audit
     from biasaudit.tasks.core import audit_counts
     from biasaudit.tasks.counts import group_counts
-    from scale import AS_OF
 
     audit = load_audit(config, "bench-pushdown")
     record = new_record(audit, AS_OF)

@@ -34,10 +34,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
-from biasaudit.db.engine import make_engine
-from biasaudit.db.migrate import upgrade
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
+
+from biasaudit.db.engine import make_engine
+from biasaudit.db.migrate import upgrade
 
 TABLE = "bench_predictions"
 

@@ -6,9 +6,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pandas as pd
-from biasaudit.db.models import AuditRun, GroupCount, MatchResult, MetricResult, PlanningResult
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
+
+from biasaudit.db.models import AuditRun, GroupCount, MatchResult, MetricResult, PlanningResult
 
 # Columns shown of each stage's results, by the CLI and the HTML report alike.
 FLAGGED_COLUMNS = [

@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import cast
 
 import pandas as pd
+from sqlalchemy import Engine, Table, bindparam, insert, select, update
+
 from biasaudit.db.models import Prediction, QuarantinedRow
 from biasaudit.schemas.frames import canonical_text
 from biasaudit.schemas.quarantine import QUARANTINE_COLUMNS, split_valid, storable
-from sqlalchemy import Engine, Table, bindparam, insert, select, update
 
 CHUNK_ROWS = 20_000
 TEXT_COLUMNS = ("prediction_id", "model_id", "model_version")

@@ -16,8 +16,9 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
-from biasaudit.db.engine import database_url, make_engine
 from sqlalchemy import inspect, text
+
+from biasaudit.db.engine import database_url, make_engine
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 NON_TRANSACTIONAL = {"mysql", "mariadb"}

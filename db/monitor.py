@@ -6,8 +6,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pandas as pd
-from biasaudit.db.models import AuditRun, MonitorResult
 from sqlalchemy import Engine, select
+
+from biasaudit.db.models import AuditRun, MonitorResult
 
 # The same names as tasks.monitor.KEYS and STATE_COLUMNS (db does not import tasks; a test checks).
 KEYS = ["attribute", "group_name", "reference", "metric"]

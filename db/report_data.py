@@ -7,6 +7,8 @@ reach the report without a change here. Monitoring state is read when its table 
 from __future__ import annotations
 
 import pandas as pd
+from sqlalchemy import Engine, MetaData, Table, inspect, or_, select
+
 from biasaudit.db.history import get_run
 from biasaudit.db.models import (
     AuditRun,
@@ -20,7 +22,6 @@ from biasaudit.db.models import (
     TwoGroupResult,
 )
 from biasaudit.schemas.report import ReportFrames
-from sqlalchemy import Engine, MetaData, Table, inspect, or_, select
 
 # Tables of the anytime-valid monitoring stage (issue 16), read when present.
 MONITOR_TABLES = ("monitor_results", "monitoring_results", "monitor_state")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 import pandas as pd
+
 from biasaudit.db.models import (
     ComparisonResult,
     DetectionResult,

@@ -32,7 +32,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import pandas as pd
-from biasaudit.db.models import AuditRun, QuarantinedRow
 from sqlalchemy import (
     Connection,
     Engine,
@@ -48,6 +47,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
+
+from biasaudit.db.models import AuditRun, QuarantinedRow
 
 RUNNING, SUCCEEDED, FAILED = "running", "succeeded", "failed"
 log = logging.getLogger(__name__)

@@ -36,6 +36,8 @@ from datetime import datetime
 
 import numpy as np
 import pandas as pd
+from sqlalchemy import and_, case, func, inspect, literal, not_, or_, select
+
 from biasaudit.db.engine import one_snapshot
 from biasaudit.db.source import (
     EmptyWindow,
@@ -51,7 +53,6 @@ from biasaudit.db.source import fingerprint as frame_fingerprint
 from biasaudit.schemas.config import Audit
 from biasaudit.schemas.frames import as_binary, canonical_text, non_empty_text
 from biasaudit.schemas.quarantine import QUARANTINE_COLUMNS, split_valid
-from sqlalchemy import and_, case, func, inspect, literal, not_, or_, select
 
 OUTCOMES = ["y_true", "y_pred"]
 # Where the push-down enforces each rule of the predictions schema (schemas.frames, the one judge):

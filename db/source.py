@@ -25,14 +25,6 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pandas as pd
-from biasaudit.schemas.config import Audit
-from biasaudit.schemas.frames import (
-    CLOCK_SKEW,
-    DECIMAL_TEXT,
-    EARLIEST,
-    ISO_OFFSET,
-    ISO_TIMESTAMP,
-)
 from sqlalchemy import (
     JSON,
     BigInteger,
@@ -72,6 +64,15 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import NullType
+
+from biasaudit.schemas.config import Audit
+from biasaudit.schemas.frames import (
+    CLOCK_SKEW,
+    DECIMAL_TEXT,
+    EARLIEST,
+    ISO_OFFSET,
+    ISO_TIMESTAMP,
+)
 
 REQUIRED = ("prediction_id", "predicted_at", "y_true", "y_pred")
 ATTRIBUTES_JSON = "attributes"

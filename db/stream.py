@@ -36,6 +36,9 @@ from typing import Any, TypeAlias
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError, OperationalError
+
 from biasaudit.db.engine import connect_timeout, one_snapshot, statement_timeout
 from biasaudit.db.scan import (
     BUCKET,
@@ -54,8 +57,6 @@ from biasaudit.db.source import (
 from biasaudit.schemas.config import Audit
 from biasaudit.schemas.frames import as_binary, as_number, text_of
 from biasaudit.schemas.quarantine import QUARANTINE_COLUMNS, failures, split_valid
-from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError, OperationalError
 
 SNAPSHOT_ID = re.compile(r"[0-9A-F]+-[0-9A-F]+-[0-9]+")  # pg_export_snapshot's form
 log = logging.getLogger(__name__)

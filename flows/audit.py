@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from prefect import flow, runtime
+
 from biasaudit.flows import stages
 from biasaudit.flows.pipeline import execute_audit, run_audit
-from prefect import flow, runtime
 
 __all__ = ["audit_flow", "run_audit"]
 

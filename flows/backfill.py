@@ -15,12 +15,13 @@ from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
+from prefect import flow
+
 from biasaudit.db.engine import database_url
 from biasaudit.flows.audit import audit_flow
 from biasaudit.flows.logs import install_short_errors, one_line
 from biasaudit.flows.monitoring import backfill_plan
 from biasaudit.schemas.config import default_config_path, load_audit
-from prefect import flow
 
 _PERIOD = re.compile(r"^\s*(\d+)\s*(d|mo)\s*$")
 MAX_PERIODS = 10_000

@@ -108,9 +108,10 @@ def _fail(message: str, code: int = 1) -> NoReturn:
 
 def _message(error: BaseException) -> str:
     """One line for ``error``: handled errors by their message, others by type and message."""
+    from sqlalchemy.exc import OperationalError
+
     from biasaudit.flows.logs import handled_errors, one_line
     from biasaudit.schemas.config import ConfigError
-    from sqlalchemy.exc import OperationalError
 
     if isinstance(error, (Mistake, ConfigError)):  # several problems: one line, joined
         return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
@@ -180,8 +181,9 @@ def main(
 def _engine(db: str | None, *, migrated: bool = True) -> Any:
     """An engine for an existing, reachable database (migrated to the head, unless not asked):
     a missing SQLite file is never created here, and every failure is one clear line."""
-    from biasaudit.db.engine import database_url, make_engine, safe_url
     from sqlalchemy.exc import OperationalError
+
+    from biasaudit.db.engine import database_url, make_engine, safe_url
 
     engine = make_engine(db, create=False)
     shown = safe_url(database_url(db))
@@ -190,6 +192,7 @@ def _engine(db: str | None, *, migrated: bool = True) -> Any:
             if migrated:
                 from alembic.migration import MigrationContext
                 from alembic.script import ScriptDirectory
+
                 from biasaudit.db.migrate import alembic_config
 
                 current = MigrationContext.configure(connection).get_current_revision()
@@ -215,8 +218,9 @@ def _prefect_environment() -> None:
     server (../shared/STACK.md)."""
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from biasaudit.flows.logs import install_short_errors
     from prefect.settings import get_current_settings
+
+    from biasaudit.flows.logs import install_short_errors
 
     install_short_errors()
     if get_current_settings().api.url:
@@ -378,9 +382,10 @@ def _check_format(format_: str) -> None:
 @db_app.command("upgrade")
 def db_upgrade(db: DbOption = None) -> None:
     """Create or upgrade the database schema with the Alembic migrations."""
+    from sqlalchemy.exc import OperationalError
+
     from biasaudit.db.engine import database_url, make_engine, safe_url
     from biasaudit.db.migrate import upgrade
-    from sqlalchemy.exc import OperationalError
 
     make_engine(db).dispose()  # a malformed URL or unknown dialect: one clear line
     try:
@@ -454,8 +459,9 @@ def load(
     db: DbOption = None,
 ) -> None:
     """Load predictions into the predictions table, validated: invalid rows are quarantined."""
-    from biasaudit.db.load import load_predictions, read_predictions_file
     from rich.progress import Progress
+
+    from biasaudit.db.load import load_predictions, read_predictions_file
 
     if not 0.0 <= max_invalid_fraction <= 1.0:
         raise Mistake(f"--max-invalid-fraction must be between 0 and 1, not {max_invalid_fraction}")
@@ -868,6 +874,7 @@ def backfill(
     """Run the audit as of the end of each calendar period from --from to --to (the last period
     ends at --to); exits 1 when any period failed."""
     import pandas as pd
+
     from biasaudit.db.engine import flow_url
     from biasaudit.flows.backfill import parse_period, periods
     from biasaudit.schemas.config import default_config_path, load_audit
@@ -974,6 +981,7 @@ def plan(
 ) -> None:
     """How many predictions per group an audit needs, before any data exists."""
     import numpy as np
+
     from biasaudit.tasks.planning import plan_from_rates
 
     try:
@@ -1086,6 +1094,7 @@ def serve(
 def audits(config: ConfigOption = None) -> None:
     """List the configured audits and validate each one (exit 1 if any is invalid)."""
     import pandas as pd
+
     from biasaudit.schemas.config import (
         ConfigError,
         configured_names,
@@ -1139,8 +1148,9 @@ def quarantine(
 ) -> None:
     """Quarantined rows with the rule each broke: of one run, or of loads (--load)."""
     import pandas as pd
-    from biasaudit.db.models import QuarantinedRow
     from sqlalchemy import select
+
+    from biasaudit.db.models import QuarantinedRow
 
     _check_format(format_)
     if (run_id is None) == (not from_load):

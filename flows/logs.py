@@ -22,12 +22,13 @@ class AuditsFailed(RuntimeError):
 
 def handled_errors() -> tuple[type[BaseException], ...]:
     """The exception types whose message alone is the whole story."""
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
     from biasaudit.db.engine import DatabaseMissing, DatabaseUrlError
     from biasaudit.db.runs import RunInProgress, RunLost
     from biasaudit.db.source import EmptyWindow, SourceError
     from biasaudit.schemas.config import ConfigError
     from biasaudit.schemas.quarantine import SchemaFailure, TooManyInvalidRows
-    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
     return (
         AuditsFailed,

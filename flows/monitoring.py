@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pandas as pd
+
 from biasaudit.db.engine import make_engine
 from biasaudit.db.models import MonitorResult
 from biasaudit.db.monitor import monitored_as_ofs, previous_monitor_state

@@ -22,13 +22,14 @@ import os
 from datetime import datetime
 from typing import Any
 
+from prefect import Flow, flow, task, unmapped
+from prefect.cache_policies import NO_CACHE
+from prefect.task_runners import ThreadPoolTaskRunner
+
 from biasaudit.db.engine import flow_url
 from biasaudit.flows.audit import audit_flow
 from biasaudit.flows.logs import AuditsFailed, install_short_errors, one_line
 from biasaudit.schemas.config import configured_names, default_config_path
-from prefect import Flow, flow, task, unmapped
-from prefect.cache_policies import NO_CACHE
-from prefect.task_runners import ThreadPoolTaskRunner
 
 DEFAULT_CRON = "0 2 * * *"
 MAX_WORKERS = int(os.environ.get("BIASAUDIT_MAX_WORKERS", "2"))

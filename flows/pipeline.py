@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
 from biasaudit.db.engine import database_url, engine_scope
 from biasaudit.db.history import previous_run_metrics
 from biasaudit.db.results import result_tables

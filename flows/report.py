@@ -8,10 +8,11 @@ import re
 import sys
 from pathlib import Path
 
+from sqlalchemy import Engine
+
 from biasaudit.db.engine import engine_scope
 from biasaudit.db.report_data import report_frames
 from biasaudit.tasks.report import render_html, render_markdown, table_records
-from sqlalchemy import Engine
 
 REPORTS_ENV = "BIASAUDIT_REPORTS_DIR"
 

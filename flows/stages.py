@@ -13,11 +13,12 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
-from biasaudit.db.retry import RETRIES, is_transient, retry_base_seconds
-from biasaudit.flows.pipeline import DATABASE_STEPS
 from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
+
+from biasaudit.db.retry import RETRIES, is_transient, retry_base_seconds
+from biasaudit.flows.pipeline import DATABASE_STEPS
 
 
 def _transient(task: Task, task_run: Any, state: Any) -> bool:

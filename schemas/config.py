@@ -32,7 +32,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from biasaudit.schemas.metric_ids import METRIC_IDS, canonical_metric
 from pydantic import (
     AliasChoices,
     BaseModel,
@@ -42,6 +41,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from biasaudit.schemas.metric_ids import METRIC_IDS, canonical_metric
 
 CANONICAL_COLUMNS = (
     "prediction_id",

@@ -13,6 +13,7 @@ from decimal import Decimal
 import numpy as np
 import pandas as pd
 import pandera.pandas as pa
+
 from biasaudit.schemas.metric_ids import METRIC_IDS
 
 BINARY = [0, 1]

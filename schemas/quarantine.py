@@ -13,6 +13,7 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 import pandera.pandas as pa
+
 from biasaudit.schemas.frames import (
     as_binary,
     as_number,

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
 from biasaudit.schemas.config import audit_from_options
 from biasaudit.schemas.quarantine import split_valid
 from biasaudit.tasks.core import AuditResult, audit_counts

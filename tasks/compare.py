@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
 from biasaudit.schemas.metric_ids import RATE_METRICS
 from biasaudit.tasks.detection import unfairness_test
 from biasaudit.tasks.multiplicity import bh_adjust

@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Any
 
 import pandas as pd
+
 from biasaudit.schemas.config import Audit
 from biasaudit.schemas.frames import validate_frame
 from biasaudit.schemas.metric_ids import RATE_METRICS

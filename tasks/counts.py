@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from scipy import stats
+
 from biasaudit.schemas.config import INTERSECTION_SEP
 from biasaudit.schemas.frames import COUNT_COLUMNS, COUNTS
 from biasaudit.schemas.metric_ids import UNLABELLED_COLUMNS
-from scipy import stats
 
 # Cell code 2*y_true + y_pred: tn=0, fp=1, fn=2, tp=3; outcome unknown: 4 + y_pred.
 _CELLS = ["tn", "fp", "fn", "tp", "unlabelled_neg", "unlabelled_pos"]

@@ -29,9 +29,10 @@ from functools import partial
 
 import numpy as np
 import pandas as pd
+from scipy import special, stats
+
 from biasaudit.tasks.multiplicity import bh_adjust
 from biasaudit.tasks.twosample import two_sample_test
-from scipy import special, stats
 
 _NODES, _WEIGHTS = np.polynomial.legendre.leggauss(40)
 _GRID_NODES, _GRID_WEIGHTS = np.polynomial.legendre.leggauss(40)

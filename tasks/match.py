@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from scipy import stats
+
 from biasaudit.schemas.frames import COUNT_COLUMNS
 from biasaudit.schemas.metric_ids import (
     BINOMIAL_CELLS,
@@ -32,7 +34,6 @@ from biasaudit.schemas.metric_ids import (
 )
 from biasaudit.tasks.multiplicity import bh_adjust
 from biasaudit.tasks.rates import comparison_reasons
-from scipy import stats
 
 MATCH_METRICS = (*BINOMIAL_CELLS, "mb", *JOINT_RATIO_CELLS)
 _WINDOW_SD = 8  # binomial mass beyond 8 standard deviations (+5) is below 1e-15

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 import pandas as pd
+
 from biasaudit.schemas.frames import COUNT_COLUMNS, METRICS
 from biasaudit.schemas.metric_ids import (
     BINOMIAL,

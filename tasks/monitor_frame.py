@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
 from biasaudit.tasks.increments import as_of_schedule
 from biasaudit.tasks.monitor import (
     COUNT_FIELDS,

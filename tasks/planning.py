@@ -22,8 +22,9 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
-from biasaudit.tasks.twosample import exact_power, is_exact, normal_power
 from scipy import optimize, stats
+
+from biasaudit.tasks.twosample import exact_power, is_exact, normal_power
 
 
 def _z(q):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
 from biasaudit.schemas.frames import COUNT_COLUMNS
 from biasaudit.schemas.metric_ids import COMPLEMENT, RATE_METRICS, UNLABELLED_COLUMNS, rate_cells
 

@@ -32,9 +32,10 @@ from typing import Any, TypeVar, cast
 
 import numpy as np
 import pandas as pd
+from scipy import stats
+
 from biasaudit.schemas.report import ReportFrames
 from biasaudit.tasks.counts import label_completeness
-from scipy import stats
 
 FOUR_FIFTHS = (0.8, 1.25)
 FIRST_SCREEN_ROWS = 10

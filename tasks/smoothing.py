@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
 from biasaudit.schemas.frames import COUNT_COLUMNS
 
 DEFAULT_LAMBDA = 5.0

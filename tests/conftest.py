@@ -18,10 +18,11 @@ os.environ.setdefault(
 )  # retries still back off, briefly
 
 import pytest
-from biasaudit.db.engine import make_engine
-from biasaudit.db.migrate import upgrade
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
+
+from biasaudit.db.engine import make_engine
+from biasaudit.db.migrate import upgrade
 
 POSTGRES_URL = os.environ.get(
     "BIASAUDIT_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"

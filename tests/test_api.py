@@ -5,11 +5,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import biasaudit
 import numpy as np
 import pandas as pd
 import pandera.pandas as pa
 import pytest
+
+import biasaudit
 from biasaudit.schemas.config import ConfigError
 from biasaudit.schemas.frames import FRAME_SCHEMAS
 

@@ -4,8 +4,9 @@ import subprocess
 import sys
 
 import pytest
-from biasaudit.flows.cli import app
 from typer.testing import CliRunner
+
+from biasaudit.flows.cli import app
 
 runner = CliRunner()
 

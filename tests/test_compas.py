@@ -2,6 +2,7 @@
 
 import pandas as pd
 import pytest
+
 from biasaudit.db.engine import make_engine
 from biasaudit.db.history import run_metrics
 from biasaudit.db.load import load_predictions

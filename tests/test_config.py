@@ -1,6 +1,7 @@
 """The audit configuration is validated on load; errors name the key and the problem."""
 
 import pytest
+
 from biasaudit.schemas.config import ConfigError, load_config, parse_config
 
 from .conftest import DEMO_CONFIG

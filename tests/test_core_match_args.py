@@ -2,6 +2,7 @@
 
 import numpy as np
 import pandas as pd
+
 from biasaudit.schemas.config import audit_from_options
 from biasaudit.tasks.core import audit_counts
 from biasaudit.tasks.counts import group_counts

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pandas as pd
+
 from biasaudit.tasks.counts import completeness_warnings, group_counts, label_completeness
 
 

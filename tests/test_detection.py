@@ -6,6 +6,8 @@ from functools import partial
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import integrate, stats
+
 from biasaudit.tasks.detection import (
     beta_difference,
     hdi_difference,
@@ -14,7 +16,6 @@ from biasaudit.tasks.detection import (
     simple_rule,
     unfairness_test,
 )
-from scipy import integrate, stats
 
 BLOG = [(20, 100, 30, 100), (40, 80, 20, 40), (400, 1000, 600, 1000)]
 RNG = np.random.default_rng(42)
@@ -133,8 +134,9 @@ def test_decisions():
 def test_asymptotic_branch_is_statsmodels_agresti_caffo(x1, n1, x2, n2, u_tol):
     """Its statistic, and its p-value where counts are large, are statsmodels' Agresti-Caffo
     two-proportion test in each direction (exact_limit=0 forces the asymptotic branch)."""
-    from biasaudit.tasks.twosample import two_sample_test
     from statsmodels.stats.proportion import test_proportions_2indep
+
+    from biasaudit.tasks.twosample import two_sample_test
 
     z, p, exact = two_sample_test(x2, n2, x1, n1, u_tol, exact_limit=0)
     up = test_proportions_2indep(

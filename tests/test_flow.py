@@ -4,6 +4,8 @@ from datetime import timedelta
 
 import pandas as pd
 import pytest
+from sqlalchemy import func, select, text
+
 from biasaudit.db.engine import make_engine
 from biasaudit.db.history import list_runs, run_metrics
 from biasaudit.db.load import load_predictions
@@ -20,7 +22,6 @@ from biasaudit.flows.audit import audit_flow
 from biasaudit.flows.demo import END, GROUPS, INJECTED, synthetic_predictions
 from biasaudit.flows.nightly import nightly_flow
 from biasaudit.schemas.quarantine import TooManyInvalidRows
-from sqlalchemy import func, select, text
 
 from .conftest import DEMO_CONFIG
 

@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+
 from biasaudit.tasks.metrics import (
     GROUP_METRICS,
     all_confusion_matrices,

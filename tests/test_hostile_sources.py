@@ -12,9 +12,6 @@ import os
 from datetime import UTC, datetime
 
 import pandas as pd
-from biasaudit.db.engine import make_engine
-from biasaudit.db.scan import EmptyWindow, memory_thresholds, pushdown_thresholds, stream_thresholds
-from biasaudit.schemas.config import parse_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import (
@@ -28,6 +25,10 @@ from sqlalchemy import (
     String,
     Table,
 )
+
+from biasaudit.db.engine import make_engine
+from biasaudit.db.scan import EmptyWindow, memory_thresholds, pushdown_thresholds, stream_thresholds
+from biasaudit.schemas.config import parse_config
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 

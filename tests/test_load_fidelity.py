@@ -4,10 +4,11 @@ unstorable values and ragged lines quarantined row by row, late labels updated."
 from __future__ import annotations
 
 import pandas as pd
-from biasaudit.db.engine import make_engine
-from biasaudit.flows.cli import app
 from sqlalchemy import text
 from typer.testing import CliRunner
+
+from biasaudit.db.engine import make_engine
+from biasaudit.flows.cli import app
 
 runner = CliRunner()
 HEADER = "prediction_id,model_id,model_version,predicted_at,y_true,y_pred,zip,group\n"

@@ -3,9 +3,10 @@
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
+
 from biasaudit.schemas.metric_ids import BINOMIAL_CELLS, JOINT_RATIO_CELLS
 from biasaudit.tasks.match import MATCH_METRICS, match_test
-from scipy import stats
 
 CELLS = ["tp", "fp", "fn", "tn"]
 

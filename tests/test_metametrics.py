@@ -4,13 +4,14 @@ import statistics
 
 import numpy as np
 import pytest
+from scipy import stats
+
 from biasaudit.tasks.metametrics import (
     bootstrap_variance_interval,
     corrected_variance,
     meta_metric_reasons,
     meta_metrics,
 )
-from scipy import stats
 
 
 def naive_by_hand(values, alpha):
@@ -160,6 +161,7 @@ def test_double_corrected_interval_covers_with_a_tiny_extreme_group(tiny):
 def test_meta_metric_rows_leave_out_groups_with_reasons():
     """It leaves out undefined, denominator-1 and below-min_group_size groups, saying so."""
     import pandas as pd
+
     from biasaudit.tasks.metametrics import attribute_meta_metrics
 
     frame = pd.DataFrame(

@@ -6,6 +6,7 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 import pytest
+
 from biasaudit.schemas.metric_ids import canonical_metric
 from biasaudit.tasks.metrics import GROUP_METRICS, compute_metrics
 

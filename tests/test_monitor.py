@@ -6,6 +6,8 @@ import itertools
 
 import numpy as np
 import pytest
+from scipy import stats
+
 from biasaudit.tasks.detection import unfairness_test
 from biasaudit.tasks.monitor import (
     GRID,
@@ -18,7 +20,6 @@ from biasaudit.tasks.monitor import (
     psi_e,
     step,
 )
-from scipy import stats
 
 
 def test_fan_inequality_holds_on_a_fine_grid():

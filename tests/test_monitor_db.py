@@ -7,6 +7,8 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pandas as pd
 import pytest
+from typer.testing import CliRunner
+
 from biasaudit.db import monitor as db_monitor
 from biasaudit.db.engine import make_engine
 from biasaudit.db.history import previous_as_of_run, run_results
@@ -20,7 +22,6 @@ from biasaudit.schemas.config import load_config
 from biasaudit.tasks import monitor
 from biasaudit.tasks.compare import compare_metrics, windows_overlap
 from biasaudit.tasks.report import render_html
-from typer.testing import CliRunner
 
 from .conftest import on_databases
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from biasaudit.tasks.counts import comparison_pairs, group_counts
 from biasaudit.tasks.increments import (
     as_of_schedule,
@@ -20,8 +23,6 @@ from biasaudit.tasks.monitor import (
     monitor_update,
 )
 from biasaudit.tasks.monitor_frame import monitor_frame, replay_increments
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 DAY = pd.Timedelta("1D")
 T0 = pd.Timestamp("2025-01-01", tz="UTC")

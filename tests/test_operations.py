@@ -9,6 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from sqlalchemy import select, text
+from typer.testing import CliRunner
+
 from biasaudit.db.engine import make_engine
 from biasaudit.db.history import list_runs, metric_series, run_results
 from biasaudit.db.load import load_predictions
@@ -16,8 +19,6 @@ from biasaudit.db.migrate import upgrade
 from biasaudit.db.models import ComparisonResult
 from biasaudit.flows.audit import run_audit
 from biasaudit.flows.cli import app
-from sqlalchemy import select, text
-from typer.testing import CliRunner
 
 from .conftest import COMPAS, on_databases
 
@@ -272,10 +273,11 @@ def _load_credit(url):
 def test_nightly_isolates_a_broken_audit_and_retries_database_steps(db_url, tmp_path, monkeypatch):
     """It completes the good audit (its persist step retried after a dropped connection, as in a
     single run), fails only the audit with a configuration typo, and names it in the summary."""
+    from sqlalchemy.exc import OperationalError
+
     import biasaudit.flows.pipeline
     from biasaudit.flows.demo import END
     from biasaudit.flows.nightly import AuditsFailed, nightly_flow
-    from sqlalchemy.exc import OperationalError
 
     _load_credit(db_url)
     config = tmp_path / "two.toml"

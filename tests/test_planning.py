@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from scipy import stats
+
 from biasaudit.tasks.planning import (
     achieved_power,
     allocation_sample_size,
@@ -11,7 +13,6 @@ from biasaudit.tasks.planning import (
     neyman_sample_size,
     variance_from_counts,
 )
-from scipy import stats
 
 # Tables 2 and 3 of the bias-measure paper: (e1, e2, N), reproduced by rounding up.
 TABLES_2_AND_3 = [
@@ -290,6 +291,7 @@ PAPER_RANKS = {
 def test_rank_bias_reproduces_table_1_rankings(race):
     """It ranks the five face-recognition algorithms as the paper's table 1 does, by D, R and N."""
     import pandas as pd
+
     from biasaudit.tasks.planning import rank_bias
 
     offset = list(PAPER_RANKS).index(race) * 5

@@ -12,11 +12,11 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pandas as pd
 import pytest
+from sqlalchemy import Column, DateTime, Float, Integer, MetaData, String, Table, event
+
 from biasaudit.db.engine import make_engine
 from biasaudit.db.scan import PUSHDOWN_RULES, memory_thresholds, pushdown_thresholds
 from biasaudit.schemas.frames import predictions_schema
-from sqlalchemy import Column, DateTime, Float, Integer, MetaData, String, Table, event
-
 from tests.test_typed_sources import audit_of, create, expected_cells, same_cells
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)

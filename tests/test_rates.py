@@ -2,6 +2,7 @@
 
 import numpy as np
 import pandas as pd
+
 from biasaudit.tasks.counts import comparison_pairs, group_counts
 from biasaudit.tasks.detection import detect
 from biasaudit.tasks.rates import comparison_rates

@@ -10,9 +10,14 @@ import textwrap
 import time
 from datetime import UTC, datetime, timedelta
 
-import biasaudit.flows.pipeline
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import func, select, text
+from sqlalchemy.exc import OperationalError
+
+import biasaudit.flows.pipeline
 from biasaudit.db.engine import make_engine
 from biasaudit.db.history import list_runs
 from biasaudit.db.load import load_predictions
@@ -22,10 +27,6 @@ from biasaudit.db.source import EmptyWindow, SourceError
 from biasaudit.flows.audit import audit_flow, run_audit
 from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
 from biasaudit.schemas.quarantine import TooManyInvalidRows, split_valid
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from sqlalchemy import func, select, text
-from sqlalchemy.exc import OperationalError
 
 from .conftest import DEMO_CONFIG, on_databases, separate_database
 
@@ -409,6 +410,7 @@ def test_connection_dropped_during_copy_is_retried_like_any_drop(db_url, monkeyp
     """A PostgreSQL session terminated in the middle of persist's COPY raises SQLAlchemy's
     OperationalError (the error db.retry retries), not the driver's own, and nothing is stored."""
     import psycopg
+
     from biasaudit.db.retry import is_transient
     from biasaudit.db.runs import _insert_results, release_run, start_run
     from biasaudit.flows.pipeline import new_record
@@ -446,11 +448,12 @@ def test_a_value_copy_refuses_is_sqlalchemys_error(db_url):
     """A result value PostgreSQL refuses during persist's COPY (a group name over the column's
     512 characters) raises SQLAlchemy's DataError, as an INSERT would: a handled error with a
     one-line message (flows.logs), not the driver's own exception."""
+    from sqlalchemy.exc import DataError
+
     from biasaudit.db.runs import _insert_results, release_run, start_run
     from biasaudit.flows.logs import handled_errors
     from biasaudit.flows.pipeline import new_record
     from biasaudit.schemas.config import load_audit
-    from sqlalchemy.exc import DataError
 
     engine = make_engine(db_url)
     run_id = start_run(engine, new_record(load_audit(DEMO_CONFIG, "credit-race"), END))
@@ -542,8 +545,9 @@ def test_runs_of_the_same_audit_do_not_overlap(postgres_server_url):
 
 def test_operator_can_release_an_abandoned_run(db_url):
     """It lets an operator mark a run left 'running' as failed, and only such a run."""
-    from biasaudit.flows.cli import app
     from typer.testing import CliRunner
+
+    from biasaudit.flows.cli import app
 
     load_small(db_url)
     engine = make_engine(db_url)

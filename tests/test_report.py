@@ -17,6 +17,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
+from statsmodels.stats.proportion import proportion_confint
+
 from biasaudit.db.engine import make_engine
 from biasaudit.db.history import list_runs
 from biasaudit.db.load import load_predictions
@@ -38,8 +41,6 @@ from biasaudit.tasks.report import (
     render_html,
     tick_label,
 )
-from scipy import stats
-from statsmodels.stats.proportion import proportion_confint
 
 from .conftest import COMPAS
 

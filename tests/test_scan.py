@@ -5,13 +5,14 @@ from datetime import UTC, datetime
 import numpy as np
 import pandas as pd
 import pytest
+from sqlalchemy import Column, DateTime, Float, Integer, MetaData, String, Table
+
 from biasaudit.db.engine import make_engine
 from biasaudit.db.scan import memory_cells, pushdown_cells, stream_cells
 from biasaudit.db.source import read_predictions
 from biasaudit.schemas.config import parse_config
 from biasaudit.schemas.quarantine import split_valid
 from biasaudit.tasks.counts import group_counts
-from sqlalchemy import Column, DateTime, Float, Integer, MetaData, String, Table
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 

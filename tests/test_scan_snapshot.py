@@ -13,11 +13,11 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import Column, DateTime, Integer, MetaData, String, Table, event, update
+
 from biasaudit.db import stream
 from biasaudit.db.engine import make_engine
 from biasaudit.db.scan import memory_thresholds, pushdown_thresholds, stream_thresholds
-from sqlalchemy import Column, DateTime, Integer, MetaData, String, Table, event, update
-
 from tests.test_typed_sources import audit_of, create, same_cells
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)

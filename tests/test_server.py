@@ -18,12 +18,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from sqlalchemy import text
+
 from biasaudit.db.engine import make_engine
 from biasaudit.db.history import list_runs
 from biasaudit.db.load import load_predictions
 from biasaudit.db.migrate import upgrade
 from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
-from sqlalchemy import text
 
 from .conftest import DEMO_CONFIG
 

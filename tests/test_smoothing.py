@@ -3,6 +3,7 @@
 import numpy as np
 import pandas as pd
 import pytest
+
 from biasaudit.tasks.smoothing import additive_smoothing, cross_prior_smoothing
 
 CELLS = ["tp", "fp", "fn", "tn"]
@@ -94,6 +95,7 @@ def test_additive_smoothing_of_an_empty_group_is_undefined():
     """It leaves every additively smoothed metric of an empty group undefined, with the reason,
     instead of reporting the prior (add-one would give TPR 0.5 with no data)."""
     import numpy as np
+
     from biasaudit.tasks.core import smoothed_metrics
     from biasaudit.tasks.smoothing import EMPTY_GROUP
 

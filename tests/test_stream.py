@@ -7,11 +7,12 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 import pytest
+from sqlalchemy import Column, DateTime, Integer, MetaData, String, Table
+
 from biasaudit.db.engine import make_engine
 from biasaudit.db.source import row_hash_sum
 from biasaudit.db.stream import _rebatched, object_frame, stream_thresholds, typed_frame
 from biasaudit.schemas.config import parse_config
-from sqlalchemy import Column, DateTime, Integer, MetaData, String, Table
 
 from .conftest import on_databases
 
@@ -101,9 +102,10 @@ def test_a_slow_source_fails_the_arrow_read_at_the_statement_timeout(db_url, mon
     hanging. The engine is made before the timeout is lowered, so its own statements (the
     duplicate scan) run under the default and the failure is the Arrow reader's."""
     import psycopg
-    from biasaudit.db.retry import is_transient
     from sqlalchemy import text
     from sqlalchemy.exc import OperationalError
+
+    from biasaudit.db.retry import is_transient
 
     engine = make_engine(db_url)
     with engine.begin() as connection:

@@ -6,6 +6,8 @@ seeded subset that still covers the smallest groups, where the asymptotic test f
 
 import numpy as np
 import pytest
+from scipy import stats
+
 from biasaudit.tasks.rates import comparison_rates, comparison_reasons
 from biasaudit.tasks.twosample import (
     exact_one_sided,
@@ -14,7 +16,6 @@ from biasaudit.tasks.twosample import (
     statistic,
     two_sample_test,
 )
-from scipy import stats
 
 ALPHA = 0.05
 RATES = np.concatenate([[0.001, 0.01], np.linspace(0.02, 0.98, 49), [0.99, 0.999]])

@@ -13,14 +13,6 @@ from datetime import UTC, date, datetime, timedelta, timezone
 import numpy as np
 import pandas as pd
 import pytest
-from biasaudit.db.engine import make_engine
-from biasaudit.db.scan import (
-    memory_thresholds,
-    pushdown_thresholds,
-    stream_thresholds,
-)
-from biasaudit.db.source import window_bounds
-from biasaudit.schemas.config import parse_config
 from sqlalchemy import (
     JSON,
     BigInteger,
@@ -35,6 +27,15 @@ from sqlalchemy import (
     Table,
     Uuid,
 )
+
+from biasaudit.db.engine import make_engine
+from biasaudit.db.scan import (
+    memory_thresholds,
+    pushdown_thresholds,
+    stream_thresholds,
+)
+from biasaudit.db.source import window_bounds
+from biasaudit.schemas.config import parse_config
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
@@ -471,7 +472,6 @@ def test_compas_as_is_with_a_decile_threshold(tmp_path):
     decile_score >= 5 (ProPublica's "not Low"), with the counts of the CSV itself."""
     from biasaudit.db.scan import scan_window
     from biasaudit.tasks.counts import group_counts
-
     from tests.conftest import COMPAS
 
     if not COMPAS.exists():

@@ -3,6 +3,7 @@
 import numpy as np
 import pandas as pd
 import pytest
+
 from biasaudit.schemas.quarantine import TooManyInvalidRows, check_invalid_fraction, split_valid
 
 

@@ -1,8 +1,9 @@
 """Alembic environment: runs migrations online against the configured URL."""
 
 from alembic import context
-from biasaudit.db.models import Base
 from sqlalchemy import engine_from_config, pool
+
+from biasaudit.db.models import Base
 
 config = context.config
 
