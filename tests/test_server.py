@@ -78,6 +78,9 @@ def prefect_server(tmp_path_factory):
         "PREFECT_HOME": str(home),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PREFECT_UI_ENABLED": "false",
+        # The scheduler's loop (default 60 s) shortened through Prefect's own setting, so a
+        # one-minute schedule is seen to fire within a test.
+        "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5",
     }
     env.pop("PREFECT_API_URL", None)
     server = subprocess.Popen(
@@ -219,6 +222,93 @@ def test_serve_and_trigger_on_a_real_server(
     assert deployment["parameters"]["db_url"] == expected
     for where in (stored, served, done.stdout, done.stderr, history.stdout, history.stderr):
         assert PASSWORD not in where
+
+
+SCHEDULED_AUDIT = """
+[[audits]]
+name = "credit-race"
+model_id = "credit-scorer"
+window = "all"
+attributes = ["race", "sex"]
+metrics = ["tpr", "fpr"]
+"""
+
+
+def _completed_scheduled_runs(api: str, deployment_id: str) -> list[dict]:
+    """Flow runs of the deployment that the server's scheduler created (never a trigger) and
+    that completed."""
+    try:
+        runs = _post(
+            f"{api}/flow_runs/filter",
+            {
+                "flow_runs": {
+                    "deployment_id": {"any_": [deployment_id]},
+                    "state": {"type": {"any_": ["COMPLETED"]}},
+                },
+                "limit": 50,
+            },
+        )
+    except OSError:  # a busy server: asked again on the next poll, within the deadline
+        return []
+    assert isinstance(runs, list)
+    return [r for r in runs if r["auto_scheduled"]]
+
+
+def test_a_one_minute_schedule_fires_by_itself(prefect_server, tmp_path):
+    """`biasaudit serve --cron '* * * * *'` on a real Prefect server: with nothing triggered, the
+    server's scheduler creates a run, the served process runs it to completion and the audit run
+    appears in `history`, within two minutes of the deployment being registered. (On SQLAlchemy
+    2.1 the scheduler raised on every loop and no scheduled run was ever created.)"""
+    url = f"sqlite:///{tmp_path / 'scheduled.db'}"
+    _demo_database(url)
+    config = tmp_path / "scheduled.toml"
+    config.write_text(SCHEDULED_AUDIT)
+    name = "every-minute"
+    serve = subprocess.Popen(
+        [str(BIN / "biasaudit"), "serve", "-c", str(config), "--db", url]
+        + ["--cron", "* * * * *", "--name", name],
+        env=_client_env(prefect_server),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        cwd=tmp_path,
+    )
+    try:
+        deadline = time.time() + 120
+        while (deployment := _get(f"{prefect_server}/deployments/name/nightly/{name}")) is None:
+            assert serve.poll() is None and time.time() < deadline, "serve registered nothing"
+            time.sleep(1)
+        assert isinstance(deployment, dict)
+        registered = time.time()
+        while not (completed := _completed_scheduled_runs(prefect_server, deployment["id"])):
+            assert serve.poll() is None, "serve stopped"
+            assert time.time() < registered + 120, "no scheduled run completed within 2 minutes"
+            time.sleep(2)
+        waited = time.time() - registered
+    finally:
+        served = _stop(serve)
+    serving = served.split("SIGTERM received")[0]  # what it printed before the test stopped it
+    assert "Traceback" not in serving and "ERROR" not in serving, serving[-3000:]
+    runs = list_runs(make_engine(url))
+    assert runs["status"].tolist()[-1:] == ["succeeded"], served[-3000:]
+    with make_engine(url).connect() as connection:
+        first = connection.scalar(text("SELECT flow_run_id FROM audit_runs ORDER BY id LIMIT 1"))
+    subflow = _get(f"{prefect_server}/flow_runs/{first}")  # the audit's own flow run ...
+    assert isinstance(subflow, dict) and subflow["parent_task_run_id"]
+    parent = _get(f"{prefect_server}/task_runs/{subflow['parent_task_run_id']}")
+    assert isinstance(parent, dict)  # ... is a subflow of a run the scheduler created
+    assert parent["flow_run_id"] in {r["id"] for r in completed}
+    history = subprocess.run(
+        [str(BIN / "biasaudit"), "history", "--format", "json", "--db", url],
+        env=_client_env(prefect_server),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert history.returncode == 0, history.stderr
+    assert "credit-race" in {r["audit_name"] for r in json.loads(history.stdout)}
+    print(f"scheduled run completed {waited:.0f} s after the deployment was registered")
 
 
 def _children(pid: int) -> list[int]:
