@@ -658,3 +658,31 @@ def test_a_failing_report_leaves_the_committed_run_succeeded(db_url, monkeypatch
     assert result["new"] and result["report"] is None
     assert "its report was not written: OSError: disk full" in capsys.readouterr().out
     assert list_runs(make_engine(db_url))["status"].tolist() == ["succeeded"]
+
+
+def test_property_tests_are_deterministic_beside_prefects_event_pings():
+    """A property test while Prefect's events websocket pings in a background thread (as it does
+    in every test process that has run a flow): the pings draw from their own generator, so
+    Hypothesis never sees the global random state move under its strategies."""
+    import threading
+
+    import websockets.asyncio.connection
+
+    stop = threading.Event()
+
+    def pinging() -> None:  # what each keepalive ping draws (websockets' Connection.ping)
+        while not stop.is_set():
+            websockets.asyncio.connection.random.getrandbits(32)
+
+    @settings(max_examples=300, deadline=None, database=None)
+    @given(st.lists(st.integers(), min_size=1))
+    def drawn_while_pinging(values: list[int]) -> None:
+        assert len(values) >= 1
+
+    thread = threading.Thread(target=pinging, daemon=True)
+    thread.start()
+    try:
+        drawn_while_pinging()
+    finally:
+        stop.set()
+        thread.join(timeout=10)
