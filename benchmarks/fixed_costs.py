@@ -149,7 +149,9 @@ def postgres_database(admin_url: str, name: str, create: bool) -> str:
     from sqlalchemy import create_engine, text
     from sqlalchemy.engine import make_url
 
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    from biasaudit.db.engine import parse_url
+
+    admin = create_engine(parse_url(admin_url), isolation_level="AUTOCOMMIT")
     with admin.connect() as connection:
         if create:
             connection.execute(text(f'CREATE DATABASE "{name}"'))

@@ -24,9 +24,12 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+from biasaudit.schemas.urls import hidden, holds_secret
+
 DEFAULT_URL = "sqlite:///biasaudit.db"
 URL_ENV = "BIASAUDIT_DATABASE_URL"
 REFERENCE_PREFIX = "env:"
+POSTGRES_DRIVER = "postgresql+psycopg"
 CONNECT_TIMEOUT_ENV = "BIASAUDIT_CONNECT_TIMEOUT_SECONDS"
 STATEMENT_TIMEOUT_ENV = "BIASAUDIT_STATEMENT_TIMEOUT_SECONDS"
 
@@ -74,33 +77,38 @@ def database_url(url: str | None = None) -> str:
 
 
 def safe_url(url: str | None) -> str:
-    """The URL as it may be shown, logged or stored: the password replaced by ***."""
+    """The URL as it may be shown, logged or stored: its password and any credential in its
+    query string replaced by ***."""
     if url is None:
         return "(none)"
     if url.startswith(REFERENCE_PREFIX):
         return url
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        return hidden(make_url(url))
     except (ArgumentError, ValueError):
         return "(malformed URL)"
 
 
 def flow_url(url: str | None) -> str | None:
-    """What to hand to a Prefect flow run for ``url``: the URL itself when it holds no password,
-    else the reference ``env:BIASAUDIT_DATABASE_URL`` with the URL put in that environment
-    variable (inherited by flow runs started from this process). Prefect never sees a password."""
+    """What to hand to a Prefect flow run for ``url``: the URL itself when it holds no password
+    (in its password field or its query string), else the reference ``env:BIASAUDIT_DATABASE_URL``
+    with the URL put in that environment variable (inherited by flow runs started from this
+    process). Prefect never sees a password."""
     if url is None or url.startswith(REFERENCE_PREFIX):
         return url
-    if parse_url(url).password is None:
+    if not holds_secret(parse_url(url)):
         return url
     os.environ[URL_ENV] = url
     return REFERENCE_PREFIX + URL_ENV
 
 
 def parse_url(url: str) -> URL:
-    """The parsed URL, or DatabaseUrlError naming the problem without the password."""
+    """The parsed URL, or DatabaseUrlError naming the problem without the password. A
+    ``postgresql://`` URL without a driver uses psycopg 3 (SQLAlchemy 2.0's own default for it is
+    psycopg2, which is not installed)."""
     try:
-        return make_url(url)
+        parsed = make_url(url)
+        return parsed.set(drivername=POSTGRES_DRIVER) if parsed.drivername == "postgresql" else parsed
     except (ArgumentError, ValueError):
         raise DatabaseUrlError(
             "malformed database URL (expected dialect+driver://user@host:port/database "

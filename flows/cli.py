@@ -13,7 +13,6 @@ import atexit
 import contextlib
 import functools
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -31,6 +30,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+from biasaudit.schemas.urls import redact
 
 DEBUG = {"on": False}
 
@@ -84,17 +85,11 @@ ConfigOption = Annotated[
 FormatOption = Annotated[str, typer.Option("--format", metavar="FORMAT", help="table, csv or json")]
 DEMO_CONFIG = Path(__file__).parent / "demo_audits.toml"
 FIRST_RUN_NOTE = "first flow run of a process starts a local Prefect server (10-20 s)"
-_PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]*:)[^@\s]+@")
-
-
-def _redact(message: str) -> str:
-    """Any ``scheme://user:password@`` in ``message`` with the password replaced by ***."""
-    return _PASSWORD_IN_URL.sub(r"\1***@", message)
 
 
 def _say(message: str, style: str | None = None) -> None:
     """Print ``message`` as is: never interpreted as markup, passwords redacted."""
-    console.print(Text(_redact(message), style=style or ""), soft_wrap=True)
+    console.print(Text(redact(message), style=style or ""), soft_wrap=True)
 
 
 class Mistake(Exception):
@@ -102,7 +97,7 @@ class Mistake(Exception):
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
-    errors.print(Text("error: ", style="bold red") + Text(_redact(message)), soft_wrap=True)
+    errors.print(Text("error: ", style="bold red") + Text(redact(message)), soft_wrap=True)
     raise typer.Exit(code=code)
 
 

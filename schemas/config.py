@@ -41,8 +41,11 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from biasaudit.schemas.metric_ids import METRIC_IDS, canonical_metric
+from biasaudit.schemas.urls import holds_secret
 
 CANONICAL_COLUMNS = (
     "prediction_id",
@@ -237,10 +240,18 @@ class Audit(BaseModel):
     @field_validator("source_db")
     @classmethod
     def _no_password(cls, value: str | None) -> str | None:
-        if value is not None and re.match(r"^[^:/]+://[^/@]*:[^/@]*@", value):
+        if value is None:
+            return value
+        try:
+            url = make_url(value)
+        except (ArgumentError, ValueError):
             raise ValueError(
-                "source_db must not hold a password; set it in the environment variable named "
-                "by source_db_password_env"
+                "source_db is not a database URL (expected dialect+driver://user@host:port/db)"
+            ) from None
+        if holds_secret(url):
+            raise ValueError(
+                "source_db must not hold a password (in the URL or its query string); set it in "
+                "the environment variable named by source_db_password_env"
             )
         return value
 

@@ -24,7 +24,7 @@ import websockets.asyncio.connection
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
 
-from biasaudit.db.engine import make_engine
+from biasaudit.db.engine import make_engine, parse_url
 from biasaudit.db.migrate import upgrade
 
 POSTGRES_URL = os.environ.get(
@@ -58,7 +58,7 @@ def prefect_harness():
 def _reachable_admin(url: str, label: str, required: bool, how: str):
     """An AUTOCOMMIT engine on the test server at ``url``; skip the test when it is not
     reachable, or fail it where ``required`` (``how`` names the setting that requires it)."""
-    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    admin = create_engine(parse_url(url), isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as connection:
             connection.execute(text("SELECT 1"))

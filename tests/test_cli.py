@@ -254,6 +254,12 @@ def test_version_and_plain_help():
     assert "INTEGER" not in helps and "TEXT" not in helps and "╭" not in helps
 
 
+def _redacted(message: str) -> str:
+    from biasaudit.schemas.urls import redact
+
+    return redact(message)
+
+
 def test_passwords_stay_out_of_output_and_flow_parameters(postgres_server_url, monkeypatch):
     """It hands Prefect a reference instead of a URL with a password, resolves the reference from
     the environment, and shows such URLs with the password hidden."""
@@ -265,6 +271,27 @@ def test_passwords_stay_out_of_output_and_flow_parameters(postgres_server_url, m
     assert flow_url("sqlite:///a.db") == "sqlite:///a.db" and flow_url(None) is None
     assert safe_url(secret) == "postgresql://audit:***@db.internal:5432/audits"
     monkeypatch.delenv(URL_ENV)
+    # The password in the query string, or with characters a URL must percent-encode.
+    for url, shown in [
+        (
+            f"postgresql://audit@db/audits?password={PASSWORD}&sslmode=require",
+            "postgresql://audit@db/audits?password=***&sslmode=require",
+        ),
+        (
+            f"postgresql://audit@db/audits?sslmode=require&PWD={PASSWORD}",
+            "postgresql://audit@db/audits?PWD=***&sslmode=require",
+        ),
+        (f"postgresql://audit:p%40ss%3Aw%2Frd%25{PASSWORD}@db/a", "postgresql://audit:***@db/a"),
+    ]:
+        assert safe_url(url) == shown
+        assert flow_url(url) == f"env:{URL_ENV}" and database_url(f"env:{URL_ENV}") == url
+        monkeypatch.delenv(URL_ENV)
+    for message in [
+        f"cannot connect to postgresql://audit@db/a?sslmode=x&password={PASSWORD}: refused",
+        f"cannot connect to postgresql://audit:pa/ss@w:rd{PASSWORD}@db/a: refused",
+    ]:
+        result = _redacted(message)
+        assert PASSWORD not in result and "***" in result and "refused" in result
     _one_line_error(
         runner.invoke(app, ["history", "--db", f"env:{URL_ENV}"]), f"${URL_ENV} is not set"
     )

@@ -441,6 +441,12 @@ def test_bigint_boolean_integer_table_audits_in_pushdown_through_the_flow(db_url
         ({"decision": {"score": "s", "threshold": [0.5, 0.5]}}, "more than once"),
         ({"decision": {"score": "s", "threshold": float("nan")}}, "finite"),
         ({"source_db": "postgresql://u:secret@host/db"}, "must not hold a password"),
+        ({"source_db": "postgresql://u:p%40ss%3Aw%2Frd%25@host/db"}, "must not hold a password"),
+        ({"source_db": "postgresql://u:pa/ss@host/db"}, "must not hold a password"),
+        ({"source_db": "postgresql://u@host/db?password=secret"}, "must not hold a password"),
+        ({"source_db": "postgresql://u@host/db?sslpassword=secret"}, "must not hold a password"),
+        ({"source_db": "mysql+pymysql://u@host/db?PASSWD=secret"}, "must not hold a password"),
+        ({"source_db": "not a url"}, "not a database URL"),
         ({"attributes": ["x" * 64]}, "longer than 63 bytes"),
         (
             {"decision": {"score": "s", "threshold": 0.5}, "columns": {"y_pred": "p"}},
