@@ -104,6 +104,15 @@ def _records(frame: pd.DataFrame, run_id: int) -> list[dict]:
 _COPY_CASTS: dict[type, Callable[[Any], Any]] = {int: round, bool: bool}
 
 
+def _python_type(kind: Any) -> type | None:
+    """The Python type a column type holds, None where SQLAlchemy does not say (its REAL, under
+    SQLAlchemy 2.0)."""
+    try:
+        return kind.python_type
+    except NotImplementedError:
+        return None
+
+
 def _insert_results(connection: Connection, table: Table, frame: pd.DataFrame, run_id: int) -> None:
     """Insert a result frame: through COPY on PostgreSQL with psycopg 3, else one Core executemany.
     COPY parses text as the column's type, where INSERT would cast a parameter: integers and
@@ -118,7 +127,7 @@ def _insert_results(connection: Connection, table: Table, frame: pd.DataFrame, r
     names, columns = _columns(frame, run_id)
     for position, name in enumerate(names):
         kind = table.c[name].type
-        cast_to = _COPY_CASTS.get(kind.python_type)
+        cast_to = _COPY_CASTS.get(_python_type(kind))
         if cast_to is not None:
             columns[position] = [None if v is None else cast_to(v) for v in columns[position]]
         process = kind.bind_processor(dialect)

@@ -174,6 +174,11 @@ class Decision(BaseModel):
 
 # An identifier longer than this is cut or refused by PostgreSQL (63 bytes) and MariaDB (64).
 MAX_IDENTIFIER_BYTES = 63
+# The databases' own catalogues: never a source of predictions, and some hold credentials
+# (PostgreSQL's pg_shadow, MariaDB's mysql.user). Schemas compare without case; PostgreSQL
+# resolves an unqualified pg_* name to pg_catalog, SQLite keeps its own tables as sqlite_*.
+CATALOGUE_SCHEMAS = frozenset({"pg_catalog", "information_schema", "mysql", "sys", "performance_schema"})
+CATALOGUE_PREFIXES = ("pg_", "sqlite_")
 
 
 class Audit(BaseModel):
@@ -235,6 +240,18 @@ class Audit(BaseModel):
                     f"attribute name {name!r} is reserved (one of {list(CANONICAL_COLUMNS)}) "
                     f"or holds the intersection separator {INTERSECTION_SEP!r}"
                 )
+        return value
+
+    @field_validator("source")
+    @classmethod
+    def _not_a_catalogue(cls, value: str) -> str:
+        schema, _, table = value.rpartition(".")
+        if schema.lower() in CATALOGUE_SCHEMAS or table.lower().startswith(CATALOGUE_PREFIXES):
+            raise ValueError(
+                f"source {value!r} is a system catalogue of the database; a source is a table or "
+                f"view of predictions (not in {sorted(CATALOGUE_SCHEMAS)}, not named "
+                f"{' or '.join(p + '*' for p in CATALOGUE_PREFIXES)})"
+            )
         return value
 
     @field_validator("source_db")

@@ -447,6 +447,13 @@ def test_bigint_boolean_integer_table_audits_in_pushdown_through_the_flow(db_url
         ({"source_db": "postgresql://u@host/db?sslpassword=secret"}, "must not hold a password"),
         ({"source_db": "mysql+pymysql://u@host/db?PASSWD=secret"}, "must not hold a password"),
         ({"source_db": "not a url"}, "not a database URL"),
+        ({"source": "pg_catalog.pg_shadow"}, "system catalogue"),
+        ({"source": "pg_shadow"}, "system catalogue"),
+        ({"source": "PG_CATALOG.pg_authid"}, "system catalogue"),
+        ({"source": "information_schema.columns"}, "system catalogue"),
+        ({"source": "mysql.user"}, "system catalogue"),
+        ({"source": "sys.x"}, "system catalogue"),
+        ({"source": "sqlite_master"}, "system catalogue"),
         ({"attributes": ["x" * 64]}, "longer than 63 bytes"),
         (
             {"decision": {"score": "s", "threshold": 0.5}, "columns": {"y_pred": "p"}},
