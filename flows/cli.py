@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from biasaudit.schemas.names import printable
 from biasaudit.schemas.urls import redact
 
 DEBUG = {"on": False}
@@ -88,8 +89,10 @@ FIRST_RUN_NOTE = "first flow run of a process starts a local Prefect server (10-
 
 
 def _say(message: str, style: str | None = None) -> None:
-    """Print ``message`` as is: never interpreted as markup, passwords redacted."""
-    console.print(Text(redact(message), style=style or ""), soft_wrap=True)
+    """Print ``message`` as is: never interpreted as markup, passwords redacted, control and
+    bidirectional characters of the data shown as escapes (line breaks kept)."""
+    shown = "\n".join(printable(line) for line in redact(message).split("\n"))
+    console.print(Text(shown, style=style or ""), soft_wrap=True)
 
 
 class Mistake(Exception):
@@ -97,7 +100,9 @@ class Mistake(Exception):
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
-    errors.print(Text("error: ", style="bold red") + Text(redact(message)), soft_wrap=True)
+    errors.print(
+        Text("error: ", style="bold red") + Text(printable(redact(message))), soft_wrap=True
+    )
     raise typer.Exit(code=code)
 
 
@@ -357,14 +362,16 @@ def _cell(value: Any) -> Text:
 
     if value is None or (not isinstance(value, (list, dict, str)) and pd.isna(value)):
         return Text("")
-    return Text(f"{value:.4g}" if isinstance(value, float) else str(value))
+    return Text(f"{value:.4g}" if isinstance(value, float) else printable(str(value)))
 
 
 def _print_frame(frame: Any, title: str | None = None) -> None:
-    table = Table(title=Text(title) if title else None, show_lines=False)
+    table = Table(title=Text(printable(title)) if title else None, show_lines=False)
     for column in frame.columns:
-        table.add_column(Text(str(column)), overflow="fold")
-    for row in frame.itertuples(index=False):
+        table.add_column(Text(printable(str(column))), overflow="fold")
+    # Plain tuples: the columns may be group names, which need not be distinct identifiers
+    # (NFC and NFD "José" are two groups but one Python identifier).
+    for row in frame.itertuples(index=False, name=None):
         table.add_row(*[_cell(v) for v in row])
     console.print(table)
 

@@ -302,3 +302,61 @@ def test_passwords_stay_out_of_output_and_flow_parameters(postgres_server_url, m
     result = runner.invoke(app, ["db", "upgrade", "--db", url.render_as_string(False)])
     assert result.exit_code == 0, result.output
     assert "postgres:***@" in result.output and PASSWORD not in result.output
+
+
+HOSTILE_NAMES = [
+    "\x1b[31mred\x1b[0m",  # SGR: recolours the terminal
+    "\x1b]0;owned\x07",  # OSC: sets the window title
+    "\x9b2J",  # C1 CSI: clears the screen on some terminals
+    "\u202eevil",  # right-to-left override: shows "live"
+    "Jos\u00e9",  # NFC ...
+    "Jose\u0301",  # ... and NFD: two groups, one Python identifier
+]
+UNSHOWABLE = ["\x1b", "\x07", "\x9b", "\u202e"]
+
+
+def test_names_are_shown_as_data_never_obeyed(tmp_path):
+    """Group names holding terminal sequences and a bidi override, and NFC/NFD twins: `history RUN`,
+    `history --metric` and `quarantine --load` print every such character as a visible escape, and
+    the twins stay two groups (the metric's pivot once failed on them with a SyntaxError)."""
+    import pandas as pd
+
+    from biasaudit.db.engine import make_engine
+    from biasaudit.db.load import load_predictions
+    from biasaudit.flows.pipeline import run_audit
+
+    url = f"sqlite:///{tmp_path / 'names.db'}"
+    assert runner.invoke(app, ["db", "upgrade", "--db", url]).exit_code == 0
+    rows = 40
+    frame = pd.DataFrame(
+        {
+            "prediction_id": [f"p{i}" for i in range(rows * len(HOSTILE_NAMES))],
+            "model_id": "m",
+            "model_version": "1",
+            "predicted_at": pd.Timestamp("2026-01-01", tz="UTC"),
+            "race": [name for name in HOSTILE_NAMES for _ in range(rows)],
+            "y_true": [float(i % 2) for i in range(rows * len(HOSTILE_NAMES))],
+            "y_pred": [(i // 2) % 2 for i in range(rows * len(HOSTILE_NAMES))],
+        }
+    )
+    bad = frame.head(1).assign(prediction_id="\x1b]0;owned\x07", y_pred=3)
+    load_predictions(make_engine(url), pd.concat([frame, bad]), ["race"], "test")
+    config = tmp_path / "names.toml"
+    config.write_text(
+        '[[audits]]\nname = "names"\nmodel_id = "m"\nwindow = "all"\nattributes = ["race"]\n'
+    )
+    run = run_audit("names", str(config), url, pd.Timestamp("2026-02-01", tz="UTC"))
+    outputs = {
+        "history RUN": runner.invoke(app, ["history", str(run["run_id"]), "--db", url]),
+        "history --metric": runner.invoke(
+            app, ["history", "--metric", "ppr", "--attribute", "race", "--db", url]
+        ),
+        "quarantine": runner.invoke(app, ["quarantine", "--load", "--db", url]),
+    }
+    for command, result in outputs.items():
+        assert result.exit_code == 0, (command, result.output)
+        for character in UNSHOWABLE:
+            assert character not in result.output, (command, repr(character))
+        assert "\\x1b" in result.output, command
+    shown = outputs["history --metric"].output
+    assert "\\u202eevil" in shown and "Jos\u00e9" in shown and "Jose\u0301" in shown
