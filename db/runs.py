@@ -104,13 +104,13 @@ def _records(frame: pd.DataFrame, run_id: int) -> list[dict]:
 _COPY_CASTS: dict[type, Callable[[Any], Any]] = {int: round, bool: bool}
 
 
-def _python_type(kind: Any) -> type | None:
-    """The Python type a column type holds, None where SQLAlchemy does not say (its REAL, under
-    SQLAlchemy 2.0)."""
+def _python_type(kind: Any) -> type:
+    """The Python type a column type holds; ``object`` where SQLAlchemy does not say (its REAL,
+    under SQLAlchemy 2.0)."""
     try:
         return kind.python_type
     except NotImplementedError:
-        return None
+        return object
 
 
 def _insert_results(connection: Connection, table: Table, frame: pd.DataFrame, run_id: int) -> None:
