@@ -57,6 +57,8 @@ CANONICAL_COLUMNS = (
     "score",
 )
 _WINDOW = re.compile(r"^(all|last_day|last_(\d+)_days)$")
+# A window of at most 1,000 years: its start is a date every engine and Python can hold.
+MAX_WINDOW_DAYS = 365_000
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 Probability = Annotated[float, Field(gt=0.0, lt=1.0)]
 INTERSECTION_SEP = " x "
@@ -215,8 +217,13 @@ class Audit(BaseModel):
     @classmethod
     def _window(cls, value: str) -> str:
         match = _WINDOW.match(value)
-        if not match or (match.group(2) is not None and int(match.group(2)) < 1):
-            raise ValueError(f"{value!r} is not 'all', 'last_day' or 'last_N_days' with N >= 1")
+        if not match or (
+            match.group(2) is not None and not 1 <= int(match.group(2)) <= MAX_WINDOW_DAYS
+        ):
+            raise ValueError(
+                f"{value!r} is not 'all', 'last_day' or 'last_N_days' with N from 1 to "
+                f"{MAX_WINDOW_DAYS:,} (use 'all' for all time)"
+            )
         return value
 
     @field_validator("metrics")

@@ -34,7 +34,7 @@ def test_synonyms_map_to_spec_ids():
     [
         ({"metrics": ["tpr", "fairness"]}, "audits[0].metrics", "unknown metric 'fairness'"),
         ({"window": "yesterday"}, "audits[0].window", "last_N_days"),
-        ({"window": "last_0_days"}, "audits[0].window", "N >= 1"),
+        ({"window": "last_0_days"}, "audits[0].window", "N from 1 to"),
         ({"intersections": [["race", "age"]]}, "intersections[0]", "['age'] not in attributes"),
         ({"intersections": [["race"]]}, "intersections[0]", "two or more"),
         ({"colour": "red"}, "audits[0].colour", "Extra inputs are not permitted"),

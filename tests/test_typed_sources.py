@@ -447,6 +447,8 @@ def test_bigint_boolean_integer_table_audits_in_pushdown_through_the_flow(db_url
         ({"source_db": "postgresql://u@host/db?sslpassword=secret"}, "must not hold a password"),
         ({"source_db": "mysql+pymysql://u@host/db?PASSWD=secret"}, "must not hold a password"),
         ({"source_db": "not a url"}, "not a database URL"),
+        ({"window": "last_999999_days"}, "N from 1 to 365,000"),
+        ({"window": "last_0_days"}, "N from 1 to 365,000"),
         ({"source": "pg_catalog.pg_shadow"}, "system catalogue"),
         ({"source": "pg_shadow"}, "system catalogue"),
         ({"source": "PG_CATALOG.pg_authid"}, "system catalogue"),
