@@ -153,7 +153,12 @@ def decide(valid: pd.DataFrame, threshold: float) -> pd.DataFrame:
 
 
 def check_invalid_fraction(read: int, quarantined: int, max_fraction: float) -> None:
-    """Raise TooManyInvalidRows when quarantined/read exceeds ``max_fraction``."""
+    """Raise TooManyInvalidRows when quarantined/read exceeds ``max_fraction``, or when no row
+    is valid (nothing to audit, whatever the fraction allows)."""
+    if read and quarantined == read:
+        raise TooManyInvalidRows(
+            f"all {read} rows failed validation: nothing to audit; see quarantined_rows"
+        )
     if read and quarantined / read > max_fraction:
         raise TooManyInvalidRows(
             f"{quarantined} of {read} rows ({quarantined / read:.1%}) failed validation, "

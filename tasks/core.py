@@ -131,7 +131,9 @@ def run_summary(
         ),
         "label_completeness_warnings": completeness_warnings(label_completeness(counts, alpha)),
         "detection_tests": int(detection["p_value"].notna().sum()),
-        "underpowered": int(planning["verdict"].str.startswith("underpowered").sum()),
+        "underpowered": int(
+            planning["verdict"].astype("string").str.startswith("underpowered").sum()
+        ),
         "significant_changes": (
             int(comparison["significant"].sum()) if not comparison.empty else None
         ),

@@ -238,7 +238,9 @@ def plan(
     available = n1 + n2
     with np.errstate(divide="ignore", invalid="ignore"):
         factor = needed / available
-    verdict = np.array([_verdict(t, pw, f, power) for t, pw, f in zip(tested, achieved, factor)])
+    verdict = np.array(
+        [_verdict(t, pw, f, power) for t, pw, f in zip(tested, achieved, factor)], dtype=str
+    )  # str even when there is no comparison at all
 
     def shown(values):
         return np.where(tested, values, np.nan)

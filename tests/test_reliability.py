@@ -150,6 +150,42 @@ def test_unknown_model_and_empty_window_are_clear(db_url, tmp_path):
     assert counts(db_url, *RESULT_TABLES) == [0, 0]
 
 
+def test_every_row_invalid_is_one_clear_run_error(db_url, tmp_path):
+    """Every row of the window invalid, with max_invalid_fraction = 1.0 allowing it: the run fails
+    with one line saying there is nothing to audit, keeps the quarantine and stores no results;
+    audit_frame returns an empty audit with the quarantine (both once raised AttributeError)."""
+    import biasaudit
+    from biasaudit.schemas.quarantine import TooManyInvalidRows
+
+    rows = pd.DataFrame(
+        {
+            "prediction_id": ["a", "b", "c"],
+            "model_id": "m",
+            "predicted_at": ["2026-01-01", "2026-01-02", "2026-01-03"],
+            "y_true": [1, 0, 1],
+            "y_pred": [5, 6, 7],
+            "race": ["x", "y", "z"],
+        }
+    )
+    rows.to_sql("all_bad", make_engine(db_url), index=False)
+    config = write_config(
+        tmp_path,
+        model="m",
+        source="all_bad",
+        attributes=["race"],
+        thresholds={"max_invalid_fraction": 1.0},
+    )
+    with pytest.raises(TooManyInvalidRows, match="all 3 rows failed validation: nothing to audit"):
+        run_audit("a", config, db_url, END)
+    assert list_runs(make_engine(db_url))["status"].tolist() == ["failed"]
+    assert counts(db_url, *RESULT_TABLES) == [0, 0]
+    with pytest.warns(UserWarning, match="3 of 3 rows failed validation"):
+        result = biasaudit.audit_frame(
+            rows[["y_true", "y_pred", "race"]], attributes=["race"], max_invalid_fraction=1.0
+        )
+    assert result.counts.empty and result.detection.empty and len(result.quarantine) == 3
+
+
 # ---- atomic runs -------------------------------------------------------------------------------
 
 STAGES = [
