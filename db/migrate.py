@@ -36,8 +36,9 @@ def alembic_config(url: str | None = None) -> Config:
     return config
 
 
-def _views() -> list[tuple[str, str]]:
-    """(name, CREATE VIEW statement) of the history views, from the migration that made them."""
+def views() -> list[tuple[str, str]]:
+    """(name, CREATE VIEW statement) of the history views, from the migration that made them
+    (a later migration that alters a column they read drops and re-creates them)."""
     path = next((MIGRATIONS / "versions").glob("0007_*.py"))
     spec = importlib.util.spec_from_file_location("biasaudit_views_0007", path)
     assert spec is not None and spec.loader is not None
@@ -56,11 +57,11 @@ def _build_fresh(url: str, config: Config) -> None:
         with engine.connect() as connection:
             try:
                 Base.metadata.create_all(connection)
-                for _, statement in _views():
+                for _, statement in views():
                     connection.execute(text(statement))
                 connection.commit()
             except Exception as exc:
-                for name, _ in reversed(_views()):
+                for name, _ in reversed(views()):
                     connection.execute(text(f"DROP VIEW IF EXISTS {name}"))
                 Base.metadata.drop_all(connection, checkfirst=True)
                 connection.commit()

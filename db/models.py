@@ -235,7 +235,8 @@ class MetricResult(RunResult, Base):
     value: Mapped[float | None] = mapped_column(Real)
     numerator: Mapped[float | None] = mapped_column(Real)
     denominator: Mapped[float | None] = mapped_column(Real)
-    undefined_reason: Mapped[str | None] = mapped_column(String(128))
+    # every condition that leaves the value undefined, joined: of any length (migration 0013)
+    undefined_reason: Mapped[str | None] = mapped_column(Text)
 
 
 class QuarantinedRow(Base):
@@ -280,7 +281,7 @@ class TwoGroupResult(GroupVsReference, Base):
     __tablename__ = "two_group_results"
 
     value: Mapped[float | None] = mapped_column(Real)
-    undefined_reason: Mapped[str | None] = mapped_column(String(128))
+    undefined_reason: Mapped[str | None] = mapped_column(Text)
 
 
 class DetectionResult(GroupVsReference, Base):

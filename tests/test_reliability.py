@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import func, select, text
+from sqlalchemy import func, insert, inspect, select, text, update
 from sqlalchemy.exc import OperationalError
 
 import biasaudit.flows.pipeline
@@ -22,7 +22,7 @@ from biasaudit.db.engine import make_engine
 from biasaudit.db.history import list_runs
 from biasaudit.db.load import load_predictions
 from biasaudit.db.models import AuditRun, GroupCount, MetricResult, Prediction, QuarantinedRow
-from biasaudit.db.runs import ABANDONED, abandon_stale_runs
+from biasaudit.db.runs import ABANDONED, abandon_stale_runs, release_run, start_run
 from biasaudit.db.source import EmptyWindow, SourceError
 from biasaudit.flows.audit import audit_flow, run_audit
 from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
@@ -184,6 +184,107 @@ def test_every_row_invalid_is_one_clear_run_error(db_url, tmp_path):
             rows[["y_true", "y_pred", "race"]], attributes=["race"], max_invalid_fraction=1.0
         )
     assert result.counts.empty and result.detection.empty and len(result.quarantine) == 3
+
+
+# ---- models without labels ---------------------------------------------------------------------
+
+# MCC of a group with no labelled prediction: all four margins are zero (136 characters, over 128).
+NO_LABELS_MCC = (
+    "tp+fn = 0 (no actual positives); fp+tn = 0 (no actual negatives); "
+    "tp+fp = 0 (no predicted positives); fn+tn = 0 (no predicted negatives)"
+)
+
+
+@pytest.mark.parametrize("labelled", ["nobody", "White only"])
+def test_a_model_without_labels_is_audited_and_stored(db_url, labelled):
+    """A new model has no outcomes yet (or only for some groups): its run succeeds on every store
+    and keeps each undefined metric's whole reason, however long."""
+    data = _demo_data()
+    data = data[data["model_id"] == "credit-scorer"].head(3000)
+    keep = (data["race"] == "White") & (labelled == "White only")
+    data = data.assign(y_true=data["y_true"].where(keep))
+    load_predictions(make_engine(db_url), data, list(GROUPS), "test")
+    result = run_audit("credit-race", str(DEMO_CONFIG), db_url, END)
+    with make_engine(db_url).connect() as connection:
+        status, unlabelled = connection.execute(
+            select(AuditRun.status, AuditRun.rows_unlabelled)
+        ).one()
+        stored = pd.DataFrame(
+            connection.execute(
+                select(
+                    MetricResult.group_name,
+                    MetricResult.metric,
+                    MetricResult.value,
+                    MetricResult.undefined_reason,
+                ).where(
+                    MetricResult.run_id == result["run_id"],
+                    MetricResult.attribute == "race",
+                    MetricResult.subset == "group",
+                    MetricResult.estimator == "raw",
+                )
+            ).all()
+        ).set_index(["group_name", "metric"])
+    assert result["new"] and status == "succeeded"
+    assert unlabelled == data["y_true"].isna().sum()
+    for group in set(data["race"]) - set(data.loc[keep, "race"]):
+        assert stored.loc[(group, "mcc"), "undefined_reason"] == NO_LABELS_MCC
+        assert pd.isna(stored.loc[(group, "mcc"), "value"])
+    by_race = data.groupby("race")
+    # the selection rate counts every prediction, labelled or not
+    assert stored.xs("ppr", level="metric")["value"].to_dict() == pytest.approx(
+        by_race["y_pred"].mean().to_dict()
+    )
+    if labelled == "White only":
+        white = data[keep]
+        positives = white[white["y_true"] == 1]
+        assert stored.loc[("White", "tpr"), "value"] == pytest.approx(positives["y_pred"].mean())
+
+
+def test_an_older_store_takes_reasons_of_any_length_after_upgrade(db_url):
+    """A store of revision 0010 (reasons of at most 128 characters) upgraded by `db upgrade`
+    stores a longer reason, in the table and in the metric_series view analysts read."""
+    from alembic import command
+
+    from biasaudit.db.migrate import alembic_config, upgrade
+    from biasaudit.flows.pipeline import new_record
+    from biasaudit.schemas.config import load_audit
+
+    engine = make_engine(db_url)
+
+    def reason_lengths():
+        inspector = inspect(engine)
+        return [
+            getattr(column["type"], "length", None)
+            for table in ("metric_results", "two_group_results")
+            for column in inspector.get_columns(table)
+            if column["name"] == "undefined_reason"
+        ]
+
+    command.downgrade(alembic_config(db_url), "0010")
+    assert reason_lengths() == [128, 128]
+    upgrade(db_url)
+    assert reason_lengths() == [None, None]
+    run_id = start_run(engine, new_record(load_audit(DEMO_CONFIG, "credit-race"), END))
+    release_run(run_id)  # its row stays, made a succeeded run below
+    with engine.begin() as connection:
+        connection.execute(
+            insert(MetricResult).values(
+                run_id=run_id,
+                attribute="race",
+                group_name="Black",
+                subset="group",
+                metric="mcc",
+                estimator="raw",
+                undefined_reason=NO_LABELS_MCC,
+            )
+        )
+        connection.execute(
+            update(AuditRun).where(AuditRun.id == run_id).values(status="succeeded", version=1)
+        )
+    with engine.connect() as connection:
+        shown = connection.execute(text("SELECT undefined_reason FROM metric_series")).scalars()
+        assert shown.all() == [NO_LABELS_MCC]
+    engine.dispose()
 
 
 # ---- atomic runs -------------------------------------------------------------------------------
