@@ -1,11 +1,18 @@
 """Build or upgrade a database with the Alembic migrations in ``db/migrations``.
 
+A store usually lives beside the predictions, in a database that holds tables of its own: a
+store is recognised by its own objects only (the models' tables, the history views and the
+migration record, alembic_version), and other tables are never touched. Some of those objects
+without a migration record is a half-built store (or tables of the user's under our names): it is
+refused, on every database, before anything is changed. After an upgrade to head every object of
+the store must be there.
+
 MariaDB/MySQL run DDL outside transactions (each statement commits), so a failed migration there
-leaves half a schema. And the early migrations create keys longer than MariaDB allows. A fresh
-MariaDB/MySQL database is therefore built in one step from the models at head (whose key columns
-have MariaDB variants: db.models.KeyText), with the history views, and stamped at head; if any
-statement fails, everything created is dropped again, so the database is left empty, never half
-built. Later migrations then run one by one as elsewhere.
+leaves half a schema. And the early migrations create keys longer than MariaDB allows. A
+MariaDB/MySQL database without a store is therefore built in one step from the models at head
+(whose key columns have MariaDB variants: db.models.KeyText), with the history views, and stamped
+at head; if any statement fails, everything created is dropped again, so the database holds what it
+held before, never half a store. Later migrations then run one by one as elsewhere.
 """
 
 from __future__ import annotations
@@ -47,9 +54,28 @@ def views() -> list[tuple[str, str]]:
     return [("latest_succeeded_runs", module.LATEST), ("metric_series", module.SERIES)]
 
 
+def store_objects() -> set[str]:
+    """The tables and views of a store besides its migration record: what the models define."""
+    from biasaudit.db.models import Base
+
+    return set(Base.metadata.tables) | {name for name, _ in views()}
+
+
+def _objects(url: str) -> tuple[str, set[str]]:
+    """The database's dialect and the names of its tables and views."""
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            inspector = inspect(connection)
+            names = set(inspector.get_table_names()) | set(inspector.get_view_names())
+        return engine.dialect.name, names
+    finally:
+        engine.dispose()
+
+
 def _build_fresh(url: str, config: Config) -> None:
-    """Create the head schema from the models on an empty non-transactional database, or leave
-    it empty."""
+    """Create the head schema from the models on a non-transactional database that holds none of
+    it (other tables stay as they are), or create nothing."""
     from biasaudit.db.models import Base
 
     engine = make_engine(url)
@@ -67,7 +93,7 @@ def _build_fresh(url: str, config: Config) -> None:
                 connection.commit()
                 raise UpgradeError(
                     f"building the schema on {engine.dialect.name} failed ({exc}); everything "
-                    "created was dropped again, the database is empty"
+                    "it created was dropped again, the database holds what it held before"
                 ) from exc
     finally:
         engine.dispose()
@@ -75,35 +101,39 @@ def _build_fresh(url: str, config: Config) -> None:
 
 
 def upgrade(url: str | None = None, revision: str = "head") -> None:
-    """Apply every migration up to ``revision`` (idempotent); safe on MariaDB/MySQL too."""
+    """Apply every migration up to ``revision`` (idempotent); safe on MariaDB/MySQL too. Tables
+    that are not the store's are left alone; a half-built store is refused (UpgradeError)."""
     config = alembic_config(url)
     url = database_url(url)
-    engine = make_engine(url)
-    try:
-        dialect = engine.dialect.name
-        with engine.connect() as connection:
-            tables = set(inspect(connection).get_table_names())
-    finally:
-        engine.dispose()
+    dialect, present = _objects(url)
+    if "alembic_version" not in present:
+        ours = sorted(present & store_objects())
+        if ours:
+            raise UpgradeError(
+                f"the database holds biasaudit's tables {ours} but no migration record "
+                "(alembic_version): a half-built store, or tables of yours under these names; "
+                "nothing was changed: drop them, or use another database"
+            )
+        if dialect in NON_TRANSACTIONAL:
+            if revision != "head":
+                raise UpgradeError("a fresh MariaDB/MySQL store is built at head only")
+            _build_fresh(url, config)
+            return
+    head = ScriptDirectory.from_config(config).get_current_head()
     if dialect not in NON_TRANSACTIONAL:
         command.upgrade(config, revision)
-        return
-    if "alembic_version" not in tables:
-        if tables - {"alembic_version"}:
+    else:
+        try:
+            command.upgrade(config, revision)  # each migration's version is recorded as it commits
+        except Exception as exc:
             raise UpgradeError(
-                f"the database holds tables {sorted(tables)} but no migration record: "
-                "not a biasaudit store (or a half-built one); use an empty database"
-            )
-        if revision != "head":
-            raise UpgradeError("a fresh MariaDB/MySQL store is built at head only")
-        _build_fresh(url, config)
-        return
-    head = ScriptDirectory.from_config(config).get_current_head()
-    try:
-        command.upgrade(config, revision)  # each migration's version is recorded as it commits
-    except Exception as exc:
+                f"a migration towards {revision} ({head}) failed on {dialect}: DDL there is not "
+                "transactional, so the failing migration may be partly applied; the migration "
+                f"record (alembic_version) names the last complete one. Cause: {exc}"
+            ) from exc
+    missing = sorted(store_objects() - _objects(url)[1]) if revision in ("head", head) else []
+    if missing:
         raise UpgradeError(
-            f"a migration towards {revision} ({head}) failed on {dialect}: DDL there is not "
-            "transactional, so the failing migration may be partly applied; the migration record "
-            f"(alembic_version) names the last complete one. Cause: {exc}"
-        ) from exc
+            f"the store is migrated to {head} but lacks {missing}: a half-built store "
+            "(dropped by hand?); restore them from a backup, or use another database"
+        )

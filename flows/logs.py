@@ -25,6 +25,7 @@ def handled_errors() -> tuple[type[BaseException], ...]:
     from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
     from biasaudit.db.engine import DatabaseMissing, DatabaseUrlError
+    from biasaudit.db.migrate import UpgradeError
     from biasaudit.db.runs import RunInProgress, RunLost
     from biasaudit.db.source import EmptyWindow, SourceError
     from biasaudit.schemas.config import ConfigError
@@ -41,6 +42,7 @@ def handled_errors() -> tuple[type[BaseException], ...]:
         RunLost,
         DatabaseUrlError,
         DatabaseMissing,
+        UpgradeError,
         DBAPIError,
         SQLAlchemyError,
     )

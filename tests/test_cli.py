@@ -172,6 +172,21 @@ def test_unmigrated_database_is_named(tmp_path):
     _one_line_error(result, "is not migrated", "biasaudit db upgrade")
 
 
+def test_half_built_store_is_one_line(tmp_path):
+    """It refuses to upgrade a database holding one of the store's tables without its migration
+    record, in one line naming the table."""
+    import sqlite3
+
+    path = tmp_path / "half.db"
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE audit_runs (id INTEGER PRIMARY KEY)")
+    result = runner.invoke(app, ["db", "upgrade", "--db", f"sqlite:///{path}"])
+    line = _one_line_error(
+        result, "biasaudit's tables ['audit_runs'] but no migration record", "half-built"
+    )
+    assert line.startswith("error: the database holds")  # the message alone, no type or hint
+
+
 @pytest.mark.parametrize(
     ("body", "fragments"),
     [

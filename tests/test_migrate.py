@@ -1,0 +1,114 @@
+"""`db upgrade` beside tables of the user's: the store is recognised by its own tables only."""
+
+import pandas as pd
+import pytest
+from sqlalchemy import inspect, select, text
+
+from biasaudit.db.engine import make_engine
+from biasaudit.db.history import list_runs
+from biasaudit.db.migrate import UpgradeError, upgrade
+from biasaudit.db.models import Base, MetricResult
+from biasaudit.flows.demo import END
+from biasaudit.flows.pipeline import run_audit
+
+STORES = pytest.mark.parametrize(
+    "source_db_url", ["sqlite", "postgresql", "mariadb"], indirect=True
+)
+
+
+def user_tables(url):
+    """Two tables of the user's: predictions under another name, and a log table."""
+    engine = make_engine(url)
+    pd.DataFrame(
+        {
+            "case_no": [f"c{i}" for i in range(40)],
+            "decided": pd.Timestamp("2026-10-01"),
+            "label": [i % 2 for i in range(40)],
+            "decision": [(i // 2) % 2 for i in range(40)],
+            "region": ["north" if i % 3 else "south" for i in range(40)],
+        }
+    ).to_sql("decisions", engine, index=False)
+    pd.DataFrame({"note": ["kept", "as is"]}).to_sql("audit_log", engine, index=False)
+    engine.dispose()
+
+
+def snapshot(url):
+    """Every table and view of the database with the user tables' contents."""
+    engine = make_engine(url)
+    with engine.connect() as connection:
+        inspector = inspect(connection)
+        names = sorted(inspector.get_table_names() + inspector.get_view_names())
+        rows = {
+            table: pd.read_sql(text(f"SELECT * FROM {table}"), connection).to_dict("list")
+            for table in ("decisions", "audit_log")
+        }
+    engine.dispose()
+    return names, rows
+
+
+@STORES
+def test_the_store_is_built_beside_tables_of_yours(source_db_url, tmp_path):
+    """A database holding only the user's tables becomes a store beside them: the tables stay
+    untouched, an audit reads one of them and stores its results next to it."""
+    url = source_db_url
+    user_tables(url)
+    names, rows = snapshot(url)
+    upgrade(url)
+    upgrade(url)  # idempotent
+    after, rows_after = snapshot(url)
+    assert rows_after == rows
+    assert set(names) == {"decisions", "audit_log"} and set(names) < set(after)
+    config = tmp_path / "audits.toml"
+    config.write_text(
+        """
+[[audits]]
+name = "decisions"
+model = "rules-engine"
+source = "decisions"
+attributes = ["region"]
+metrics = ["tpr", "fpr"]
+columns = { prediction_id = "case_no", predicted_at = "decided", y_true = "label", y_pred = "decision" }
+"""
+    )
+    result = run_audit("decisions", str(config), url, END)
+    engine = make_engine(url)
+    assert list_runs(engine)["status"].tolist() == ["succeeded"]
+    with engine.connect() as connection:
+        tpr = connection.scalar(
+            select(MetricResult.value).where(
+                MetricResult.run_id == result["run_id"],
+                MetricResult.group_name == "north",
+                MetricResult.subset == "group",
+                MetricResult.metric == "tpr",
+                MetricResult.estimator == "raw",
+            )
+        )
+    engine.dispose()
+    north = [i for i in range(40) if i % 3 and i % 2]  # labelled 1 in the north
+    assert tpr == pytest.approx(sum((i // 2) % 2 for i in north) / len(north))
+    assert snapshot(url)[1] == rows
+
+
+@STORES
+def test_a_half_built_store_is_refused_and_left_alone(source_db_url):
+    """One of the store's tables without the migration record is refused before anything
+    changes, whatever other tables the database holds."""
+    url = source_db_url
+    user_tables(url)
+    engine = make_engine(url)
+    Base.metadata.tables["audit_runs"].create(engine)
+    engine.dispose()
+    before = snapshot(url)
+    with pytest.raises(UpgradeError, match=r"biasaudit's tables \['audit_runs'\] but no migration"):
+        upgrade(url)
+    assert snapshot(url) == before
+
+
+def test_a_store_missing_one_of_its_tables_is_refused(db_url):
+    """A store whose migration record says head but which lacks a table is named half-built."""
+    engine = make_engine(db_url)
+    with engine.begin() as connection:
+        connection.execute(text("DROP TABLE monitor_results"))
+    engine.dispose()
+    with pytest.raises(UpgradeError, match=r"lacks \['monitor_results'\]: a half-built store"):
+        upgrade(db_url)
