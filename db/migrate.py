@@ -4,8 +4,9 @@ A store usually lives beside the predictions, in a database that holds tables of
 store is recognised by its own objects only (the models' tables, the history views and the
 migration record, alembic_version), and other tables are never touched. Some of those objects
 without a migration record is a half-built store (or tables of the user's under our names): it is
-refused, on every database, before anything is changed. After an upgrade to head every object of
-the store must be there.
+refused, on every database, before anything is changed; so is a migration record naming
+revisions that are not ours (another application's Alembic keeps its record in the same table).
+After an upgrade to head every object of the store must be there.
 
 MariaDB/MySQL run DDL outside transactions (each statement commits), so a failed migration there
 leaves half a schema. And the early migrations create keys longer than MariaDB allows. A
@@ -61,14 +62,20 @@ def store_objects() -> set[str]:
     return set(Base.metadata.tables) | {name for name, _ in views()}
 
 
-def _objects(url: str) -> tuple[str, set[str]]:
-    """The database's dialect and the names of its tables and views."""
+def _objects(url: str) -> tuple[str, set[str], set[str]]:
+    """The database's dialect, the names of its tables and views, and the revisions its
+    alembic_version records."""
     engine = make_engine(url)
     try:
         with engine.connect() as connection:
             inspector = inspect(connection)
             names = set(inspector.get_table_names()) | set(inspector.get_view_names())
-        return engine.dialect.name, names
+            recorded = set(
+                connection.execute(text("SELECT version_num FROM alembic_version")).scalars()
+                if "alembic_version" in names
+                else ()
+            )
+        return engine.dialect.name, names, recorded
     finally:
         engine.dispose()
 
@@ -105,7 +112,16 @@ def upgrade(url: str | None = None, revision: str = "head") -> None:
     that are not the store's are left alone; a half-built store is refused (UpgradeError)."""
     config = alembic_config(url)
     url = database_url(url)
-    dialect, present = _objects(url)
+    dialect, present, recorded = _objects(url)
+    script = ScriptDirectory.from_config(config)
+    head = script.get_current_head()
+    foreign = sorted(recorded - {revision.revision for revision in script.walk_revisions()})
+    if foreign:
+        raise UpgradeError(
+            f"the migration record alembic_version holds {foreign}, none of biasaudit's "
+            f"revisions (0001 to {head}): another application's migrations keep their record "
+            "there; nothing was changed: keep the store in another database"
+        )
     if "alembic_version" not in present:
         ours = sorted(present & store_objects())
         if ours:
@@ -119,7 +135,6 @@ def upgrade(url: str | None = None, revision: str = "head") -> None:
                 raise UpgradeError("a fresh MariaDB/MySQL store is built at head only")
             _build_fresh(url, config)
             return
-    head = ScriptDirectory.from_config(config).get_current_head()
     if dialect not in NON_TRANSACTIONAL:
         command.upgrade(config, revision)
     else:

@@ -104,6 +104,23 @@ def test_a_half_built_store_is_refused_and_left_alone(source_db_url):
     assert snapshot(url) == before
 
 
+@STORES
+def test_another_applications_migration_record_is_refused_and_left_alone(source_db_url):
+    """An alembic_version of the user's own application (a revision that is none of ours) is
+    refused before anything changes: the store cannot share that record."""
+    url = source_db_url
+    user_tables(url)
+    engine = make_engine(url)
+    with engine.begin() as connection:
+        connection.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)"))
+        connection.execute(text("INSERT INTO alembic_version VALUES ('ae1027a6acf')"))
+    engine.dispose()
+    before = snapshot(url)
+    with pytest.raises(UpgradeError, match=r"\['ae1027a6acf'\], none of biasaudit's revisions"):
+        upgrade(url)
+    assert snapshot(url) == before
+
+
 def test_a_store_missing_one_of_its_tables_is_refused(db_url):
     """A store whose migration record says head but which lacks a table is named half-built."""
     engine = make_engine(db_url)
