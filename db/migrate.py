@@ -26,7 +26,7 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 
-from biasaudit.db.engine import database_url, make_engine
+from biasaudit.db.engine import database_url, make_engine, parse_url
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 NON_TRANSACTIONAL = {"mysql", "mariadb"}
@@ -40,7 +40,9 @@ def alembic_config(url: str | None = None) -> Config:
     """An Alembic configuration that needs no ``alembic.ini`` (works from an installed package)."""
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
-    config.set_main_option("sqlalchemy.url", database_url(url).replace("%", "%%"))
+    # parsed as every engine's URL is (a postgresql:// URL gets psycopg 3, not psycopg2)
+    parsed = parse_url(database_url(url)).render_as_string(hide_password=False)
+    config.set_main_option("sqlalchemy.url", parsed.replace("%", "%%"))
     return config
 
 

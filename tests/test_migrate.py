@@ -2,7 +2,7 @@
 
 import pandas as pd
 import pytest
-from sqlalchemy import inspect, select, text
+from sqlalchemy import inspect, make_url, select, text
 
 from biasaudit.db.engine import make_engine
 from biasaudit.db.history import list_runs
@@ -129,3 +129,14 @@ def test_a_store_missing_one_of_its_tables_is_refused(db_url):
     engine.dispose()
     with pytest.raises(UpgradeError, match=r"lacks \['monitor_results'\]: a half-built store"):
         upgrade(db_url)
+
+
+@pytest.mark.parametrize("source_db_url", ["postgresql"], indirect=True)
+def test_a_postgresql_url_without_driver_is_upgraded(source_db_url):
+    """`db upgrade --db postgresql://...` migrates with psycopg 3, as every engine does (the
+    migrations' own engine took psycopg2, which is not installed)."""
+    url = make_url(source_db_url).set(drivername="postgresql")
+    upgrade(url.render_as_string(hide_password=False))
+    engine = make_engine(source_db_url)
+    assert "alembic_version" in inspect(engine).get_table_names()
+    engine.dispose()
