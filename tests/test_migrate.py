@@ -89,6 +89,22 @@ columns = { prediction_id = "case_no", predicted_at = "decided", y_true = "label
     assert snapshot(url)[1] == rows
 
 
+@pytest.mark.parametrize("source_db_url", ["mariadb"], indirect=True)
+def test_a_failed_mariadb_build_leaves_the_database_as_it_was(source_db_url, monkeypatch):
+    """MariaDB's DDL commits statement by statement: when building the store fails, what it
+    created is dropped again and the user's tables are as they were."""
+    import biasaudit.db.migrate
+
+    url = source_db_url
+    user_tables(url)
+    before = snapshot(url)
+    broken = [("metric_series", "CREATE VIEW metric_series AS SELECT nothing FROM nowhere")]
+    monkeypatch.setattr(biasaudit.db.migrate, "views", lambda: broken)
+    with pytest.raises(UpgradeError, match="the database holds what it held before"):
+        upgrade(url)
+    assert snapshot(url) == before
+
+
 @STORES
 def test_a_half_built_store_is_refused_and_left_alone(source_db_url):
     """One of the store's tables without the migration record is refused before anything
