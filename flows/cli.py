@@ -551,6 +551,11 @@ def run(
         result = audit_flow(audit, config, flow_url(db), moment, force)
     _print_runs(db, [result["run_id"]])
     _print_flagged(db, [result["run_id"]])
+    if result["report"] is None:
+        raise Mistake(
+            f"run {result['run_id']} succeeded and is stored, but its report was not written "
+            f"(see above); write it with `biasaudit report {result['run_id']}`"
+        )
     _say(f"report: {result['report']}")
 
 
@@ -953,13 +958,12 @@ def report(
     db: DbOption = None,
 ) -> None:
     """Render any stored run as a self-contained HTML report."""
-    from biasaudit.flows.report import build_report, report_path
+    from biasaudit.flows.report import build_report, report_path, write_page
 
     engine = _engine(db)
     run = _run_or_fail(engine, run_id)
     path = out or report_path(run.audit_name, run_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(build_report(engine, run_id, str(path))[0])
+    write_page(path, build_report(engine, run_id, str(path))[0])
     _say(f"wrote {path}")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 from sqlalchemy import Engine
@@ -23,6 +24,20 @@ def reports_dir() -> Path:
 
 def report_path(audit_name: str, run_id: int) -> Path:
     return reports_dir() / f"{audit_name}-run-{run_id}.html"
+
+
+def write_page(path: Path, page: str) -> None:
+    """Write ``page`` to ``path`` whole or not at all: into a temporary file beside it, renamed
+    over ``path`` once written (a full disk or a killed process leaves no partial report)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(handle)
+    try:
+        Path(temporary).write_text(page, encoding="utf-8")
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def build_report(
@@ -70,7 +85,6 @@ def write_report(db_url: str, run_id: int, audit_name: str, summary: dict | None
     path = report_path(audit_name, run_id)
     with engine_scope(db_url) as engine:
         page, markdown, records = build_report(engine, run_id, str(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page)
+    write_page(path, page)
     publish_artifacts(markdown, records, audit_name, run_id)
     return str(path)

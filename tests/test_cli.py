@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -375,3 +376,48 @@ def test_names_are_shown_as_data_never_obeyed(tmp_path):
         assert "\\x1b" in result.output, command
     shown = outputs["history --metric"].output
     assert "\\u202eevil" in shown and "Jos\u00e9" in shown and "Jose\u0301" in shown
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_full_disk_leaves_no_partial_report_and_says_so(tmp_path, monkeypatch):
+    """The disk fills while the report is written (the write stops halfway with ENOSPC): no
+    report file is left, not even an empty or half one; `run` keeps the committed run, says in
+    one error line that its report was not written and how to write it, and exits 1 (it printed
+    "report: None" and exited 0, leaving a 0-byte page); `report --out` fails the same way."""
+    import errno
+
+    from biasaudit.db.engine import make_engine
+    from biasaudit.db.history import list_runs
+    from biasaudit.db.load import load_predictions
+    from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
+
+    from .conftest import DEMO_CONFIG
+
+    url = f"sqlite:///{tmp_path / 'full.db'}"
+    assert runner.invoke(app, ["db", "upgrade", "--db", url]).exit_code == 0
+    data = synthetic_predictions()
+    load_predictions(make_engine(url), data[data["model_id"] == "credit-scorer"], list(GROUPS), "t")
+    reports = tmp_path / "reports"
+    monkeypatch.setenv("BIASAUDIT_REPORTS_DIR", str(reports))
+    write_text = Path.write_text
+
+    def disk_full(self, data, *args, **kwargs):
+        if self.name.endswith((".html", ".tmp")):
+            write_text(self, data[: len(data) // 2], *args, **kwargs)
+            raise OSError(errno.ENOSPC, "No space left on device", str(self))
+        return write_text(self, data, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", disk_full)
+    args = ["-c", str(DEMO_CONFIG), "--db", url, "--as-of", END.isoformat()]
+    result = runner.invoke(app, ["run", "credit-race", *args])
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "succeeded and is stored" in errors[0], result.output
+    assert "biasaudit report 1" in errors[0] and "report: None" not in result.output
+    assert "Traceback" not in result.output
+    assert not reports.exists() or list(reports.iterdir()) == []
+    assert list_runs(make_engine(url))["status"].tolist() == ["succeeded"]
+    out = tmp_path / "again.html"
+    again = runner.invoke(app, ["report", "1", "--out", str(out), "--db", url])
+    assert again.exit_code != 0 and "No space left on device" in again.output
+    assert list(tmp_path.glob("*.html")) == [] and list(tmp_path.glob(".*.tmp")) == []
