@@ -7,8 +7,17 @@ JOINT_RATIO = ("tpr", "fnr", "fpr", "tnr", "ppv", "fdr", "npv", "for")
 OTHER = ("f1", "f1s", "mcc", "pt", "mb")
 TWO_GROUP = ("ofi", "te")
 METRIC_IDS = BINOMIAL + JOINT_RATIO + OTHER + TWO_GROUP
-# Metrics that are a rate x/d of two counts: the ones detection, planning and meta-metrics test.
+# Metrics that are a rate x/d of two counts (rate_cells); the compare stage tests each one's change
+# between two runs of a group.
 RATE_METRICS = BINOMIAL + JOINT_RATIO
+# Rates of the labels alone (y_true; the decision y_pred plays no part): the population's base
+# rates. They describe who is in a group, not how the model treats it, so they are shown beside
+# the groups as context and never tested between groups.
+BASE_RATES = ("prev", "nprev")
+# The rates tested between groups: planning, detection, meta-metrics and monitoring; MATCH tests
+# them and the marginal benefit.
+TESTED_RATES = tuple(m for m in RATE_METRICS if m not in BASE_RATES)
+MATCH_METRICS = (*(m for m in BINOMIAL if m not in BASE_RATES), "mb", *JOINT_RATIO)
 # Complementary rates (M and 1 − M of the same counts): a disparity in one is the same disparity
 # in the other, so one hypothesis, one test.
 _PAIRS = (
@@ -102,14 +111,65 @@ SYNONYMS = {
     "false_omission_rate": "for",
     "f1_score": "f1",
     "f1_simplified": "f1s",
+    "simplified_f1_score": "f1s",
     "f1*": "f1s",
     "matthews": "mcc",
     "phi": "mcc",
+    "matthews_correlation_coefficient": "mcc",
     "prevalence_threshold": "pt",
     "marginal_benefit": "mb",
     "objective_fairness_index": "ofi",
     "treatment_equality": "te",
 }
+
+# Every metric in words, with its formula in the cells of the confusion matrix: the one source the
+# report and the command line name metrics from (each name is also accepted as a synonym).
+N_MEANS = "n = TP + FP + FN + TN, the labelled predictions"
+GLOSSARY = {
+    "acc": ("accuracy", "(TP + TN) / n"),
+    "prev": ("prevalence", "(TP + FN) / n"),
+    "ppr": ("predicted positive rate", "(TP + FP + unlabelled positive) / (n + unlabelled)"),
+    "err": ("error rate", "(FP + FN) / n"),
+    "nprev": ("negative prevalence", "(FP + TN) / n"),
+    "pnr": ("predicted negative rate", "(FN + TN + unlabelled negative) / (n + unlabelled)"),
+    "tpr": ("true positive rate", "TP / (TP + FN)"),
+    "fnr": ("false negative rate", "FN / (TP + FN)"),
+    "fpr": ("false positive rate", "FP / (FP + TN)"),
+    "tnr": ("true negative rate", "TN / (FP + TN)"),
+    "ppv": ("positive predictive value", "TP / (TP + FP)"),
+    "fdr": ("false discovery rate", "FP / (TP + FP)"),
+    "npv": ("negative predictive value", "TN / (FN + TN)"),
+    "for": ("false omission rate", "FN / (FN + TN)"),
+    "f1": ("F1 score", "2 * PPV * TPR / (PPV + TPR)"),
+    "f1s": ("simplified F1 score", "2 * TP / (2 * TP + FP + FN)"),
+    "mcc": (
+        "Matthews correlation coefficient",
+        "(TP * TN - FP * FN) / sqrt((TP + FP) * (TP + FN) * (TN + FP) * (TN + FN))",
+    ),
+    "pt": ("prevalence threshold", "(sqrt(TPR * FPR) - FPR) / (TPR - FPR)"),
+    "mb": ("marginal benefit", "(FP - FN) / n"),
+    "ofi": ("objective fairness index", "MB of the group - MB of the reference"),
+    "te": ("treatment equality", "FN / FP of the group - FN / FP of the reference"),
+}
+
+
+def describe(metric: str) -> str:
+    """A metric's id, name and formula: 'fpr — false positive rate, FP / (FP + TN)'."""
+    name, formula = GLOSSARY[metric]
+    return f"{metric} — {name}, {formula}"
+
+
+def role(metric: str) -> str:
+    """What an audit does with a metric: test it between groups, or only show it."""
+    if metric in BASE_RATES:
+        return "context: the outcome's base rate in the group, never tested as bias"
+    if metric in TESTED_RATES:
+        return "tested between groups"
+    if metric in MATCH_METRICS:
+        return "tested between groups by MATCH"
+    if metric in TWO_GROUP:
+        return "a group against its reference, not tested"
+    return "per group, not tested"
 
 
 def canonical_metric(name: str) -> str:

@@ -23,12 +23,12 @@ import pandas as pd
 
 from biasaudit.schemas.config import Audit
 from biasaudit.schemas.frames import validate_frame
-from biasaudit.schemas.metric_ids import RATE_METRICS
+from biasaudit.schemas.metric_ids import MATCH_METRICS, TESTED_RATES
 from biasaudit.schemas.quarantine import QUARANTINE_COLUMNS
 from biasaudit.tasks.compare import compare_with_previous
 from biasaudit.tasks.counts import comparison_pairs, completeness_warnings, label_completeness
 from biasaudit.tasks.detection import detect
-from biasaudit.tasks.match import MATCH_METRICS, match_test
+from biasaudit.tasks.match import match_test
 from biasaudit.tasks.metametrics import attribute_meta_metrics
 from biasaudit.tasks.metrics import CATALOGUE, compute_metrics, two_group_metrics
 from biasaudit.tasks.planning import plan
@@ -160,7 +160,7 @@ def audit_counts(
     """
     counts = validate_frame("counts", counts)
     thresholds, smoothing = audit.thresholds, audit.smoothing
-    rates = [m for m in audit.metrics if m in RATE_METRICS]
+    rates = [m for m in audit.metrics if m in TESTED_RATES]
     group, reference = run("pairs", comparison_pairs, counts, audit.reference_groups)
     metrics = run("metrics", group_metrics, counts, audit.metrics)
     two_group = run("two-group metrics", two_group_metrics, group, reference)

@@ -29,13 +29,13 @@ from biasaudit.schemas.metric_ids import (
     BINOMIAL_CELLS,
     JOINT_RATIO_CELLS,
     MARGINS,
+    MATCH_METRICS,
     UNLABELLED_COLUMNS,
     rate_cells,
 )
 from biasaudit.tasks.multiplicity import bh_adjust
 from biasaudit.tasks.rates import comparison_reasons
 
-MATCH_METRICS = (*BINOMIAL_CELLS, "mb", *JOINT_RATIO_CELLS)
 _WINDOW_SD = 8  # binomial mass beyond 8 standard deviations (+5) is below 1e-15
 EXACT_LIMIT = 20_000  # expected denominator count above which MB and JRMs use the approximation
 # MATCH runs where the reference has at least this many times the group's predictions

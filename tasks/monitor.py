@@ -250,13 +250,18 @@ UNLABELLED_FIELDS = ["unlabelled_group", "unlabelled_reference"]
 
 
 def monitored_metrics(metrics) -> list[str]:
-    """Rate metrics to monitor (SPEC ids; default ppr, tpr and fpr)."""
-    from biasaudit.schemas.metric_ids import RATE_METRICS, canonical_metric
+    """Rate metrics to monitor (SPEC ids; default ppr, tpr and fpr); base rates are left out."""
+    from biasaudit.schemas.metric_ids import BASE_RATES, GLOSSARY, TESTED_RATES, canonical_metric
 
     names = [canonical_metric(m) for m in (metrics or DEFAULT_METRICS)]
-    rates = [m for m in dict.fromkeys(names) if m in RATE_METRICS]
+    rates = [m for m in dict.fromkeys(names) if m in TESTED_RATES]
     if not rates:
-        raise ValueError(f"no rate metric among {list(names)}: monitoring needs rates x/n")
+        context = [f"{m} ({GLOSSARY[m][0]})" for m in dict.fromkeys(names) if m in BASE_RATES]
+        why = f"; {', '.join(context)}: the outcome's base rate, never tested" if context else ""
+        raise ValueError(
+            f"no rate of the model's decisions among {list(names)}: monitoring needs one of "
+            f"{', '.join(TESTED_RATES)}{why}"
+        )
     return rates
 
 

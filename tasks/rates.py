@@ -4,6 +4,9 @@ tasks.counts.comparison_pairs; shared by those stages so that they test the same
 
 - A rate metric is x/d with x and d sums of count columns (schemas.metric_ids.rate_cells): PPR and
   PNR over every valid prediction, labelled or not (SPEC section 6), the others over labelled ones.
+- Only the rates of the model's decisions are tested (schemas.metric_ids.TESTED_RATES): a base
+  rate of the labels alone (prevalence) differs between groups whatever the model does, so it is
+  context, never a disparity.
 - One hypothesis, one test (SPEC section 3): for a two-valued attribute, "A vs rest", "B vs rest"
   and "A vs B" are the same comparison; it is tested once (against the named reference if there is
   one, else the first group against the rest) and the others carry the reason.
@@ -17,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from biasaudit.schemas.frames import COUNT_COLUMNS
-from biasaudit.schemas.metric_ids import COMPLEMENT, RATE_METRICS, UNLABELLED_COLUMNS, rate_cells
+from biasaudit.schemas.metric_ids import COMPLEMENT, TESTED_RATES, UNLABELLED_COLUMNS, rate_cells
 
 KEYS = ["attribute", "group_name", "reference"]
 
@@ -82,7 +85,7 @@ def comparison_rates(
     ``reason`` (comparison_reasons; a zero denominator; or the complement of a rate listed
     before it, e.g. fnr = 1 − tpr: the same hypothesis, tested once), None where the rate can be
     tested."""
-    rates = [m for m in dict.fromkeys(metrics) if m in RATE_METRICS]
+    rates = [m for m in dict.fromkeys(metrics) if m in TESTED_RATES]
     base = group[KEYS].reset_index(drop=True)
     why = comparison_reasons(group, reference, min_group_size)
     size_group, size_reference = _size(group), _size(reference)

@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from biasaudit.schemas.metric_ids import BINOMIAL_CELLS, JOINT_RATIO_CELLS
-from biasaudit.tasks.match import MATCH_METRICS, match_test
+from biasaudit.schemas.metric_ids import BINOMIAL_CELLS, JOINT_RATIO_CELLS, MATCH_METRICS
+from biasaudit.tasks.match import match_test
 
 CELLS = ["tp", "fp", "fn", "tn"]
 
