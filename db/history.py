@@ -10,6 +10,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from biasaudit.db.models import AuditRun, GroupCount, MatchResult, MetricResult, PlanningResult
+from biasaudit.schemas.metric_ids import BASE_RATES
 
 # Columns shown of each stage's results, by the CLI and the HTML report alike.
 FLAGGED_COLUMNS = [
@@ -208,6 +209,12 @@ def run_results(
         query = query.where(table.metric == metric)
     with engine.connect() as connection:
         return pd.read_sql(query, connection).drop(columns="run_id")
+
+
+def flagged_detections(detection: pd.DataFrame) -> pd.DataFrame:
+    """The flagged rows of a run's detection results. A base rate is never a finding: runs stored
+    before base rates became context hold tests of them, which are left out."""
+    return detection[detection["flagged"].astype(bool) & ~detection["metric"].isin(BASE_RATES)]
 
 
 def latest_run_id(

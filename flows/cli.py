@@ -376,6 +376,17 @@ def _print_frame(frame: Any, title: str | None = None) -> None:
     console.print(table)
 
 
+def _print_glossary(metrics: Any) -> None:
+    """Each metric among ``metrics`` in words with its formula, in catalogue order."""
+    from biasaudit.schemas.metric_ids import METRIC_IDS, N_MEANS, describe
+
+    shown = [m for m in METRIC_IDS if m in set(metrics)]
+    if shown:
+        _say(f"metrics ({N_MEANS}):")
+        for metric in shown:
+            _say(f"  {describe(metric)}")
+
+
 def _check_format(format_: str) -> None:
     if format_ not in ("table", "csv", "json"):
         _fail(f"--format is table, csv or json, not {format_!r}")
@@ -613,19 +624,19 @@ def _print_runs(db: str | None, run_ids: list[int] | None = None, runs: Any = No
 
 def _print_flagged(db: str | None, run_ids: list[int]) -> None:
     """Per run, the disparities detection flagged (BH-adjusted p below alpha)."""
-    from biasaudit.db.history import FLAGGED_COLUMNS, run_results
+    from biasaudit.db.history import FLAGGED_COLUMNS, flagged_detections, run_results
     from biasaudit.db.models import DetectionResult
 
     engine = _engine(db)
     for run_id in run_ids:
         run = _run_or_fail(engine, run_id)
-        detection = run_results(engine, DetectionResult, run_id)
-        flagged = detection[detection["flagged"].astype(bool)]
+        flagged = flagged_detections(run_results(engine, DetectionResult, run_id))
         title = f"run {run_id}: {run.audit_name} v{run.version}, flagged disparities"
         if flagged.empty:
             _say(f"{title}: none")
         else:
             _print_frame(flagged[FLAGGED_COLUMNS], title=title)
+            _print_glossary(flagged["metric"])
 
 
 @app.command()
@@ -660,6 +671,7 @@ def history(
 ) -> None:
     """List stored runs, show or export one run's results, or print a metric's time series."""
     from biasaudit.db.history import list_runs, run_match, run_metrics
+    from biasaudit.schemas.metric_ids import BASE_RATES
 
     _check_format(format_)
     if status is not None and status not in ("succeeded", "failed", "running"):
@@ -713,7 +725,16 @@ def history(
     wide = metrics.pivot(
         index=["attribute", "group_name", "n"], columns="metric", values="value"
     ).reset_index()
-    _print_frame(wide, title=f"run {run_id}: metrics per group (blank = undefined)")
+    context = [m for m in BASE_RATES if m in wide.columns]
+    if context:
+        _print_frame(
+            wide[["attribute", "group_name", "n", *context]],
+            title=f"run {run_id}: groups and their base rates (context: the outcome's rate in "
+            "the group, a property of the population, not tested)",
+        )
+    _print_frame(
+        wide.drop(columns=context), title=f"run {run_id}: metrics per group (blank = undefined)"
+    )
     undefined = metrics[metrics["undefined_reason"].notna()]
     if not undefined.empty:
         _print_frame(
@@ -726,6 +747,7 @@ def history(
         title = f"MATCH tests with p < {alpha} (unadjusted): percentile of the group under its reference"
         _print_frame(match, title=title)
     _print_stage_tables(engine, run_id, attribute, metric)
+    _print_glossary(metrics["metric"])
 
 
 def _emit(frame: Any, format_: str) -> None:
@@ -778,14 +800,19 @@ def _print_series(
 def _print_stage_tables(
     engine: Any, run_id: int, attribute: str | None, metric: str | None
 ) -> None:
-    from biasaudit.db.history import FLAGGED_COLUMNS, META_COLUMNS, PLANNING_COLUMNS, run_results
+    from biasaudit.db.history import (
+        FLAGGED_COLUMNS,
+        META_COLUMNS,
+        PLANNING_COLUMNS,
+        flagged_detections,
+        run_results,
+    )
     from biasaudit.db.models import DetectionResult, MetaMetricResult, PlanningResult
 
     planning = run_results(engine, PlanningResult, run_id, attribute, metric)
     if not planning.empty:
         _print_frame(planning[PLANNING_COLUMNS], title="planning: predictions needed vs available")
-    detection = run_results(engine, DetectionResult, run_id, attribute, metric)
-    flagged = detection[detection["flagged"].astype(bool)]
+    flagged = flagged_detections(run_results(engine, DetectionResult, run_id, attribute, metric))
     if not flagged.empty:
         _print_frame(flagged[FLAGGED_COLUMNS], title="detection: flagged (BH-adjusted p < alpha)")
     meta = run_results(engine, MetaMetricResult, run_id, attribute, metric)
@@ -1094,6 +1121,21 @@ def serve(
         f"{safe_url(database_url(db))}, cron {cron!r} ({timezone_}); Ctrl-C stops"
     )
     serve_nightly(path, db, cron, timezone_, task_runner, dask_address, name)
+
+
+@app.command()
+def metrics() -> None:
+    """List every metric: its id, name and formula, and whether audits test it between groups."""
+    from biasaudit.schemas.metric_ids import GLOSSARY, METRIC_IDS, N_MEANS, SYNONYMS, describe, role
+
+    _say(f"metrics ({N_MEANS}); an id, a name or a synonym may be given wherever a metric is:")
+    for metric in METRIC_IDS:
+        name = GLOSSARY[metric][0].lower().replace(" ", "_")
+        also = [s for s, m in SYNONYMS.items() if m == metric and s != name]
+        _say(
+            f"{describe(metric)}\n    {role(metric)}"
+            + (f"; also: {', '.join(also)}" if also else "")
+        )
 
 
 @app.command()

@@ -6,12 +6,14 @@ Rendered from the frames of one stored run (``schemas.report.ReportFrames``, gat
 1. first screen: per attribute a verdict (flagged / fair within tolerance / undecided / too little
    data), the flagged comparisons ranked by size with their interval and adjusted p, and each
    group's size and label completeness;
-2. per attribute and rate metric: every group's rate with its Clopper-Pearson interval and counts,
+2. per attribute: each group's base rate (prevalence: context, never tested); per rate metric,
+   every group's rate with its Clopper-Pearson interval and counts,
    the difference and ratio to the configured reference group and to the rest of the population,
    the four-fifths rule (ratio within 0.8-1.25, as Aequitas applies it) beside the statistical
    verdict, and forest plots against the reference and against the rest;
 3. trends of each metric and group over the runs up to this one (by as-of), with dates and values;
-4. details, collapsed: planning, MATCH, meta-metrics, smoothing, changes, other metrics, run facts.
+4. every metric of the run in words with its formula (schemas.metric_ids.GLOSSARY);
+5. details, collapsed: planning, MATCH, meta-metrics, smoothing, changes, other metrics, run facts.
 
 Inline CSS and SVG only: no scripts, no external resources. Every value from the data is escaped.
 """
@@ -34,10 +36,21 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from biasaudit.schemas.metric_ids import (
+    BASE_RATES,
+    COMPLEMENT,
+    GLOSSARY,
+    METRIC_IDS,
+    N_MEANS,
+    rate_cells,
+    role,
+)
 from biasaudit.schemas.report import ReportFrames
 from biasaudit.tasks.counts import label_completeness
 
 FOUR_FIFTHS = (0.8, 1.25)
+# The base rates shown beside the groups; a complement of one shown (nprev = 1 − prev) adds nothing.
+CONTEXT = [m for i, m in enumerate(BASE_RATES) if COMPLEMENT.get(m) not in BASE_RATES[:i]]
 FIRST_SCREEN_ROWS = 10
 CHIPS = 16  # groups shown per attribute on the first screen
 CELLS = ["tp", "fp", "fn", "tn"]
@@ -232,7 +245,8 @@ def per_frames(function: Callable[..., T]) -> Callable[..., T]:
 
 @per_frames
 def groups(frames: ReportFrames) -> pd.DataFrame:
-    """One row per (attribute, group): predictions, labelled, label completeness, small flag."""
+    """One row per (attribute, group): predictions, labelled, label completeness, small flag, and
+    each CONTEXT base rate (column ``prev``, with ``prev_numerator`` and ``prev_denominator``)."""
     counts = frames.counts
     if counts.empty:
         return pd.DataFrame(columns=["attribute", "group_name", "n", "labelled", "completeness"])
@@ -247,6 +261,10 @@ def groups(frames: ReportFrames) -> pd.DataFrame:
             pos, neg = own["unlabelled_pos"].astype(float), own["unlabelled_neg"].astype(float)
             own["completeness_selected"] = selected / (selected + pos)
             own["completeness_rejected"] = rejected / (rejected + neg)
+    for metric in CONTEXT:
+        numerator, denominator = (own[list(c)].sum(axis=1) for c in rate_cells(metric))
+        own[f"{metric}_numerator"], own[f"{metric}_denominator"] = numerator, denominator
+        own[metric] = numerator.where(denominator > 0) / denominator.where(denominator > 0)
     # min_group_size counts valid predictions, labelled or not, as the comparison stages do
     own["small"] = own["n"] < thresholds(frames)["min_group_size"]
     return own.sort_values(["attribute", "n"], ascending=[True, False]).reset_index(drop=True)
@@ -261,6 +279,8 @@ def comparisons(frames: ReportFrames, deduplicate: bool = True) -> pd.DataFrame:
     the smaller group against the rest.
     """
     det = frames.detection
+    if not det.empty:  # runs stored before base rates became context hold tests of them
+        det = det[~det["metric"].isin(BASE_RATES)]
     if det.empty:
         return pd.DataFrame()
     out = det[["attribute", "group_name", "reference", "metric"]].copy()
@@ -391,6 +411,13 @@ def points_plain(frames: ReportFrames) -> str:
     return points(thresholds(frames)["tolerance"]).lstrip("+")
 
 
+def tested_metrics(frames: ReportFrames) -> set[str]:
+    """The metrics the run tested between groups (a base rate never is)."""
+    if frames.detection.empty:
+        return set()
+    return set(frames.detection["metric"]) - set(BASE_RATES)
+
+
 def rate_table(frames: ReportFrames) -> pd.DataFrame:
     """Every group's raw rate with interval and counts, and its comparisons with the named
     reference (``ref_*``) and with the rest (``rest_*``), one row per attribute, metric, group."""
@@ -398,8 +425,7 @@ def rate_table(frames: ReportFrames) -> pd.DataFrame:
     if metrics.empty:
         return pd.DataFrame()
     raw = metrics[(metrics["subset"] == "group") & (_col(metrics, "estimator") == "raw")]
-    rated = set(frames.detection["metric"]) if not frames.detection.empty else set()
-    raw = raw[raw["metric"].isin(rated)]
+    raw = raw[raw["metric"].isin(tested_metrics(frames))]
     level = 1 - thresholds(frames)["alpha"]
     low, high = rate_interval(raw["numerator"], raw["denominator"], level)
     table = raw[["attribute", "group_name", "metric", "value", "numerator", "denominator"]].assign(
@@ -592,7 +618,7 @@ _P = re.compile(r"^(p_value|p_adjusted|percentile.*)$")
 def _number_format(column: str) -> Callable[[float], str]:
     """How a column's numbers read: rates and differences as percentages, counts with
     separators, p-values to 2 digits, other numbers to 3 digits."""
-    if _PERCENT.match(column):
+    if _PERCENT.match(column) or column in CONTEXT:
         return percent
     if _COUNT.match(column):
         return count
@@ -625,6 +651,26 @@ def _frame_table(frame: pd.DataFrame, columns: list[str] | None = None) -> str:
 def _badge(key: str) -> str:
     text, colour = VERDICTS[key]
     return f'<span class="badge" style="background:{colour}">{esc(text)}</span>'
+
+
+def legend(metrics: Iterable[str]) -> list[str]:
+    """'FPR: false positive rate, FP / (FP + TN)' for each metric, in catalogue order (plain
+    text: callers escape it)."""
+    chosen = set(metrics)
+    return [f"{m.upper()}: {GLOSSARY[m][0]}, {GLOSSARY[m][1]}" for m in METRIC_IDS if m in chosen]
+
+
+def metric_label(metric: str) -> str:
+    """A metric's id in capitals with its name and formula beside it, muted (HTML)."""
+    name, formula = GLOSSARY.get(metric, ("", ""))
+    beside = f" <span class=muted>— {esc(name)}, {esc(formula)}</span>" if name else ""
+    return f"{esc(metric.upper())}{beside}"
+
+
+def _metric_abbr(metric: str) -> str:
+    """A metric's id in capitals, its name and formula on hover (HTML)."""
+    name, formula = GLOSSARY.get(metric, ("", ""))
+    return f'<abbr title="{esc(f"{name}, {formula}")}">{esc(metric.upper())}</abbr>'
 
 
 def _run_line(frames: ReportFrames) -> str:
@@ -696,7 +742,7 @@ def _finding_rows(comp: pd.DataFrame) -> list[list[str]]:
                 esc(row.attribute),
                 esc(row.group_name) + (' <span class="why">⚠ small</span>' if row.small else ""),
                 esc(vs),
-                esc(row.metric.upper()),
+                _metric_abbr(row.metric),
                 (
                     f"{percent(row.rate_group)} <span class=muted>({count(row.x_group)}/"
                     f"{count(row.n_group)})</span>"
@@ -786,6 +832,8 @@ def first_screen(frames: ReportFrames) -> str:
         flagged += (
             f'<p class="muted">and {more} more flagged comparisons in the sections below.</p>'
         )
+    if len(shown):
+        flagged += f"<p class=meta>{esc(' · '.join(legend(shown['metric'])))}</p>"
     return (
         "<section id=first-screen>"
         + _table(["attribute", "verdict", "groups: predictions (labelled share)"], rows, left=3)
@@ -880,9 +928,10 @@ def attribute_sections(frames: ReportFrames) -> str:
     ]
     if verdict is None:
         return out[0] + '<p class="muted">no groups</p>'
+    sizes = groups(frames)
     for attribute, row in verdict.iterrows():
         ref = named.get(attribute)
-        body = []
+        body = [_context_table(sizes[sizes["attribute"] == attribute], 1 - limits["alpha"])]
         part = table[table["attribute"] == attribute] if not table.empty else table
         for metric, rows in part.groupby("metric", sort=True) if not part.empty else []:
             header = ["group", "labelled", "tp", "fp", "fn", "tn", f"rate<br>[{level}% interval]"]
@@ -894,7 +943,7 @@ def attribute_sections(frames: ReportFrames) -> str:
             note = f'<span class="flag">{flagged} flagged</span>' if flagged else "none flagged"
             body.append(
                 f"<details{' open' if flagged else ''}><summary class=metric>"
-                f"{esc(metric.upper())} <span class=muted>· </span>{note}</summary>"
+                f"{metric_label(metric)} <span class=muted>· </span>{note}</summary>"
                 + _table(header, _rate_rows(rows, bool(ref)))
                 + _plots(limits, by_key.get((attribute, metric)), mine, metric, ref, row["k"])
                 + "</details>"
@@ -907,6 +956,34 @@ def attribute_sections(frames: ReportFrames) -> str:
             f"<span class=muted>{esc(row['why'])}</span></summary>{''.join(body)}</details>"
         )
     return "".join(out)
+
+
+def _context_table(part: pd.DataFrame, level: float) -> str:
+    """Each group's base rates (CONTEXT) with their Clopper-Pearson interval and counts: who is in
+    the group, not how the model treats it, so never tested and never flagged."""
+    if part.empty or not CONTEXT:
+        return ""
+    header = ["group", "labelled"]
+    columns = []
+    for metric in CONTEXT:
+        name, formula = GLOSSARY[metric]
+        header.append(f"{esc(name)} [{round(100 * level)}% interval]<br>{esc(formula)}")
+        x, n = part[f"{metric}_numerator"], part[f"{metric}_denominator"]
+        columns.append((part[metric], x, n, *rate_interval(x, n, level)))
+    rows = []
+    for i, (group, labelled) in enumerate(zip(part["group_name"], part["labelled"])):
+        cells = [esc(group), count(labelled)]
+        for value, x, n, low, high in columns:
+            cells.append(
+                f"<b>{percent(value.iloc[i])}</b> [{percent(low[i])}, {percent(high[i])}]"
+                f"<br><span class=muted>{count(x.iloc[i])}/{count(n.iloc[i])}</span>"
+            )
+        rows.append(cells)
+    return (
+        "<details open><summary class=metric>Base rates <span class=muted>· context, not a "
+        "model metric: who is in each group (a property of the population, whatever the model "
+        "does), never tested, never flagged</span></summary>" + _table(header, rows) + "</details>"
+    )
 
 
 def _with_sequences(comp: pd.DataFrame, monitor: pd.DataFrame) -> pd.DataFrame:
@@ -950,7 +1027,7 @@ def trend_section(frames: ReportFrames) -> str:
     dates = [
         f"{pd.Timestamp(t):%Y-%m-%d}<br>v{esc(v)}" for t, v in zip(runs["as_of"], runs["version"])
     ]
-    rated = set(frames.detection["metric"]) if not frames.detection.empty else set(trend["metric"])
+    rated = tested_metrics(frames) if not frames.detection.empty else set(trend["metric"])
     # every (attribute, metric, group) row with its value at each run, in one reshape
     wide_all = (
         trend[trend["metric"].isin(rated)]
@@ -1027,6 +1104,26 @@ def monitor_section(frames: ReportFrames) -> str:
     )
 
 
+def glossary_section(frames: ReportFrames) -> str:
+    """Every metric of the run (and the base rates beside the groups) in words, with its formula
+    and what the audit does with it."""
+    used = {m for f in (frames.metrics, frames.two_group) if "metric" in f for m in f["metric"]}
+    used |= set(CONTEXT) if not frames.counts.empty else set()
+    rows = [
+        [esc(m), esc(GLOSSARY[m][0]), esc(GLOSSARY[m][1]), esc(role(m))]
+        for m in METRIC_IDS
+        if m in used
+    ]
+    if not rows:
+        return ""
+    return (
+        f"<h2>Metrics: names and formulas</h2><p class=meta>{esc(N_MEANS)}.</p>"
+        f"<details open><summary>Every metric of this run ({len(rows)})</summary>"
+        + _table(["metric", "name", "formula", "in this audit"], rows, left=4)
+        + "</details>"
+    )
+
+
 def details_sections(frames: ReportFrames) -> str:
     """Planning, MATCH, meta-metrics, smoothing, changes, other metrics, run facts: collapsed."""
     parts = ["<h2>Details</h2>"]
@@ -1057,14 +1154,14 @@ def details_sections(frames: ReportFrames) -> str:
             aggfunc="first",
         ).reset_index()
         parts.append(_details("Smoothing: raw and smoothed estimates", smooth))
-        rated = set(frames.detection["metric"]) if not frames.detection.empty else set()
+        rated = tested_metrics(frames)
         other = grouped[(grouped["estimator"] == "raw") & ~grouped["metric"].isin(rated)]
         cols = ["attribute", "group_name", "metric", "value", "undefined_reason"]
         parts.append(_details("Other metrics (no interval)", other, cols))
     sizes = groups(frames)
-    cols = ["attribute", "group_name", "n", "labelled", "completeness"]
+    cols = ["attribute", "group_name", "n", "labelled", "completeness", *CONTEXT]
     cols += ["completeness_selected", "completeness_rejected", "small"]
-    parts.append(_details("Groups: predictions and label completeness", sizes, cols))
+    parts.append(_details("Groups: predictions, label completeness, base rates", sizes, cols))
     parts.append(_details("Changes since the previous run", frames.comparison))
     parts.append(_details("Two-group metrics", frames.two_group))
     run = {k: v for k, v in frames.run.items() if k not in ("config", "summary")}
@@ -1092,6 +1189,7 @@ def render_html(frames: ReportFrames) -> str:
         + attribute_sections(frames)
         + trend_section(frames)
         + monitor_section(frames)
+        + glossary_section(frames)
         + details_sections(frames)
     )
     return (
@@ -1187,6 +1285,8 @@ def render_markdown(frames: ReportFrames, report_path: str | None = None) -> str
             )
         if len(findings) > FIRST_SCREEN_ROWS:
             lines.append(f"\nand {len(findings) - FIRST_SCREEN_ROWS} more in the HTML report.")
+        shown = findings.head(FIRST_SCREEN_ROWS)["metric"]
+        lines += ["", *(f"- {md(line)}" for line in legend(shown))]
     if report_path:
         lines += ["", f"Report: {md(report_path)}"]
     return "\n".join(lines) + "\n"
