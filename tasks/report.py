@@ -662,14 +662,13 @@ def legend(metrics: Iterable[str]) -> list[str]:
 
 def metric_label(metric: str) -> str:
     """A metric's id in capitals with its name and formula beside it, muted (HTML)."""
-    name, formula = GLOSSARY.get(metric, ("", ""))
-    beside = f" <span class=muted>— {esc(name)}, {esc(formula)}</span>" if name else ""
-    return f"{esc(metric.upper())}{beside}"
+    name, formula = GLOSSARY[metric]
+    return f"{esc(metric.upper())} <span class=muted>— {esc(name)}, {esc(formula)}</span>"
 
 
 def _metric_abbr(metric: str) -> str:
     """A metric's id in capitals, its name and formula on hover (HTML)."""
-    name, formula = GLOSSARY.get(metric, ("", ""))
+    name, formula = GLOSSARY[metric]
     return f'<abbr title="{esc(f"{name}, {formula}")}">{esc(metric.upper())}</abbr>'
 
 
@@ -961,7 +960,7 @@ def attribute_sections(frames: ReportFrames) -> str:
 def _context_table(part: pd.DataFrame, level: float) -> str:
     """Each group's base rates (CONTEXT) with their Clopper-Pearson interval and counts: who is in
     the group, not how the model treats it, so never tested and never flagged."""
-    if part.empty or not CONTEXT:
+    if part.empty:
         return ""
     header = ["group", "labelled"]
     columns = []
