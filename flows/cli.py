@@ -1056,9 +1056,16 @@ def rank(
 ) -> None:
     """Rank models for bias by N, difference and ratio, and show where the rankings disagree."""
     from biasaudit.db.history import comparison_rates
+    from biasaudit.schemas.metric_ids import BASE_RATES, GLOSSARY, TESTED_RATES
     from biasaudit.tasks.planning import rank_bias
 
-    rates = comparison_rates(_engine(db), run_ids, attribute, group, reference, _metric(metric))
+    metric = _metric(metric)
+    if metric in BASE_RATES:
+        raise Mistake(
+            f"--metric {metric} ({GLOSSARY[metric][0]}) is the outcome's base rate, context that "
+            f"is never tested, so no model is ranked by it; rank by one of {', '.join(TESTED_RATES)}"
+        )
+    rates = comparison_rates(_engine(db), run_ids, attribute, group, reference, metric)
     missing = sorted(set(run_ids) - set(rates["run_id"]))
     if missing:
         _fail(f"runs {missing} have no {metric} of {attribute}={group} against {reference}")

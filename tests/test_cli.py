@@ -138,6 +138,10 @@ GOOD = '[[audits]]\nname = "a"\nmodel = "m"\nattributes = ["race"]\n'
             ["unknown metric 'fairness'"],
         ),
         (
+            ["rank", "1", "--metric", "prevalence", "--attribute", "race", "--group", "a"],
+            ["--metric prev (prevalence) is the outcome's base rate", "rank by one of acc, ppr"],
+        ),
+        (
             ["backfill", "a", "--from", "2026-01-01", "--to", "2026-02-01", "--every", "1w"],
             ["--every takes Nd (days) or Nmo (calendar months)"],
         ),
