@@ -251,10 +251,10 @@ def test_plain_pipeline_runs_without_prefect(tmp_path):
     assert last_line_of(probe, tmp_path, BIASAUDIT_REPORTS_DIR=str(tmp_path / "reports")) == "[]"
 
 
-@pytest.mark.parametrize("command", [["audits"], ["history"]])
+@pytest.mark.parametrize("command", [["audits"], ["history"], ["metrics"]])
 def test_listing_commands_import_no_statistics_and_no_prefect(command, tmp_path):
-    """Commands that list configuration or stored runs (of an empty store here) import neither
-    Prefect nor scipy nor Pandera (issue 18: import only what a command needs)."""
+    """Commands that list configuration, metrics or stored runs (of an empty store here) import
+    neither Prefect nor scipy nor Pandera (issue 18: import only what a command needs)."""
     from biasaudit.db.migrate import upgrade
 
     from .conftest import DEMO_CONFIG
@@ -265,7 +265,7 @@ def test_listing_commands_import_no_statistics_and_no_prefect(command, tmp_path)
         "import sys\n"
         "from biasaudit.flows.cli import app\n"
         "try:\n"
-        f"    app({[*command, '--db', url] if command[0] != 'audits' else command!r})\n"
+        f"    app({command if command[0] in ('audits', 'metrics') else [*command, '--db', url]!r})\n"
         "except SystemExit:\n"
         "    pass\n"
         "heavy = {'prefect', 'scipy', 'pandera'}\n"
