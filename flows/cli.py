@@ -729,8 +729,7 @@ def history(
     if context:
         _print_frame(
             wide[["attribute", "group_name", "n", *context]],
-            title=f"run {run_id}: groups and their base rates (context: the outcome's rate in "
-            "the group, a property of the population, not tested)",
+            title=f"run {run_id}: base rates per group (context, not tested)",
         )
     _print_frame(
         wide.drop(columns=context), title=f"run {run_id}: metrics per group (blank = undefined)"
