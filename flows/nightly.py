@@ -147,13 +147,36 @@ def serve(
     dask_address: str | None = None,
     name: str = "nightly",
 ) -> None:
-    """Serve the nightly deployment until stopped."""
-    from prefect import serve as serve_deployments
+    """Serve the nightly deployment until stopped (Ctrl-C or SIGTERM: both stop it the same,
+    quiet way)."""
+    import asyncio
 
-    deployment = nightly_deployment(
-        config_path, db_url, cron, timezone, task_runner, dask_address, name
+    from prefect.runner import Runner
+
+    class Stoppable(Runner):
+        """A runner that SIGTERM stops as Ctrl-C does: by cancelling the serving task, so that
+        the runner's own clean-up runs. Prefect 3.8's SIGTERM handler calls the asynchronous
+        stop without awaiting it and exits from inside the event loop, printing tracebacks."""
+
+        serving: asyncio.Task | None = None
+
+        def handle_sigterm(self, *args: Any, **kwargs: Any) -> None:
+            if self.serving is not None:
+                self.serving.get_loop().call_soon_threadsafe(self.serving.cancel)
+
+    runner = Stoppable(pause_on_shutdown=False)
+    runner.add_deployment(
+        nightly_deployment(config_path, db_url, cron, timezone, task_runner, dask_address, name)
     )
-    serve_deployments(deployment, pause_on_shutdown=False)
+
+    async def serving() -> None:
+        runner.serving = asyncio.current_task()
+        await runner.start()
+
+    try:
+        asyncio.run(serving())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print(f"stopped serving nightly/{name}")
 
 
 if __name__ == "__main__":
