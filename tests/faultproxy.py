@@ -1,0 +1,129 @@
+"""A TCP proxy for fault tests: it sits on 127.0.0.1 (a random port) between the product and a
+database server, forwards every byte both ways, and, when armed, loses one reply on the way back.
+
+``drop_reply(b"COMMIT", after=b"group_counts")`` arms it once: on the first connection that sends
+``after`` and then ``trigger``, the request still reaches the server, the server's reply is read
+(so the server has acted on the request: a COMMIT has committed) and thrown away, and both sockets
+are closed. The client sees its connection drop while it waits for the answer, exactly like a
+network cut between the server's commit and its reply. ``fired`` is set when that happened.
+
+Everything is bounded: sockets poll with short timeouts, the proxy stops itself after
+``lifetime`` seconds, and ``close()`` (or leaving the ``with`` block) stops it at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import socket
+import threading
+import time
+from types import TracebackType
+from typing import Self
+
+from sqlalchemy.engine import make_url
+
+POLL = 0.2  # seconds between checks of the stop flag
+WINDOW = 1 << 16  # bytes of a connection's traffic kept to find a marker split across reads
+
+
+class FaultProxy:
+    """A forwarding proxy to ``host:port`` that can drop one reply (see the module docstring)."""
+
+    def __init__(self, host: str, port: int, lifetime: float = 120.0):
+        self.target = (host, port)
+        self.fired = threading.Event()
+        self._deadline = time.monotonic() + lifetime
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._armed: tuple[bytes, bytes] | None = None
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(POLL)
+        self.port: int = self._listener.getsockname()[1]
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def url(self, url: str) -> str:
+        """``url`` (a database URL) pointed at this proxy instead of its server."""
+        parsed = make_url(url).set(host="127.0.0.1", port=self.port)
+        return parsed.render_as_string(hide_password=False)
+
+    def drop_reply(self, trigger: bytes, after: bytes = b"") -> None:
+        """Arm once: lose the server's reply to the first ``trigger`` a connection sends after
+        it sent ``after``, then cut that connection."""
+        with self._lock:
+            self._armed = (trigger, after)
+        self.fired.clear()
+
+    def _stopped(self) -> bool:
+        return self._stop.is_set() or time.monotonic() > self._deadline
+
+    def _accept(self) -> None:
+        while not self._stopped():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:  # the poll timed out, or the listener is closed
+                continue
+            thread = threading.Thread(target=self._pump, args=(client,), daemon=True)
+            self._threads.append(thread)
+            thread.start()
+        self._listener.close()
+
+    def _take(self, tail: bytes) -> tuple[bytes, bool]:
+        """Follow the armed fault on one connection: ``tail`` is what it sent since it sent
+        ``after`` (else its recent bytes). Returns the new tail and whether the fault goes off now
+        (which disarms it)."""
+        with self._lock:
+            if self._armed is None:
+                return tail[-WINDOW:], False
+            trigger, after = self._armed
+            at = tail.find(after)
+            if at < 0:
+                return tail[-WINDOW:], False
+            if tail.find(trigger, at + len(after)) < 0:  # keep the marker at the head
+                return after + tail[at + len(after) :][-WINDOW:], False
+            self._armed = None
+            return b"", True
+
+    def _pump(self, client: socket.socket) -> None:
+        try:
+            server = socket.create_connection(self.target, timeout=10)
+        except OSError:
+            client.close()
+            return
+        tail, dropping = b"", False
+        with client, server, contextlib.suppress(OSError):  # a reset ends the connection
+            while not self._stopped():
+                ready, _, _ = select.select([client, server], [], [], POLL)
+                if client in ready:
+                    data = client.recv(65536)
+                    if not data:
+                        return
+                    server.sendall(data)
+                    if not dropping:
+                        tail, dropping = self._take(tail + data)
+                if server in ready:
+                    data = server.recv(65536)
+                    if not data:
+                        return
+                    if dropping:  # the server answered: it acted; the client never hears it
+                        self.fired.set()
+                        return
+                    client.sendall(data)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._threads[0].join(timeout=5)  # no connection starts after the accept loop ends
+        for thread in self._threads[1:]:
+            thread.join(timeout=5)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
