@@ -4,7 +4,12 @@ A run's life: ``start_run`` commits a row with status ``running`` (so an operato
 takes the run's lease; the results and the promotion to ``succeeded`` with the next version number
 commit together in ``save_run``, so a reader never sees half a run; ``record_failed_run`` marks it
 ``failed`` with the error; ``release_run`` gives the lease back. Re-running identical input (same
-fingerprint) with an identical configuration returns the existing run unless forced. On PostgreSQL a
+fingerprint) with an identical configuration returns the existing run unless forced.
+
+A run knows itself by its row's id, never by equal input: a retry of ``save_run`` whose earlier
+attempt committed (the reply to COMMIT lost) finds its own row succeeded and returns it; a run is
+deleted only while ``running`` (replaced by an identical one), and a succeeded run is never marked
+failed, so a failed run never has results. On PostgreSQL a
 transaction-scoped advisory lock serialises version numbering per audit and model; everywhere, the
 unique constraint on (audit_name, model_id, version) is the last word.
 
@@ -390,11 +395,13 @@ def _rowcount(result: Any) -> int:
     return int(result.rowcount)
 
 
-def find_identical_run(session: Session, record: RunRecord) -> AuditRun | None:
-    """The latest succeeded run of the same audit and model with equal configuration and input."""
+def find_identical_run(session: Session, run_id: int, record: RunRecord) -> AuditRun | None:
+    """The latest succeeded run of the same audit and model with equal configuration and input,
+    other than run ``run_id`` itself."""
     return session.scalars(
         select(AuditRun)
         .where(
+            AuditRun.id != run_id,
             AuditRun.audit_name == record.audit_name,
             AuditRun.model_id == record.model_id,
             AuditRun.status == SUCCEEDED,
@@ -407,11 +414,19 @@ def find_identical_run(session: Session, record: RunRecord) -> AuditRun | None:
 
 
 def _replace_with_identical(session: Session, run_id: int, record: RunRecord) -> AuditRun | None:
-    """The identical succeeded run (find_identical_run), run ``run_id``'s row then deleted."""
-    existing = find_identical_run(session, record)
+    """The identical succeeded run (find_identical_run), run ``run_id``'s row then deleted if it
+    is still ``running``: a run that has committed is never deleted."""
+    existing = find_identical_run(session, run_id, record)
     if existing is not None:
-        session.execute(delete(AuditRun).where(AuditRun.id == run_id))
+        session.execute(delete(AuditRun).where(AuditRun.id == run_id, AuditRun.status == RUNNING))
     return existing
+
+
+def _locked_status(session: Session, run_id: int) -> str | None:
+    """Run ``run_id``'s status (None: no such row), its row locked for the transaction: a write
+    to it still in progress (an earlier attempt whose fate the server has not settled) finishes
+    first."""
+    return session.scalar(select(AuditRun.status).where(AuditRun.id == run_id).with_for_update())
 
 
 def reuse_identical_run(
@@ -441,11 +456,18 @@ def save_run(
     ``results`` maps each result model (e.g. GroupCount) to its frame, whose columns are the
     model's columns without ``run_id``. When an identical run exists (and not ``force``), the
     running row is removed in the same transaction and the existing run's id is returned.
+
+    Idempotent: when the reply to the COMMIT was lost (the server committed, the client saw the
+    connection drop) the retry finds run ``run_id``'s own row succeeded, which only this function's
+    promotion of that row makes it, and returns it as saved; it never judges by equal input.
     """
     for attempt in range(attempts):
         try:
             with Session(engine) as session, session.begin():
                 _lock_versioning(session, record.audit_name, record.model_id)
+                if _locked_status(session, run_id) == SUCCEEDED:
+                    log.warning("run %s had already committed (its reply was lost): kept", run_id)
+                    return run_id, True
                 if not force and (existing := _replace_with_identical(session, run_id, record)):
                     return existing.id, False
                 version = session.scalar(
@@ -489,7 +511,11 @@ def record_failed_run(
     error: str,
     quarantine: pd.DataFrame | None = None,
 ) -> int:
-    """Mark the run failed (no version, no results) with its error and any quarantined rows."""
+    """Mark the run failed (no version, no results) with its error and any quarantined rows.
+
+    A run that has committed as succeeded (the failure came after its persist committed, e.g. the
+    reply was lost and the retries ran out) keeps its status and results: a failed run never has
+    results, so it is left alone, with a warning."""
     values = {**record.columns(), "status": FAILED, "error": error[:4000]}
     with Session(engine) as session, session.begin():
         if run_id is None:
@@ -497,10 +523,13 @@ def record_failed_run(
             session.add(run)
             session.flush()
             run_id = run.id
+        elif _locked_status(session, run_id) == SUCCEEDED:
+            log.warning("run %s committed as succeeded: not marked failed (%s)", run_id, error)
+            return run_id
         else:
             session.execute(
                 update(AuditRun)
-                .where(AuditRun.id == run_id)
+                .where(AuditRun.id == run_id, AuditRun.status != SUCCEEDED)
                 .values(**values, finished_at=datetime.now(UTC))
             )
         if quarantine is not None:

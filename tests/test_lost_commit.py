@@ -1,0 +1,113 @@
+"""A lost COMMIT reply: the server committed, the client never heard it and retries.
+
+The product reaches PostgreSQL or MariaDB through tests.faultproxy, which lets the COMMIT of the
+persist transaction through, swallows the server's answer and cuts the connection: the persist task
+fails with OperationalError and its Prefect retry runs again against a database that already holds
+the run. The retry must recognise the run as its own (its row is succeeded) instead of deleting it
+as an "identical" run or marking it failed with its results still stored.
+"""
+
+import pandas as pd
+import pytest
+from sqlalchemy import select
+
+from biasaudit.db.engine import make_engine
+from biasaudit.db.history import list_runs
+from biasaudit.db.models import AuditRun, QuarantinedRow
+from biasaudit.db.runs import record_failed_run, release_run, reuse_identical_run
+from biasaudit.flows.audit import audit_flow, run_audit
+from biasaudit.flows.demo import END
+from biasaudit.flows.pipeline import new_record
+from biasaudit.schemas.config import load_audit
+
+from .conftest import DEMO_CONFIG, on_databases
+from .faultproxy import FaultProxy
+from .test_reliability import RESULT_TABLES, load_small
+
+AUDIT = "credit-race"
+STORED = (*RESULT_TABLES, QuarantinedRow)  # every table the persist transaction writes per run
+
+
+def stored_rows(url: str, run_id: int) -> dict[str, list[tuple]]:
+    """The rows of ``run_id`` in each table persist writes, without their run id (and the
+    quarantine's own id and time), sorted: comparable between two runs of the same input."""
+    rows = {}
+    with make_engine(url).connect() as connection:
+        for model in STORED:
+            table = model.__table__
+            columns = [c for c in table.c if c.name not in ("run_id", "id", "created_at")]
+            found = connection.execute(select(*columns).where(table.c.run_id == run_id))
+            rows[table.name] = sorted(map(tuple, found), key=repr)
+    return rows
+
+
+def proxy_to(url: str) -> FaultProxy:
+    parsed = make_engine(url).url
+    return FaultProxy(parsed.host or "127.0.0.1", parsed.port or 0)
+
+
+@pytest.mark.usefixtures("prefect_harness")
+@on_databases("postgresql", "mariadb")
+@pytest.mark.parametrize("force", [False, True])
+def test_a_lost_commit_reply_of_persist_keeps_the_run_once(db_url, force):
+    """The persist transaction commits, its reply is lost, the persist task retries: the run is
+    stored once, succeeded, with all its results (the same rows as a fault-free run of the same
+    input), and no failed run holds result rows."""
+    load_small(db_url)
+    with proxy_to(db_url) as proxy:
+        proxy.drop_reply(b"COMMIT", after=b"group_counts")
+        result = audit_flow(AUDIT, str(DEMO_CONFIG), proxy.url(db_url), END, force)
+        assert proxy.fired.is_set()  # the reply to the persist's COMMIT was really lost
+    engine = make_engine(db_url)
+    runs = list_runs(engine)
+    assert runs[["id", "status", "version"]].values.tolist() == [
+        [result["run_id"], "succeeded", 1]
+    ]
+    assert result["new"]
+    # a fault-free run of the same input stores the reference rows (forced: a version of its own)
+    again = run_audit(AUDIT, str(DEMO_CONFIG), db_url, END, force=True)
+    expected, stored = stored_rows(db_url, again["run_id"]), stored_rows(db_url, result["run_id"])
+    assert all(expected[model.__tablename__] for model in RESULT_TABLES)
+    assert stored == expected
+    assert list_runs(engine, status="failed").empty
+
+
+def succeeded_run(url: str) -> tuple[int, dict[str, list[tuple]]]:
+    """A run committed as succeeded and its stored rows."""
+    load_small(url)
+    run_id = run_audit(AUDIT, str(DEMO_CONFIG), url, END)["run_id"]
+    return run_id, stored_rows(url, run_id)
+
+
+@on_databases("sqlite", "postgresql")
+def test_marking_a_succeeded_run_failed_changes_nothing(db_url):
+    """A failure recorded for a run that has committed (a late failure step after a lost reply)
+    leaves it succeeded with its results: a failed run never keeps results."""
+    run_id, before = succeeded_run(db_url)
+    record = new_record(load_audit(DEMO_CONFIG, AUDIT), END)
+    engine = make_engine(db_url)
+    quarantine = pd.DataFrame(
+        {"row_number": [1], "row_ref": ["1"], "column_name": ["score"], "value": ["2"]}
+        | {"rule": ["score in [0, 1]"], "row": [{"score": 2}]}
+    )
+    record_failed_run(engine, run_id, record, "OperationalError: lost", quarantine)
+    assert list_runs(engine)[["id", "status"]].values.tolist() == [[run_id, "succeeded"]]
+    assert stored_rows(db_url, run_id) == before
+
+
+@on_databases("sqlite", "postgresql")
+def test_a_succeeded_run_is_never_replaced_by_itself(db_url):
+    """The identical-run step given a run that has already committed (its own retry) finds no
+    other identical run and deletes nothing."""
+    run_id, before = succeeded_run(db_url)
+    record = new_record(load_audit(DEMO_CONFIG, AUDIT), END)
+    engine = make_engine(db_url)
+    with engine.connect() as connection:
+        stored = connection.execute(select(AuditRun).where(AuditRun.id == run_id)).one()
+    record.config_hash, record.input_fingerprint = stored.config_hash, stored.input_fingerprint
+    try:
+        assert reuse_identical_run(engine, run_id, record) is None
+    finally:
+        release_run(run_id)
+    assert list_runs(engine)[["id", "status"]].values.tolist() == [[run_id, "succeeded"]]
+    assert stored_rows(db_url, run_id) == before
