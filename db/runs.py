@@ -513,9 +513,10 @@ def record_failed_run(
 ) -> int:
     """Mark the run failed (no version, no results) with its error and any quarantined rows.
 
-    A run that has committed as succeeded (the failure came after its persist committed, e.g. the
-    reply was lost and the retries ran out) keeps its status and results: a failed run never has
-    results, so it is left alone, with a warning."""
+    Idempotent: the quarantined rows are stored once, however often it is retried. A run that
+    has committed as succeeded (the failure came after its persist committed, e.g. the reply was
+    lost and the retries ran out) keeps its status and results: a failed run never has results,
+    so it is left alone, with a warning."""
     values = {**record.columns(), "status": FAILED, "error": error[:4000]}
     with Session(engine) as session, session.begin():
         if run_id is None:
@@ -529,10 +530,12 @@ def record_failed_run(
         else:
             session.execute(
                 update(AuditRun)
-                .where(AuditRun.id == run_id, AuditRun.status != SUCCEEDED)
+                .where(AuditRun.id == run_id)
                 .values(**values, finished_at=datetime.now(UTC))
             )
-        if quarantine is not None:
+        stored = select(QuarantinedRow.id).where(QuarantinedRow.run_id == run_id).limit(1)
+        # rows already stored for the run: an earlier attempt committed them (its reply was lost)
+        if quarantine is not None and session.scalar(stored) is None:
             _add_quarantine(session, run_id, record, quarantine)
         return run_id
 

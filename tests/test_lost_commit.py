@@ -19,9 +19,11 @@ from biasaudit.flows.audit import audit_flow, run_audit
 from biasaudit.flows.demo import END
 from biasaudit.flows.pipeline import new_record
 from biasaudit.schemas.config import load_audit
+from biasaudit.schemas.quarantine import TooManyInvalidRows
 
 from .conftest import DEMO_CONFIG, on_databases
 from .faultproxy import FaultProxy
+from .test_flow import make_custom_source
 from .test_reliability import RESULT_TABLES, load_small
 
 AUDIT = "credit-race"
@@ -60,9 +62,7 @@ def test_a_lost_commit_reply_of_persist_keeps_the_run_once(db_url, force):
         assert proxy.fired.is_set()  # the reply to the persist's COMMIT was really lost
     engine = make_engine(db_url)
     runs = list_runs(engine)
-    assert runs[["id", "status", "version"]].values.tolist() == [
-        [result["run_id"], "succeeded", 1]
-    ]
+    assert runs[["id", "status", "version"]].values.tolist() == [[result["run_id"], "succeeded", 1]]
     assert result["new"]
     # a fault-free run of the same input stores the reference rows (forced: a version of its own)
     again = run_audit(AUDIT, str(DEMO_CONFIG), db_url, END, force=True)
@@ -70,6 +70,35 @@ def test_a_lost_commit_reply_of_persist_keeps_the_run_once(db_url, force):
     assert all(expected[model.__tablename__] for model in RESULT_TABLES)
     assert stored == expected
     assert list_runs(engine, status="failed").empty
+
+
+@pytest.mark.usefixtures("prefect_harness")
+@on_databases("postgresql", "mariadb")
+def test_a_lost_commit_reply_of_the_failure_marking_stores_its_quarantine_once(db_url, tmp_path):
+    """A run failing with quarantined rows is marked failed, its COMMIT's reply is lost and the
+    failure step retries: the run is failed once with each quarantined row stored once."""
+    make_custom_source(db_url, bad_share=0.25)  # 10 of 40 rows have y_pred = 2
+    config = tmp_path / "audits.toml"
+    config.write_text(
+        "[[audits]]\n"
+        'name = "decisions"\nmodel = "rules-engine"\nsource = "decisions"\n'
+        'attributes = ["region"]\nmetrics = ["tpr"]\n'
+        'columns = { prediction_id = "case_no", predicted_at = "decided", y_true = "label", '
+        'y_pred = "decision" }\n'
+        "thresholds = { max_invalid_fraction = 0.1 }\n"
+    )
+    with proxy_to(db_url) as proxy:
+        proxy.drop_reply(b"COMMIT", after=b"quarantined_rows")
+        with pytest.raises(TooManyInvalidRows):
+            audit_flow("decisions", str(config), proxy.url(db_url), END)
+        assert proxy.fired.is_set()
+    (run_id,) = list_runs(make_engine(db_url), status="failed")["id"].tolist()
+    with make_engine(db_url).connect() as connection:
+        refs = connection.scalars(
+            select(QuarantinedRow.row_ref).where(QuarantinedRow.run_id == run_id)
+        )
+        assert sorted(refs) == sorted(f"c{i}" for i in range(10))  # the rows with y_pred = 2
+    assert not any(stored_rows(db_url, run_id)[model.__tablename__] for model in RESULT_TABLES)
 
 
 def succeeded_run(url: str) -> tuple[int, dict[str, list[tuple]]]:
