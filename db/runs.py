@@ -4,14 +4,14 @@ A run's life: ``start_run`` commits a row with status ``running`` (so an operato
 takes the run's lease; the results and the promotion to ``succeeded`` with the next version number
 commit together in ``save_run``, so a reader never sees half a run; ``record_failed_run`` marks it
 ``failed`` with the error; ``release_run`` gives the lease back. Re-running identical input (same
-fingerprint) with an identical configuration returns the existing run unless forced.
+fingerprint) with an identical configuration returns the existing run unless forced. On PostgreSQL a
+transaction-scoped advisory lock serialises version numbering per audit and model; everywhere, the
+unique constraint on (audit_name, model_id, version) is the last word.
 
 A run knows itself by its row's id, never by equal input: a retry of ``save_run`` whose earlier
 attempt committed (the reply to COMMIT lost) finds its own row succeeded and returns it; a run is
 deleted only while ``running`` (replaced by an identical one), and a succeeded run is never marked
-failed, so a failed run never has results. On PostgreSQL a
-transaction-scoped advisory lock serialises version numbering per audit and model; everywhere, the
-unique constraint on (audit_name, model_id, version) is the last word.
+failed, so a failed run never has results.
 
 Nothing stays stuck (issue 13). While a run is going its process proves it is alive:
 - on PostgreSQL it holds a session-level advisory lock on its own connection, which the server
