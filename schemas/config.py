@@ -70,6 +70,11 @@ class ConfigError(ValueError):
     """A configuration that cannot be used; the message names the key and the problem."""
 
 
+class UnknownReferenceGroup(ConfigError, LookupError):
+    """A configured reference group that the audited data does not hold; the message lists the
+    groups that it does hold (a LookupError too, as it was before it named them)."""
+
+
 class Thresholds(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 

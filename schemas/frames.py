@@ -36,6 +36,19 @@ ISO_OFFSET = r"(Z|[+-][0-9]{2}:[0-9]{2})$"
 DECIMAL_TEXT = r"^[+-]?[0-9]{1,30}(\.[0-9]{1,30})?$"
 # What a text value must hold besides spaces to count as non-empty (SQL TRIM strips spaces only).
 PAD = " "
+# The reason a label or decision is quarantined with: the rule and the values it accepts.
+BINARY_RULE = "binary: 0/1 or true/false"
+# Names an error message lists; a frame may have hundreds of columns, an attribute thousands of
+# groups.
+SHOWN_NAMES = 20
+
+
+def listed(names) -> str:
+    """``names`` as a quoted, comma-separated list: the first SHOWN_NAMES and how many more."""
+    names = list(names)
+    shown = ", ".join(repr(n) for n in names[:SHOWN_NAMES])
+    more = len(names) - SHOWN_NAMES
+    return shown + (f", ... and {more} more" if more > 0 else "")
 
 
 def _typed(series: pd.Series) -> bool:
@@ -258,7 +271,9 @@ def predictions_schema(
                 pa.Check(_not_in_future(now), element_wise=False, name="not_in_future"),
             ],
         ),
-        "y_true": pa.Column(nullable=True, checks=pa.Check(_binary, name="binary")),
+        "y_true": pa.Column(
+            nullable=True, checks=pa.Check(_binary, name="binary", error=BINARY_RULE)
+        ),
         "score": pa.Column(nullable=True, checks=pa.Check(_unit_interval, name="in_unit_interval")),
     }
     if decision:
@@ -266,7 +281,9 @@ def predictions_schema(
             nullable=False, checks=pa.Check(_finite_number, name="finite_number")
         )
     else:
-        columns["y_pred"] = pa.Column(nullable=False, checks=pa.Check(_binary, name="binary"))
+        columns["y_pred"] = pa.Column(
+            nullable=False, checks=pa.Check(_binary, name="binary", error=BINARY_RULE)
+        )
     for attribute in attributes:
         columns[attribute] = pa.Column(
             nullable=False,

@@ -18,6 +18,7 @@ from biasaudit.schemas.frames import (
     as_binary,
     as_number,
     canonical_text,
+    listed,
     parse_timestamps,
     predictions_schema,
 )
@@ -59,6 +60,10 @@ class TooManyInvalidRows(ValueError):
     """More of the window failed validation than the audit's ``max_invalid_fraction`` allows."""
 
 
+class NoValidRows(TooManyInvalidRows):
+    """Every row read was quarantined: nothing is left to audit, whatever the allowed fraction."""
+
+
 class SchemaFailure(ValueError):
     """The frame as a whole does not fit the schema (e.g. a missing column): no row can be trusted."""
 
@@ -82,6 +87,12 @@ def failures(frame: pd.DataFrame, attributes: list[str], now: datetime | None = 
     except pa.errors.SchemaErrors as exc:
         found = exc.failure_cases
         frame_level = found[found["index"].isna()]
+        missing = frame_level.loc[frame_level["check"] == "column_in_dataframe", "failure_case"]
+        if len(missing):
+            raise SchemaFailure(
+                f"predictions lack the column(s) {listed(missing)}; "
+                f"the columns present are {listed(frame.columns)}"
+            ) from None
         if not frame_level.empty:
             first = frame_level.iloc[0]
             raise SchemaFailure(
@@ -150,6 +161,25 @@ def split_valid(
 def decide(valid: pd.DataFrame, threshold: float) -> pd.DataFrame:
     """Valid rows with ``y_pred`` = 1 where ``decision_score`` >= ``threshold``, else 0."""
     return valid.assign(y_pred=(valid["decision_score"] >= threshold).astype("int8"))
+
+
+def check_some_valid(read: int, valid: int, quarantine: pd.DataFrame) -> None:
+    """Raise NoValidRows when rows were read and none is valid, naming each column of which no
+    value was accepted, with its rule (which says what is accepted) and an example."""
+    if not read or valid:
+        return
+    rows = quarantine.groupby("column_name")["row_number"].nunique()
+    unusable = [
+        quarantine[quarantine["column_name"] == column].iloc[0]
+        for column, count in rows.items()
+        if count == read
+    ]
+    reasons = "; ".join(
+        f"no value of column {r['column_name']!r} is accepted "
+        f"({r['rule']}; e.g. {'NULL' if r['value'] is None else repr(r['value'][:40])})"
+        for r in unusable
+    )
+    raise NoValidRows(f"all {read} rows were quarantined: {reasons or 'see the quarantine'}")
 
 
 def check_invalid_fraction(read: int, quarantined: int, max_fraction: float) -> None:

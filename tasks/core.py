@@ -26,7 +26,12 @@ from biasaudit.schemas.frames import validate_frame
 from biasaudit.schemas.metric_ids import MATCH_METRICS, TESTED_RATES
 from biasaudit.schemas.quarantine import QUARANTINE_COLUMNS
 from biasaudit.tasks.compare import compare_with_previous
-from biasaudit.tasks.counts import comparison_pairs, completeness_warnings, label_completeness
+from biasaudit.tasks.counts import (
+    check_reference_groups,
+    comparison_pairs,
+    completeness_warnings,
+    label_completeness,
+)
 from biasaudit.tasks.detection import detect
 from biasaudit.tasks.match import match_test
 from biasaudit.tasks.metametrics import attribute_meta_metrics
@@ -159,6 +164,8 @@ def audit_counts(
     runs it as a Prefect task.
     """
     counts = validate_frame("counts", counts)
+    # Before any stage, so that a flow fails on this one line and not inside a task.
+    check_reference_groups(counts, audit.reference_groups, audit.name)
     thresholds, smoothing = audit.thresholds, audit.smoothing
     rates = [m for m in audit.metrics if m in TESTED_RATES]
     group, reference = run("pairs", comparison_pairs, counts, audit.reference_groups)

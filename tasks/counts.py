@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from biasaudit.schemas.config import INTERSECTION_SEP
-from biasaudit.schemas.frames import COUNT_COLUMNS, COUNTS
+from biasaudit.schemas.config import INTERSECTION_SEP, UnknownReferenceGroup
+from biasaudit.schemas.frames import COUNT_COLUMNS, COUNTS, listed
 from biasaudit.schemas.metric_ids import UNLABELLED_COLUMNS
 
 # Cell code 2*y_true + y_pred: tn=0, fp=1, fn=2, tp=3; outcome unknown: 4 + y_pred.
@@ -100,8 +100,10 @@ def comparison_pairs(
 
     Every group is compared with its rest of population (``reference='rest'``); where
     ``reference_groups`` names a group for the attribute, every other group of that attribute is
-    also compared with it (``reference=<that group>``). An unknown reference group is an error.
+    also compared with it (``reference=<that group>``). An unknown reference group is an error
+    (check_reference_groups).
     """
+    check_reference_groups(counts, reference_groups)
     groups = counts[counts["subset"] == "group"].drop(columns="subset")
     rest = counts[counts["subset"] == "rest"].drop(columns="subset")
     keys = ["attribute", "group_name"]
@@ -109,14 +111,33 @@ def comparison_pairs(
     right = [groups[keys].merge(rest, on=keys, how="left")]
     for attribute, name in reference_groups.items():
         ref = groups[(groups["attribute"] == attribute) & (groups["group_name"] == name)]
-        if ref.empty:
-            raise LookupError(f"reference group {name!r} of {attribute!r} has no predictions")
         others = groups[(groups["attribute"] == attribute) & (groups["group_name"] != name)]
         left.append(others.assign(reference=name))
         right.append(others[keys].merge(ref.drop(columns="group_name"), on="attribute"))
     group = pd.concat(left, ignore_index=True)
     reference = pd.concat(right, ignore_index=True)
     return group, reference[CELL_COLUMNS]
+
+
+def check_reference_groups(
+    counts: pd.DataFrame, reference_groups: dict[str, str], audit_name: str | None = None
+) -> None:
+    """Raise UnknownReferenceGroup when a reference group has no valid predictions, naming the
+    attribute's groups that have, the largest first (schemas.frames.listed)."""
+    groups = counts[counts["subset"] == "group"]
+    for attribute, name in reference_groups.items():
+        present = groups[groups["attribute"] == attribute]
+        if (present["group_name"] == name).any():
+            continue
+        sizes = present[[*COUNT_COLUMNS, "n_unlabelled"]].sum(axis=1)
+        ranked = present.assign(size=sizes.to_numpy()).sort_values(
+            ["size", "group_name"], ascending=[False, True]
+        )["group_name"]
+        where = f" (audit {audit_name!r})" if audit_name else ""
+        raise UnknownReferenceGroup(
+            f"reference group {name!r} of attribute {attribute!r} is not in the data{where}; "
+            f"groups: {listed(ranked) or 'none'}"
+        )
 
 
 def label_completeness(

@@ -161,6 +161,83 @@ def test_invalid_rows_are_reported_not_dropped():
     assert groups[["tp", "fp", "fn", "tn", "n_unlabelled"]].to_numpy().sum() == 198
 
 
+def _labelled_frame(n: int = 120, seed: int = 3) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame(
+        {
+            "y_true": rng.integers(0, 2, n).astype(float),
+            "y_pred": rng.integers(0, 2, n),
+            "race": rng.choice(["White", "Black", "Asian"], n, p=[0.5, 0.3, 0.2]),
+        }
+    )
+
+
+def test_reference_group_typo_names_the_groups_that_exist():
+    """It answers a reference group absent from the data with one line naming the attribute and
+    listing the groups there are, the largest first."""
+    frame = _labelled_frame()
+    by_size = frame["race"].value_counts()
+    assert by_size.is_unique  # the expected order below is unambiguous
+    expected = ", ".join(repr(g) for g in by_size.index)
+    with pytest.raises(LookupError) as raised:
+        biasaudit.audit_frame(frame, attributes=["race"], reference_groups={"race": "Whte"})
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message == (
+        "reference group 'Whte' of attribute 'race' is not in the data (audit 'frame'); "
+        f"groups: {expected}"
+    )
+
+
+def test_reference_group_typo_lists_at_most_twenty_groups():
+    """It lists the 20 largest of thousands of groups and says how many more there are."""
+    sizes = {f"g{i:04d}": 1 + i % 7 for i in range(1500)}
+    groups = [name for name, size in sizes.items() for _ in range(size)]
+    frame = pd.DataFrame({"y_true": 1.0, "y_pred": 1, "g": groups})
+    largest = sorted(sizes, key=lambda name: (-sizes[name], name))[:20]
+    with pytest.raises(ConfigError) as raised:
+        biasaudit.audit_frame(frame, attributes=["g"], reference_groups={"g": "nope"})
+    listing = str(raised.value).split("groups: ", 1)[1]
+    assert listing == ", ".join(repr(g) for g in largest) + ", ... and 1480 more"
+
+
+@pytest.mark.parametrize("dropped", ["y_pred", "y_true", "race"])
+def test_missing_column_is_named_with_the_columns_present(dropped):
+    """It names the needed column a frame lacks and the columns it has, in one line."""
+    frame = _labelled_frame().drop(columns=dropped)
+    with pytest.raises(ValueError) as raised:
+        biasaudit.audit_frame(frame, attributes=["race"])
+    message = str(raised.value)
+    assert "\n" not in message and "column_in_dataframe" not in message
+    assert f"lack the column(s) '{dropped}'" in message
+    present = message.split("the columns present are ", 1)[1]
+    for column in frame.columns:
+        assert repr(column) in present
+
+
+@pytest.mark.parametrize("column", ["y_true", "y_pred"])
+def test_text_labels_are_quarantined_with_the_accepted_spellings(column):
+    """It quarantines labels spelled yes/no, with a rule that says what is accepted, and audits
+    the rest; a column of nothing but yes/no is one clear error naming it (never an internal
+    AttributeError)."""
+    frame = _labelled_frame()
+    words = frame[column].map({0: "no", 1: "yes"}).astype(object)
+    some = frame.astype({column: object})
+    some.loc[:9, column] = words[:10]
+    with pytest.warns(UserWarning, match="10 of 120 rows failed validation"):
+        result = biasaudit.audit_frame(some, attributes=["race"], bootstrap_replicates=100)
+    assert sorted(result.quarantine["row_number"]) == list(range(10))
+    assert set(result.quarantine["column_name"]) == {column}
+    assert set(result.quarantine["rule"]) == {"binary: 0/1 or true/false"}
+    every = frame.assign(**{column: words})
+    with pytest.raises(ValueError) as raised:
+        biasaudit.audit_frame(every, attributes=["race"])
+    assert str(raised.value) == (
+        f"all 120 rows were quarantined: no value of column '{column}' is accepted "
+        f"(binary: 0/1 or true/false; e.g. {words[0]!r})"
+    )
+
+
 def test_options_are_the_configuration_keys():
     """It takes the TOML file's own keys and rejects an unknown one by name."""
     frame = pd.DataFrame({"y_true": [0.0, 1.0] * 20, "y_pred": [0, 1] * 20, "g": ["a", "b"] * 20})

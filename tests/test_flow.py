@@ -1,5 +1,6 @@
 """End to end: predictions in a database become versioned audit runs (SQLite and PostgreSQL)."""
 
+import re
 from datetime import timedelta
 
 import pandas as pd
@@ -21,9 +22,9 @@ from biasaudit.db.source import SourceError
 from biasaudit.flows.audit import audit_flow
 from biasaudit.flows.demo import END, GROUPS, INJECTED, synthetic_predictions
 from biasaudit.flows.nightly import nightly_flow
-from biasaudit.schemas.quarantine import TooManyInvalidRows
+from biasaudit.schemas.quarantine import NoValidRows, TooManyInvalidRows
 
-from .conftest import DEMO_CONFIG
+from .conftest import DEMO_CONFIG, on_databases
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -186,6 +187,46 @@ thresholds = {{ max_invalid_fraction = {limit} }}
         ).all()
     assert len(rows) == 10 and {r[1:] for r in rows} == {("y_pred", "2")}
     assert {r[0] for r in rows} == {int(run["id"])}
+
+
+@on_databases("sqlite")
+@pytest.mark.parametrize("mode", ["memory", "stream", "pushdown"])
+@pytest.mark.parametrize("limit", [0.05, 1.0])
+def test_labels_spelled_yes_no_fail_the_run_naming_the_column(db_url, tmp_path, mode, limit):
+    """It fails a run whose labels are all spelled yes/no with one line naming the column and
+    the accepted values, whatever max_invalid_fraction allows (never an internal error), and
+    keeps the quarantined rows with the run."""
+    from biasaudit.flows.pipeline import run_audit
+
+    engine = make_engine(db_url)
+    n = 30
+    pd.DataFrame(
+        {
+            "case_no": [f"c{i}" for i in range(n)],
+            "decided": pd.Timestamp("2026-10-01"),
+            "label": ["yes" if i % 2 else "no" for i in range(n)],
+            "decision": [(i // 2) % 2 for i in range(n)],
+            "region": ["north" if i % 3 else "south" for i in range(n)],
+        }
+    ).to_sql("decisions", engine, index=False)
+    config = tmp_path / "audits.toml"
+    config.write_text(
+        '[[audits]]\nname = "yn"\nmodel = "m"\nsource = "decisions"\nattributes = ["region"]\n'
+        'columns = { prediction_id = "case_no", predicted_at = "decided", y_true = "label", '
+        'y_pred = "decision" }\n'
+        f"thresholds = {{ max_invalid_fraction = {limit} }}\nscan = {{ mode = {mode!r} }}\n"
+    )
+    expected = re.escape(
+        "all 30 rows were quarantined: no value of column 'y_true' is accepted "
+        "(binary: 0/1 or true/false; e.g. "
+    ) + "'(yes|no)'\\)$"
+    with pytest.raises(NoValidRows, match=expected):
+        run_audit("yn", str(config), db_url, END)
+    run = list_runs(engine).iloc[0]
+    assert run["status"] == "failed" and (run["rows_read"], run["rows_quarantined"]) == (30, 30)
+    with engine.connect() as connection:
+        rules = connection.execute(select(QuarantinedRow.column_name, QuarantinedRow.rule)).all()
+    assert len(rules) == 30 and set(rules) == {("y_true", "binary: 0/1 or true/false")}
 
 
 def test_injection_in_source_name_is_only_a_missing_table(db_url, tmp_path):

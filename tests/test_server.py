@@ -418,3 +418,39 @@ def test_a_handled_error_gives_short_logs_and_one_error_line(prefect_server, tmp
     assert "flagged" in ok.stdout and "report: " in ok.stdout
     report = Path(ok.stdout.split("report: ")[1].split()[0])
     assert report.exists()
+
+
+def test_a_reference_group_typo_is_one_line_naming_the_groups(prefect_server, tmp_path):
+    """It fails `biasaudit run` of an audit whose reference group is not in the data with one
+    `error:` line that lists the groups there are, the largest first; Prefect's own log lines
+    about it are one line each, with no traceback."""
+    url = f"sqlite:///{tmp_path / 'typo.db'}"
+    _demo_database(url)
+    data = synthetic_predictions()
+    sizes = data[data["model_id"] == "credit-scorer"].head(3000)["race"].value_counts()
+    assert sizes.is_unique  # the largest-first order below is unambiguous
+    config = tmp_path / "typo.toml"
+    config.write_text(
+        '[[audits]]\nname = "a"\nmodel = "credit-scorer"\nattributes = ["race"]\n'
+        'reference_groups = { race = "Whte" }\n'
+    )
+    done = subprocess.run(
+        [str(BIN / "biasaudit"), "run", "a", "-c", str(config), "--db", url],
+        env=_client_env(prefect_server),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    assert "Traceback" not in output and len(output.splitlines()) < 15, output
+    message = (
+        "reference group 'Whte' of attribute 'race' is not in the data (audit 'a'); groups: "
+        + ", ".join(repr(g) for g in sizes.index)
+    )
+    assert [line for line in output.splitlines() if line.startswith("error: ")] == [
+        f"error: {message}"
+    ], output
+    logged = [line for line in output.splitlines() if "Whte" in line and "error: " not in line]
+    assert logged and all(message in line for line in logged), output
