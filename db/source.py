@@ -342,6 +342,10 @@ class Window:
         version = self._column("model_version", False)
         self.raw["model_version"] = version if version is not None else null()
         score = self._column("score", False)
+        if audit.decision and score is not None and score.name == audit.decision.score:
+            # Read for the decision, the column is on the threshold's scale (a decile 1..10 with
+            # threshold 5), not a probability: its rule is the decision score's, not [0, 1].
+            score = None
         self.has_score = score is not None
         self.raw["score"] = score if score is not None else null()
         if audit.decision:

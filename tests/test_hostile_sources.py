@@ -36,7 +36,7 @@ POOLS = {
     "text_id": ["a", "A", "a ", " ", "", "007", "7", None, "ü", "x\ty"],
     "int_id": [1, 2, 7, -1, None],
     "int_label": [0, 1, 2, -1, None],
-    "text_label": ["0", "1", " 1", "1.0", "true", "yes", "", None, "01", "1 "],
+    "text_label": ["0", "1", " 1", "1.0", "true", "yes", "no", "", None, "01", "1 "],
     "bool_label": [True, False, None],
     "text_time": [
         "2026-05-10T10:00:00Z",
@@ -63,8 +63,8 @@ POOLS = {
     ],
     "text_attr": ["A", "a", "A ", " ", "", None, "1", "1.0", "x.y", "Ä"],
     "int_attr": [1, -1, 0, None, 10],
-    "float_score": [0.0, 0.5, 1.0, 1.5, -0.1, None],
-    "text_score": ["0.5", "abc", ".5", "1e-1", None, "1", " 0.2"],
+    "float_score": [0.0, 0.5, 1.0, 1.5, 1.7, -0.1, None],
+    "text_score": ["0.5", "abc", ".5", "1e-1", None, "1", " 0.2", "1.7"],
 }
 TYPES = {
     "text_id": String(20),

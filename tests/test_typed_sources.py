@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, date, datetime, timedelta, timezone
+from decimal import Decimal
 
 import numpy as np
 import pandas as pd
 import pytest
 from sqlalchemy import (
     JSON,
+    REAL,
     BigInteger,
     Boolean,
     Column,
@@ -23,6 +25,7 @@ from sqlalchemy import (
     Float,
     Integer,
     MetaData,
+    Numeric,
     String,
     Table,
     Uuid,
@@ -326,11 +329,21 @@ def test_decision_from_a_text_score_at_several_thresholds(source_db_url):
     engine.dispose()
 
 
-def test_score_column_of_mixed_types_is_judged_alike(source_db_url):
-    """It accepts a float score column with missing values and quarantines scores outside
-    [0, 1] alike in every mode."""
+SCORE_TYPES = {
+    "double": (Float(), float),
+    "real": (REAL(), float),
+    "decimal": (Numeric(6, 2), lambda s: Decimal(str(s))),
+    "text": (String(10), str),
+}
+
+
+@pytest.mark.parametrize("kind", list(SCORE_TYPES))
+def test_score_column_of_mixed_types_is_judged_alike(source_db_url, kind):
+    """It accepts a score column (float, real, decimal or number text) with missing values and
+    quarantines scores outside [0, 1], such as 1.7, alike in every mode."""
     engine = make_engine(source_db_url)
-    scores = [0.1, None, 1.0, 1.5, -0.2, 0.0]
+    column_type, value = SCORE_TYPES[kind]
+    scores = [0.1, None, 1.0, 1.5, -0.2, 0.0, 1.7]
     table = Table(
         "src",
         MetaData(),
@@ -338,7 +351,7 @@ def test_score_column_of_mixed_types_is_judged_alike(source_db_url):
         Column("predicted_at", DateTime),
         Column("y_true", Integer),
         Column("y_pred", Integer),
-        Column("score", Float),
+        Column("score", column_type),
         Column("grp", String(4)),
     )
     rows = [
@@ -347,7 +360,7 @@ def test_score_column_of_mixed_types_is_judged_alike(source_db_url):
             "predicted_at": datetime(2026, 5, 1),
             "y_true": 1,
             "y_pred": 1,
-            "score": s,
+            "score": None if s is None else value(s),
             "grp": "A",
         }
         for i, s in enumerate(scores)
@@ -355,8 +368,54 @@ def test_score_column_of_mixed_types_is_judged_alike(source_db_url):
     create(engine, table, rows)
     audit = audit_of()
     for mode, (scanned,) in all_modes(engine, audit).items():
-        assert sorted(scanned.quarantine["row_ref"]) == ["p3", "p4"], mode
+        assert sorted(scanned.quarantine["row_ref"]) == ["p3", "p4", "p6"], mode
+        assert set(scanned.quarantine["rule"]) == {"in_unit_interval"}, mode
         assert scanned.rows_valid == 4, mode
+    engine.dispose()
+
+
+def test_decision_on_the_score_column_takes_it_on_the_thresholds_scale(source_db_url):
+    """It reads a column named by the decision as a decision score, not as a probability: a
+    decile 1..10 in the column ``score`` with threshold 5 is accepted in every mode, while the
+    canonical score keeps its [0, 1] rule when the decision reads another column."""
+    engine = make_engine(source_db_url)
+    n = 40
+    deciles = [1 + i % 10 for i in range(n)]
+    labels = [i % 3 % 2 for i in range(n)]
+    table = Table(
+        "src",
+        MetaData(),
+        Column("prediction_id", String(10)),
+        Column("predicted_at", DateTime),
+        Column("y_true", Integer),
+        Column("score", Float),
+        Column("risk", Float),
+        Column("grp", String(4)),
+    )
+    rows = [
+        {
+            "prediction_id": f"p{i}",
+            "predicted_at": datetime(2026, 5, 1),
+            "y_true": y,
+            "score": float(d),
+            "risk": float(d),
+            "grp": "A",
+        }
+        for i, (d, y) in enumerate(zip(deciles, labels))
+    ]
+    create(engine, table, rows)
+    truth = pd.DataFrame(
+        {"grp": "A", "y_true": [float(y) for y in labels], "y_pred": [int(d >= 5) for d in deciles]}
+    )
+    decided = audit_of(decision={"score": "score", "threshold": 5})
+    for mode, (scanned,) in all_modes(engine, decided).items():
+        assert scanned.quarantine.empty and scanned.rows_valid == n, mode
+        same_cells(scanned.cells, expected_cells(truth, ["grp"]))
+    other = audit_of(decision={"score": "risk", "threshold": 5})
+    above_one = sorted(f"p{i}" for i, d in enumerate(deciles) if d > 1)
+    for mode, (scanned,) in all_modes(engine, other).items():
+        assert sorted(scanned.quarantine["row_ref"]) == above_one, mode
+        assert set(scanned.quarantine["rule"]) == {"in_unit_interval"}, mode
     engine.dispose()
 
 
