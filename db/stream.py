@@ -118,13 +118,24 @@ def _postgres_batches(connection: Connection, query) -> Iterator[pa.RecordBatch]
         try:
             with conn, cursor:
                 cursor.execute(sql)
-                yield from cursor.fetch_record_batch()
+                yield from map(_reals_as_psycopg, cursor.fetch_record_batch())
         except adbc.Error as error:  # as SQLAlchemy's own: db.retry retries a drop or timeout
             raise DBAPIError.instance(str(compiled), None, error, adbc.Error) from error
         except OSError as error:  # a failure mid-stream arrives through Arrow as an IO error
             raise OperationalError(str(compiled), None, error) from error
 
     return batches()
+
+
+def _reals_as_psycopg(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch with its float4 (real) columns as psycopg reads them, from their shortest
+    decimal text (0.1, not 0.10000000149011612), so that values, quarantine records and
+    fingerprints equal the memory mode's."""
+    columns = [
+        column.cast(pa.string()).cast(pa.float64()) if column.type == pa.float32() else column
+        for column in batch.columns
+    ]
+    return pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
 
 
 def _duckdb_batches(connection: Connection, query, chunk_rows: int) -> Iterator[pa.RecordBatch]:
