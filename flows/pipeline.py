@@ -41,7 +41,7 @@ from biasaudit.db.scan import Scanned, scan_window
 from biasaudit.db.source import window_bounds
 from biasaudit.flows.report import write_report
 from biasaudit.schemas.config import Audit, default_config_path, load_audit
-from biasaudit.schemas.quarantine import check_invalid_fraction, check_some_valid
+from biasaudit.schemas.quarantine import check_invalid_fraction
 from biasaudit.tasks.core import AuditResult, audit_counts, call
 from biasaudit.tasks.counts import group_counts
 
@@ -219,9 +219,8 @@ def execute_audit(
         record.rows_unlabelled = scanned.rows_unlabelled
         record.rows_quarantined = scanned.rows_read - scanned.rows_valid
         record.input_fingerprint = scanned.fingerprint
-        check_some_valid(record.rows_read, record.rows_valid, quarantine)
         check_invalid_fraction(
-            record.rows_read, record.rows_quarantined, thresholds.max_invalid_fraction
+            record.rows_read, record.rows_quarantined, thresholds.max_invalid_fraction, quarantine
         )
         existing = None if force else run("identical_run", identical_run, url, run_id, record)
         if existing is not None:

@@ -163,31 +163,33 @@ def decide(valid: pd.DataFrame, threshold: float) -> pd.DataFrame:
     return valid.assign(y_pred=(valid["decision_score"] >= threshold).astype("int8"))
 
 
-def check_some_valid(read: int, valid: int, quarantine: pd.DataFrame) -> None:
-    """Raise NoValidRows when rows were read and none is valid, naming each column of which no
-    value was accepted, with its rule (which says what is accepted) and an example."""
-    if not read or valid:
-        return
+def unusable_columns(read: int, quarantine: pd.DataFrame) -> str:
+    """The columns none of whose ``read`` values was accepted, each with its rule (which says
+    what is accepted) and an example value, as one line; empty when no column failed every row."""
     rows = quarantine.groupby("column_name")["row_number"].nunique()
-    unusable = [
+    first = [
         quarantine[quarantine["column_name"] == column].iloc[0]
         for column, count in rows.items()
         if count == read
     ]
-    reasons = "; ".join(
+    return "; ".join(
         f"no value of column {r['column_name']!r} is accepted "
         f"({r['rule']}; e.g. {'NULL' if r['value'] is None else repr(r['value'][:40])})"
-        for r in unusable
+        for r in first
     )
-    raise NoValidRows(f"all {read} rows were quarantined: {reasons or 'see the quarantine'}")
 
 
-def check_invalid_fraction(read: int, quarantined: int, max_fraction: float) -> None:
-    """Raise TooManyInvalidRows when quarantined/read exceeds ``max_fraction``, or when no row
-    is valid (nothing to audit, whatever the fraction allows)."""
+def check_invalid_fraction(
+    read: int, quarantined: int, max_fraction: float, quarantine: pd.DataFrame | None = None
+) -> None:
+    """Raise TooManyInvalidRows when quarantined/read exceeds ``max_fraction``, or NoValidRows
+    when no row is valid (nothing to audit, whatever the fraction allows), naming the columns of
+    which no value was accepted (``unusable_columns`` of ``quarantine``)."""
     if read and quarantined == read:
-        raise TooManyInvalidRows(
-            f"all {read} rows failed validation: nothing to audit; see quarantined_rows"
+        why = "" if quarantine is None else unusable_columns(read, quarantine)
+        raise NoValidRows(
+            f"all {read} rows failed validation: nothing to audit; "
+            f"{why + '; ' if why else ''}see quarantined_rows"
         )
     if read and quarantined / read > max_fraction:
         raise TooManyInvalidRows(

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from biasaudit.schemas.config import audit_from_options
-from biasaudit.schemas.quarantine import check_some_valid, split_valid
+from biasaudit.schemas.quarantine import split_valid, unusable_columns
 from biasaudit.tasks.core import AuditResult, audit_counts
 from biasaudit.tasks.counts import group_counts
 
@@ -63,12 +63,12 @@ def audit_frame(
     missing = {c: stand_ins[c] for c in stand_ins if c not in frame.columns}
     rows = frame.assign(**missing)
     valid, quarantine = split_valid(rows, audit.attributes, now)
-    check_some_valid(len(rows), len(valid), quarantine)
     if len(quarantine):
         bad = quarantine["row_number"].nunique()
+        why = unusable_columns(len(rows), quarantine)
         warnings.warn(
             f"{bad} of {len(rows)} rows failed validation and were not audited: "
-            "see result.quarantine",
+            f"{why + '; ' if why else ''}see result.quarantine",
             stacklevel=2,
         )
     counts = group_counts(valid, audit.attributes, audit.intersections)

@@ -218,8 +218,8 @@ def test_missing_column_is_named_with_the_columns_present(dropped):
 @pytest.mark.parametrize("column", ["y_true", "y_pred"])
 def test_text_labels_are_quarantined_with_the_accepted_spellings(column):
     """It quarantines labels spelled yes/no, with a rule that says what is accepted, and audits
-    the rest; a column of nothing but yes/no is one clear error naming it (never an internal
-    AttributeError)."""
+    the rest; a column of nothing but yes/no gives an empty audit and one warning line naming
+    the column and the accepted values (never an internal AttributeError)."""
     frame = _labelled_frame()
     words = frame[column].map({0: "no", 1: "yes"}).astype(object)
     some = frame.astype({column: object})
@@ -230,12 +230,15 @@ def test_text_labels_are_quarantined_with_the_accepted_spellings(column):
     assert set(result.quarantine["column_name"]) == {column}
     assert set(result.quarantine["rule"]) == {"binary: 0/1 or true/false"}
     every = frame.assign(**{column: words})
-    with pytest.raises(ValueError) as raised:
-        biasaudit.audit_frame(every, attributes=["race"])
-    assert str(raised.value) == (
-        f"all 120 rows were quarantined: no value of column '{column}' is accepted "
-        f"(binary: 0/1 or true/false; e.g. {words[0]!r})"
+    with pytest.warns(UserWarning) as warned:
+        result = biasaudit.audit_frame(every, attributes=["race"], bootstrap_replicates=100)
+    expected = (
+        f"120 of 120 rows failed validation and were not audited: no value of column "
+        f"'{column}' is accepted (binary: 0/1 or true/false; e.g. {words[0]!r}); "
+        "see result.quarantine"
     )
+    assert [str(w.message) for w in warned] == [expected]
+    assert result.counts.empty and len(result.quarantine) == 120
 
 
 def test_options_are_the_configuration_keys():

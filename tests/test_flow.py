@@ -216,10 +216,15 @@ def test_labels_spelled_yes_no_fail_the_run_naming_the_column(db_url, tmp_path, 
         'y_pred = "decision" }\n'
         f"thresholds = {{ max_invalid_fraction = {limit} }}\nscan = {{ mode = {mode!r} }}\n"
     )
-    expected = re.escape(
-        "all 30 rows were quarantined: no value of column 'y_true' is accepted "
-        "(binary: 0/1 or true/false; e.g. "
-    ) + "'(yes|no)'\\)$"
+    expected = (
+        re.escape(
+            "all 30 rows failed validation: nothing to audit; no value of column 'y_true' is "
+            "accepted (binary: 0/1 or true/false; e.g. "
+        )
+        + "'(yes|no)'"
+        + re.escape("); see quarantined_rows")
+        + "$"
+    )
     with pytest.raises(NoValidRows, match=expected):
         run_audit("yn", str(config), db_url, END)
     run = list_runs(engine).iloc[0]
