@@ -10,6 +10,8 @@ from typer.testing import CliRunner
 from biasaudit.db.engine import make_engine
 from biasaudit.flows.cli import app
 
+from .conftest import on_databases
+
 runner = CliRunner()
 HEADER = "prediction_id,model_id,model_version,predicted_at,y_true,y_pred,zip,group\n"
 
@@ -79,6 +81,29 @@ def test_unstorable_values_and_ragged_lines_are_quarantined_row_by_row(db_url, t
     assert rules["max_length_128"] == long_id
     assert rules["no_nul_byte"] == "B\\x00B"
     assert rules["ragged_line"] == "ragged,m,1,2026-05-01,1,1,1,A,extra"
+
+
+@on_databases("sqlite")
+def test_scores_outside_the_unit_interval_and_yes_no_labels_are_quarantined(db_url, tmp_path):
+    """It quarantines a score of 1.7 (as every scan mode does) and a label spelled yes, with a
+    rule that says what is accepted, and loads the other rows."""
+    path = tmp_path / "p.csv"
+    path.write_text(
+        HEADER.replace("\n", ",score\n")
+        + "high,m,1,2026-05-01,1,1,1,A,1.7\n"
+        + "low,m,1,2026-05-01,1,1,1,A,-0.1\n"
+        + "word,m,1,2026-05-01,yes,1,1,A,0.5\n"
+        + "ok,m,1,2026-05-01,1,1,1,A,1\n"
+    )
+    output = load(db_url, path)
+    assert "inserted 1" in output and "quarantined 3" in output
+    frame, quarantine = stored(db_url)
+    assert list(frame["prediction_id"]) == ["ok"]
+    assert sorted(map(tuple, quarantine.to_numpy())) == [
+        ("high", "score", "1.7", "in_unit_interval"),
+        ("low", "score", "-0.1", "in_unit_interval"),
+        ("word", "y_true", "yes", "binary: 0/1 or true/false"),
+    ]
 
 
 def test_reloading_a_row_with_its_late_label_updates_it(db_url, tmp_path):
