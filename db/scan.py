@@ -370,6 +370,16 @@ def scan_window(engine, audit: Audit, start, end, now: datetime) -> Scanned:
     return scans[0]
 
 
+def valid_cells(engine, audit: Audit, start, end, now: datetime) -> pd.DataFrame:
+    """The accepted cells (attributes, y_true, y_pred, n) of the configured scan of a window, for
+    a part of the history that may hold no predictions (a monitored run's increment): an empty
+    window gives no cells instead of EmptyWindow."""
+    try:
+        return scan_window(engine, audit, start, end, now).cells
+    except EmptyWindow:
+        return pd.DataFrame(columns=[*audit.attributes, *OUTCOMES, "n"])
+
+
 def memory_cells(engine, audit: Audit, start, end, now: datetime) -> Scanned:
     """Memory scan of an audit with at most one threshold."""
     return _single(memory_thresholds(engine, audit, start, end, now))

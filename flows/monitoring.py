@@ -1,26 +1,34 @@
-"""Monitored runs and backtests: the database side of tasks.monitor (SPEC section 7, issue 16).
+"""Monitored runs and backtests: the database side of tasks.monitor (SPEC section 7).
 
 ``monitor_run`` is what a monitored audit run adds: it continues the state of the run with the
-previous as-of, reads the predictions that became usable since (decisions in (previous, as_of],
-outcomes matured in it), and returns the rows of monitor_results. ``backtest`` replays the same
-history from the database in memory (tasks.monitor_frame) without writing runs.
+previous as-of, counts the predictions that became usable since (decisions in (previous, as_of],
+outcomes matured in it: tasks.increments.increment_windows) and returns the rows of
+monitor_results. Each window is read by the audit's own scan (db.scan: its source database,
+scan mode, decision from a score, validation and quarantine), whose accepted cells are counted
+(tasks.monitor.increment_counts). ``backtest`` replays the same increments night by night from the
+database without writing runs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from functools import cache
 
 import pandas as pd
 
-from biasaudit.db.engine import make_engine
+from biasaudit.db.engine import engine_scope, make_engine
 from biasaudit.db.models import MonitorResult
 from biasaudit.db.monitor import monitored_as_ofs, previous_monitor_state
-from biasaudit.db.source import EmptyWindow, read_predictions
+from biasaudit.db.scan import valid_cells
+from biasaudit.db.source import source_url
 from biasaudit.schemas.config import Audit, Monitor
-from biasaudit.schemas.quarantine import split_valid
-from biasaudit.tasks.increments import increment_masks
+from biasaudit.tasks.increments import as_of_schedule, increment_windows
 from biasaudit.tasks.monitor import Settings, increment_counts, monitor_update
-from biasaudit.tasks.monitor_frame import monitor_frame
+from biasaudit.tasks.monitor_frame import replay_counts
+
+# The accepted cells of a (start, end] window of the audit's source.
+Cells = Callable[[datetime | None, datetime], pd.DataFrame]
 
 
 def settings_of(audit: Audit) -> Settings:
@@ -33,42 +41,38 @@ def settings_of(audit: Audit) -> Settings:
     )
 
 
-def _read_valid(engine, audit: Audit, start, end, now: datetime) -> pd.DataFrame:
-    try:
-        frame = read_predictions(engine, audit, start, end)
-    except EmptyWindow:
-        frame = pd.DataFrame(columns=["prediction_id", "predicted_at", "y_true", "y_pred"])
-    if frame.empty:
-        return frame.assign(**{a: pd.Series(dtype=str) for a in audit.attributes})
-    valid, _ = split_valid(frame, audit.attributes, now)
-    return valid
-
-
-def monitor_run(db_url: str, audit: Audit, as_of: datetime, now: datetime) -> pd.DataFrame:
-    """Rows of monitor_results for a run of ``audit`` at ``as_of`` (without run_id)."""
+def increment(
+    cells: Cells, audit: Audit, previous: datetime | None, as_of: datetime
+) -> pd.DataFrame:
+    """Counts (tasks.monitor.increment_counts) of what a run at ``as_of`` consumes after a run
+    at ``previous``: the cells of its decisions' window and of its outcomes' window."""
     monitor = audit.monitor or Monitor()
     delay = timedelta(days=monitor.label_delay_days)
-    engine = make_engine(db_url)
-    try:
-        previous_id, previous, state = previous_monitor_state(
-            engine, audit.name, audit.model_id, as_of
-        )
-        start = None if previous is None else previous - delay
-        valid = _read_valid(engine, audit, start, as_of, now)
-    finally:
-        engine.dispose()
-    masks = increment_masks(valid["predicted_at"], valid["y_true"].notna(), previous, as_of, delay)
-    matured = masks.outcomes | masks.unlabelled
-    outcomes = valid[matured].assign(y_true=valid["y_true"].where(masks.outcomes)[matured])
-    increment = increment_counts(
-        valid[masks.decisions],
-        outcomes,
+    windows = increment_windows(previous, as_of, delay)
+    return increment_counts(
+        cells(*windows.decisions),
+        cells(*windows.outcomes),
         attributes=audit.attributes,
         intersections=audit.intersections,
         reference_groups=audit.reference_groups,
         metrics=monitor.metrics,
     )
-    new_state, rows = monitor_update(state, increment, settings_of(audit))
+
+
+def _source_cells(engine, audit: Audit, now: datetime) -> Cells:
+    return lambda start, end: valid_cells(engine, audit, start, end, now)
+
+
+def monitor_run(db_url: str, audit: Audit, as_of: datetime, now: datetime) -> pd.DataFrame:
+    """Rows of monitor_results for a run of ``audit`` at ``as_of`` (without run_id): the state
+    from the store, the increment from the audit's source (``source_db``, else the store)."""
+    with engine_scope(db_url) as store:
+        previous_id, previous, state = previous_monitor_state(
+            store, audit.name, audit.model_id, as_of
+        )
+    with engine_scope(source_url(audit, db_url)) as source:
+        counts = increment(_source_cells(source, audit, now), audit, previous, as_of)
+    new_state, rows = monitor_update(state, counts, settings_of(audit))
     state_only = [c for c in new_state.columns if c not in rows.columns]
     return rows.join(new_state[state_only]).assign(
         previous_run_id=previous_id, previous_as_of=previous
@@ -76,29 +80,19 @@ def monitor_run(db_url: str, audit: Audit, as_of: datetime, now: datetime) -> pd
 
 
 def backtest(db_url: str, audit: Audit, start: datetime, end: datetime) -> pd.DataFrame:
-    """What nightly monitored runs from ``start`` to ``end`` would have said (monitor_frame on
-    the audit's source; nothing is written)."""
-    monitor = audit.monitor or Monitor()
-    engine = make_engine(db_url)
-    try:
-        valid = _read_valid(engine, audit, None, end, datetime.now(start.tzinfo))
-    finally:
-        engine.dispose()
-    settings = settings_of(audit)
-    return monitor_frame(
-        valid,
-        every="1D",
-        label_delay=pd.Timedelta(days=monitor.label_delay_days),
-        attributes=audit.attributes,
-        intersections=audit.intersections,
-        reference_groups=audit.reference_groups,
-        metrics=monitor.metrics,
-        start=start,
-        end=end,
-        tolerance=settings.tolerance,
-        alpha=settings.alpha,
-        half_life=settings.half_life,
-    )
+    """What nightly monitored runs from ``start`` to ``end`` would have said: the increment of
+    every night as ``monitor_run`` counts it, fed to the same core (nothing is written). A window
+    two nights share (an outcome window one label delay after a decision window) is scanned once.
+    """
+    schedule = as_of_schedule([], "1D", start=start, end=end)
+    nights = [moment.to_pydatetime() for moment in schedule]
+    with engine_scope(source_url(audit, db_url)) as source:
+        cells = cache(_source_cells(source, audit, datetime.now(UTC)))
+        counts = [
+            increment(cells, audit, previous, as_of).assign(increment=night)
+            for night, (previous, as_of) in enumerate(zip([None, *nights[:-1]], nights))
+        ]
+    return replay_counts(pd.concat(counts, ignore_index=True), schedule, settings_of(audit))
 
 
 def monitor_tables(

@@ -12,12 +12,16 @@ The first run (previous = None) consumes everything up to its as_of. Every momen
 exactly one interval (previous, as_of] of the schedule, so no prediction counts twice, a re-run
 at the same as_of consumes the same rows (with ``labelled_at``, whenever it runs), and a
 backfill that inserts an as_of before stored runs must replay those runs (``replay_plan``).
+
+On a database the same rule is two windows of ``predicted_at`` (``increment_windows``), each read
+by the audit's own scan: decisions in (previous, as_of] and outcomes in
+(previous − label_delay, as_of − label_delay].
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import numpy as np
 import pandas as pd
@@ -67,6 +71,27 @@ def increment_masks(
         arrival = _times(labelled_at)
         known = known & (np.isnat(arrival) | (arrival <= end))
     return Increment(decisions, matured & known, matured & ~known)
+
+
+@dataclass(frozen=True)
+class IncrementWindows:
+    """(start, end] windows of predicted_at (start None: from the beginning) of a run's
+    decisions and of its matured outcomes."""
+
+    decisions: tuple[datetime | None, datetime]
+    outcomes: tuple[datetime | None, datetime]
+
+
+def increment_windows(
+    previous: datetime | None, as_of: datetime, label_delay: timedelta = timedelta(0)
+) -> IncrementWindows:
+    """The windows whose predictions a run at ``as_of`` consumes after a run at ``previous``
+    (UTC): the rule of ``increment_masks`` as windows a scan reads. A prediction's outcome
+    matures in (previous, as_of] when predicted_at lies in (previous − delay, as_of − delay]."""
+    end = _ts(as_of).to_pydatetime()
+    start = None if previous is None else _ts(previous).to_pydatetime()
+    shifted = None if start is None else start - label_delay
+    return IncrementWindows((start, end), (shifted, end - label_delay))
 
 
 def as_of_schedule(

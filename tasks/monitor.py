@@ -366,8 +366,10 @@ def increment_counts(
     """Counts of increments per comparison and metric (columns ``increment``, KEYS,
     COUNT_FIELDS and UNLABELLED_FIELDS): label-free metrics from ``decisions`` (every prediction
     of the period, outcome ignored), the others from ``outcomes`` (matured predictions; y_true
-    missing where the label had not arrived, counted as unlabelled). ``*_increment`` label each
-    row's increment (a replay counts all its nights in one pass); by default one increment "0".
+    missing where the label had not arrived, counted as unlabelled). Rows are predictions, or
+    cells of predictions with their number in a column ``n`` (a scan's cells, db.scan): the
+    counts are the same. ``*_increment`` label each row's increment (a replay counts all its
+    nights in one pass); by default one increment "0".
     """
     names = monitored_metrics(metrics)
     free = [m for m in names if m in LABEL_FREE]

@@ -12,6 +12,7 @@ from biasaudit.tasks.counts import comparison_pairs, group_counts
 from biasaudit.tasks.increments import (
     as_of_schedule,
     increment_masks,
+    increment_windows,
     previous_as_of,
     replay_plan,
 )
@@ -91,6 +92,36 @@ def test_increments_count_each_prediction_exactly_once(times, lags, delay_days, 
         assert (again.decisions == stored[r].decisions).all()
         assert not (stored[r].outcomes & stored[r].unlabelled).any()
     assert replay_plan(runs, runs[0]) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    times=st.lists(moments, min_size=1, max_size=40),
+    previous=st.one_of(st.none(), moments),
+    hours=st.integers(1, 10 * 24),
+    delay_hours=st.integers(0, 5 * 24),
+)
+def test_increment_windows_hold_the_rows_of_increment_masks(times, previous, hours, delay_hours):
+    """A prediction lies in the (start, end] window of the decisions (of the outcomes) that
+    increment_windows gives exactly when increment_masks counts its decision (its matured
+    outcome), boundaries included: the windows a monitored run scans are the masks' rule."""
+    as_of = (previous if previous is not None else T0) + pd.Timedelta(hours=hours)
+    delay = pd.Timedelta(hours=delay_hours)
+    predicted = pd.Series(times)
+    masks = increment_masks(predicted, np.ones(len(times), bool), previous, as_of, delay)
+    windows = increment_windows(
+        None if previous is None else previous.to_pydatetime(),
+        as_of.to_pydatetime(),
+        delay.to_pytimedelta(),
+    )
+
+    def inside(window) -> np.ndarray:
+        start, end = window
+        after = np.ones(len(times), bool) if start is None else (predicted > start).to_numpy()
+        return after & (predicted <= end).to_numpy()
+
+    assert (inside(windows.decisions) == masks.decisions).all()
+    assert (inside(windows.outcomes) == (masks.outcomes | masks.unlabelled)).all()
 
 
 def test_replay_increments_match_increment_masks():
