@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from functools import partial
+from itertools import pairwise
 
 import numpy as np
 import pandas as pd
 import pytest
+from sqlalchemy import Column, DateTime, Float, Integer, MetaData, String, Table
 from typer.testing import CliRunner
 
 from biasaudit.db import monitor as db_monitor
@@ -15,12 +18,15 @@ from biasaudit.db.history import previous_as_of_run, run_results
 from biasaudit.db.load import load_predictions
 from biasaudit.db.models import ComparisonResult
 from biasaudit.db.report_data import report_frames
+from biasaudit.db.scan import valid_cells
 from biasaudit.flows.audit import run_audit
 from biasaudit.flows.cli import app
-from biasaudit.flows.monitoring import backfill_plan, backtest
-from biasaudit.schemas.config import load_config
+from biasaudit.flows.monitoring import backfill_plan, backtest, increment
+from biasaudit.schemas.config import load_config, parse_config
 from biasaudit.tasks import monitor
 from biasaudit.tasks.compare import compare_metrics, windows_overlap
+from biasaudit.tasks.increments import increment_masks
+from biasaudit.tasks.monitor import increment_counts
 from biasaudit.tasks.report import render_html
 
 from .conftest import on_databases
@@ -196,3 +202,149 @@ def test_overlapping_runs_are_not_tested():
     untested = compare_metrics(before, after, 0.05, overlapping=True)
     assert tested["significant"].all() and not untested["significant"].any()
     assert untested["p_value"].isna().all() and untested["change"].iloc[0] == pytest.approx(0.4)
+
+
+# A monitored audit's increments come from the audit's own scan: its source database, decision
+# from a score, scan mode, validation and quarantine (flows.monitoring, db.scan.valid_cells).
+
+NUMBERS = ["e_value", "e_process", "cs_low", "cs_high", "crossed", "alarm", "difference"]
+COUNTED = ["n_group", "n_reference"]
+
+
+def two_audits(tmp_path, first: str, second: str) -> str:
+    """A configuration of two monitored audits ``mon`` and ``other`` of model m, the same as
+    write_config's apart from the extra TOML lines ``first`` and ``second``."""
+    audit = (
+        '[[audits]]\nname = "{name}"\nmodel = "m"\nwindow = "all"\n{extra}\n'
+        'attributes = ["race", "sex"]\nmetrics = ["ppr", "tpr", "fpr"]\n'
+        'reference_groups = {{ race = "a" }}\n'
+        "[audits.thresholds]\ntolerance = 0.0\nbootstrap_replicates = 100\n"
+        '[audits.monitor]\nlabel_delay_days = 1\nmetrics = ["ppr", "tpr", "fpr"]\n'
+    )
+    path = tmp_path / "two.toml"
+    path.write_text(
+        audit.format(name="mon", extra=first) + audit.format(name="other", extra=second)
+    )
+    return str(path)
+
+
+def monitored_rows(db_url: str, audit: str) -> pd.DataFrame:
+    stored = db_monitor.monitor_trajectory(make_engine(db_url), audit=audit)
+    columns = KEYS + NUMBERS + COUNTED
+    return stored[columns].sort_values(KEYS).reset_index(drop=True)
+
+
+def source_table(engine, frame: pd.DataFrame, name: str = "preds") -> None:
+    """``frame``'s predictions as a plain table of their own (naive UTC timestamps)."""
+    table = Table(
+        name,
+        MetaData(),
+        Column("prediction_id", String(20)),
+        Column("model_id", String(10)),
+        Column("predicted_at", DateTime()),
+        Column("y_true", Float()),
+        Column("y_pred", Integer()),
+        Column("race", String(10)),
+        Column("sex", String(10)),
+    )
+    table.drop(engine, checkfirst=True)
+    table.create(engine)
+    times = pd.to_datetime(frame["predicted_at"], utc=True).dt.tz_localize(None).dt.floor("us")
+    rows = frame[[c.name for c in table.columns]].astype(object)
+    records = rows.where(rows.notna(), None).to_dict("records")
+    for record, moment in zip(records, times):
+        record["predicted_at"] = None if pd.isna(moment) else moment.to_pydatetime()
+    with engine.begin() as connection:
+        connection.execute(table.insert(), records)
+
+
+@on_databases("sqlite")
+@pytest.mark.parametrize("source_db_url", ["sqlite", "postgresql"], indirect=True)
+def test_monitor_reads_the_audits_source_database(db_url, source_db_url, tmp_path):
+    """A monitored audit whose predictions live in another database (``source_db``) writes the
+    same monitor rows, and backtests the same nights, as the same predictions in the store's own
+    ``predictions`` table (it wrote none: the monitor read the store)."""
+    frame = predictions(3, 200)
+    load_predictions(make_engine(db_url), frame, ["race", "sex"], "predictions")
+    source_table(make_engine(source_db_url), frame)
+    config = two_audits(tmp_path, "", f'source = "preds"\nsource_db = "{source_db_url}"')
+    nights = [START + timedelta(days=d) for d in range(1, 4)]
+    for as_of in nights:
+        run_audit("mon", config, db_url, as_of)
+        run_audit("other", config, db_url, as_of)
+    expected = monitored_rows(db_url, "mon")
+    assert len(expected) > 0
+    pd.testing.assert_frame_equal(monitored_rows(db_url, "other"), expected)
+    stored = db_monitor.monitor_trajectory(make_engine(db_url), audit="other")
+    _same_numbers(stored, backtest(db_url, load_config(config).get("other"), *nights[::2]))
+
+
+@on_databases("sqlite")
+def test_monitor_takes_the_decision_from_the_score(db_url, tmp_path):
+    """A monitored audit whose decision is ``score >= 0.5`` runs (it failed on the schema) and
+    writes the monitor rows of the same predictions with y_pred = score >= 0.5 precomputed."""
+    rng = np.random.default_rng(7)
+    frame = predictions(3, 200)
+    score = rng.integers(0, 65, len(frame)) / 64  # exact in the table's single precision
+    frame = frame.assign(score=score, y_pred=(score >= 0.5).astype(int))
+    load_predictions(make_engine(db_url), frame, ["race", "sex"], "predictions")
+    config = two_audits(tmp_path, "", 'decision = { score = "score", threshold = 0.5 }')
+    for as_of in [START + timedelta(days=d) for d in range(1, 4)]:
+        run_audit("mon", config, db_url, as_of)
+        run_audit("other", config, db_url, as_of)
+    expected = monitored_rows(db_url, "mon")
+    assert len(expected) > 0
+    pd.testing.assert_frame_equal(monitored_rows(db_url, "other"), expected)
+
+
+def monitored_source(mode: str):
+    """A monitored audit of the table ``preds`` (label delay one day) scanned in ``mode``."""
+    audit = {
+        "name": "mon",
+        "model": "m",
+        "source": "preds",
+        "attributes": ["race", "sex"],
+        "reference_groups": {"race": "a"},
+        "scan": {"mode": mode, "chunk_rows": 1000},
+        "monitor": {"label_delay_days": 1},
+    }
+    return parse_config({"audits": [audit]}).audits[0]
+
+
+def test_increment_counts_agree_in_every_scan_mode(source_db_url):
+    """The monitor's increment counts are the same in memory, stream and push-down modes, and
+    equal the counts of the valid generated rows cut by tasks.increments.increment_masks; rows
+    the schema rejects (a decision 2, an empty group, no timestamp, an empty id) never count and
+    a repeated row counts once."""
+    engine = make_engine(source_db_url)
+    valid = predictions(3, 150, seed=9)
+    valid["predicted_at"] = valid["predicted_at"].dt.floor("us")  # as the databases keep them
+    bad = valid.iloc[:4].assign(prediction_id=["x1", "x2", "x3", ""], y_pred=[2, 1, 1, 1])
+    bad["race"] = ["a", "", "b", "c"]
+    bad["predicted_at"] = [START + timedelta(hours=h) for h in (30, 40, 45, 50)]
+    bad.loc[bad.index[2], "predicted_at"] = None
+    source_table(engine, pd.concat([valid, bad, valid.iloc[[5]]], ignore_index=True))
+    now = START + timedelta(days=10)
+    audits = {mode: monitored_source(mode) for mode in ["memory", "stream", "pushdown"]}
+    nights = [None, *(START + timedelta(days=d) for d in range(1, 4))]
+    for previous, as_of in pairwise(nights):
+        masks = increment_masks(
+            valid["predicted_at"], valid["y_true"].notna(), previous, as_of, "1D"
+        )
+        matured = masks.outcomes | masks.unlabelled
+        outcomes = valid[matured].assign(y_true=valid["y_true"].where(masks.outcomes)[matured])
+        expected = increment_counts(
+            valid[masks.decisions],
+            outcomes,
+            attributes=["race", "sex"],
+            reference_groups={"race": "a"},
+        )
+        assert expected["n_group"].sum() > 0
+        for mode, audit in audits.items():
+            counted = increment(partial(valid_cells, engine, audit, now=now), audit, previous, as_of)
+            pd.testing.assert_frame_equal(
+                counted.sort_values(monitor.KEYS).reset_index(drop=True),
+                expected.sort_values(monitor.KEYS).reset_index(drop=True),
+                check_dtype=False,
+                obj=f"{mode} increment after {previous}",
+            )
