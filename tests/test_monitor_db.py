@@ -27,6 +27,7 @@ from biasaudit.tasks import monitor
 from biasaudit.tasks.compare import compare_metrics, windows_overlap
 from biasaudit.tasks.increments import increment_masks
 from biasaudit.tasks.monitor import increment_counts
+from biasaudit.tasks.monitor_frame import monitor_frame
 from biasaudit.tasks.report import render_html
 
 from .conftest import on_databases
@@ -80,8 +81,10 @@ def test_db_state_columns_are_the_monitors():
 def test_backtest_equals_nightly_monitored_runs(db_url, tmp_path):
     """Nightly monitored runs store per comparison the e-process, CS and alarm (shown in the
     report); a re-run at the same as-of changes nothing; backtest over the same nights gives the
-    same numbers; the CLI's history --monitor and backtest show them."""
-    load_predictions(make_engine(db_url), predictions(10), ["race", "sex"], "predictions")
+    same numbers, and so does monitor_frame on the generated rows in memory (no database, no
+    scan); the CLI's history --monitor and backtest show them."""
+    frame = predictions(10)
+    load_predictions(make_engine(db_url), frame, ["race", "sex"], "predictions")
     config = write_config(tmp_path)
     nights = [START + timedelta(days=d) for d in range(1, 11)]
     for as_of in nights:
@@ -95,6 +98,16 @@ def test_backtest_equals_nightly_monitored_runs(db_url, tmp_path):
     page = render_html(report_frames(engine, int(stored["run_id"].max())))
     assert "Anytime-valid monitoring" in page and '<span class="flag">alarm</span>' in page
     _same_numbers(stored, backtest(db_url, load_config(config).get("mon"), nights[0], nights[-1]))
+    in_memory = monitor_frame(
+        frame,
+        label_delay="2D",
+        attributes=["race", "sex"],
+        reference_groups={"race": "a"},
+        start=nights[0],
+        end=nights[-1],
+        tolerance=0.0,
+    )
+    _same_numbers(stored, in_memory)
     cli = CliRunner().invoke(
         app, ["history", "--monitor", "--audit", "mon", "--db", db_url, "--format", "csv"]
     )
