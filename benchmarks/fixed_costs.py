@@ -132,9 +132,9 @@ def persist_and_report(url: str, audit: Any, result: Any) -> tuple[float, float]
     )
     run_id = start_run(engine, record)
     start = time.perf_counter()
-    run_id, _ = save_run(
+    run_id = save_run(
         engine, run_id, record, result_tables(result), pd.DataFrame(columns=QUARANTINE_COLUMNS)
-    )
+    ).run_id
     persist = time.perf_counter() - start
     release_run(run_id)
     start = time.perf_counter()

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import pandas as pd
 from sqlalchemy import (
@@ -58,6 +58,14 @@ from biasaudit.db.models import AuditRun, QuarantinedRow
 RUNNING, SUCCEEDED, FAILED = "running", "succeeded", "failed"
 log = logging.getLogger(__name__)
 ABANDONED = "abandoned: the process ended before the run finished"
+
+
+class SavedRun(NamedTuple):
+    """A succeeded run as this process found or wrote it: id, whether it is new, version."""
+
+    run_id: int
+    new: bool
+    version: int
 
 
 @dataclass
@@ -429,16 +437,25 @@ def _locked_status(session: Session, run_id: int) -> str | None:
     return session.scalar(select(AuditRun.status).where(AuditRun.id == run_id).with_for_update())
 
 
+def _saved(run: AuditRun | None, new: bool) -> SavedRun:
+    """A succeeded run as saved: its id, whether this run wrote it, its version (a succeeded run
+    has one)."""
+    assert run is not None and run.version is not None
+    return SavedRun(run.id, new, run.version)
+
+
 def reuse_identical_run(
     engine: Engine, run_id: int, record: RunRecord
-) -> tuple[int, dict[str, Any]] | None:
-    """Before any statistics: the id and summary of a succeeded run with the same input and
-    configuration, run ``run_id``'s ``running`` row removed in the same transaction; None (and
-    nothing changed) when there is none. save_run checks again under the same lock."""
+) -> tuple[SavedRun, dict[str, Any]] | None:
+    """Before any statistics: a succeeded run with the same input and configuration and its
+    summary, run ``run_id``'s ``running`` row removed in the same transaction; None (and nothing
+    changed) when there is none. save_run checks again under the same lock."""
     with Session(engine) as session, session.begin():
         _lock_versioning(session, record.audit_name, record.model_id)
         existing = _replace_with_identical(session, run_id, record)
-        return None if existing is None else (existing.id, dict(existing.summary or {}))
+        if existing is None:
+            return None
+        return _saved(existing, new=False), dict(existing.summary or {})
 
 
 def save_run(
@@ -450,8 +467,8 @@ def save_run(
     *,
     force: bool = False,
     attempts: int = 3,
-) -> tuple[int, bool]:
-    """Commit the results and promote run ``run_id`` to succeeded; returns (run id, is new).
+) -> SavedRun:
+    """Commit the results and promote run ``run_id`` to succeeded; returns the saved run.
 
     ``results`` maps each result model (e.g. GroupCount) to its frame, whose columns are the
     model's columns without ``run_id``. When an identical run exists (and not ``force``), the
@@ -467,22 +484,23 @@ def save_run(
                 _lock_versioning(session, record.audit_name, record.model_id)
                 if _locked_status(session, run_id) == SUCCEEDED:
                     log.warning("run %s had already committed (its reply was lost): kept", run_id)
-                    return run_id, True
+                    return _saved(session.get(AuditRun, run_id), new=True)
                 if not force and (existing := _replace_with_identical(session, run_id, record)):
-                    return existing.id, False
-                version = session.scalar(
+                    return _saved(existing, new=False)
+                last = session.scalar(
                     select(func.coalesce(func.max(AuditRun.version), 0)).where(
                         AuditRun.audit_name == record.audit_name,
                         AuditRun.model_id == record.model_id,
                     )
                 )
+                version = (last or 0) + 1
                 promoted = session.execute(
                     update(AuditRun)
                     .where(AuditRun.id == run_id, AuditRun.status == RUNNING)
                     .values(
                         **record.columns(),
                         status=SUCCEEDED,
-                        version=(version or 0) + 1,
+                        version=version,
                         finished_at=datetime.now(UTC),
                     )
                 )
@@ -497,7 +515,7 @@ def save_run(
                         table = cast(Any, model).__table__  # a mapped class: its Table
                         _insert_results(connection, table, frame, run_id)
                 _add_quarantine(session, run_id, record, quarantine)
-                return run_id, True
+                return SavedRun(run_id, True, version)
         except IntegrityError:
             if attempt == attempts - 1:
                 raise

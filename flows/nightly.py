@@ -30,6 +30,7 @@ from biasaudit.db.engine import flow_url
 from biasaudit.flows.audit import audit_flow
 from biasaudit.flows.logs import AuditsFailed, install_short_errors, one_line
 from biasaudit.schemas.config import configured_names, default_config_path
+from biasaudit.schemas.report import run_label
 
 DEFAULT_CRON = "0 2 * * *"
 MAX_WORKERS = int(os.environ.get("BIASAUDIT_MAX_WORKERS", "2"))
@@ -79,7 +80,8 @@ def nightly_flow(
             print(f"audit {name}: FAILED {failed[name]}")
         elif isinstance(outcome, dict):
             results.append(outcome)
-            print(f"audit {name}: run {outcome['run_id']}, report {outcome['report']}")
+            label = run_label(outcome["run_id"], outcome["version"])
+            print(f"audit {name}: {label}, report {outcome['report']}")
         else:  # a crashed or cancelled task: its state says why
             failed[name] = str(future.state.message or future.state.name)
             print(f"audit {name}: FAILED {failed[name]}")

@@ -31,6 +31,7 @@ from biasaudit.db.history import previous_run_metrics
 from biasaudit.db.results import result_tables
 from biasaudit.db.runs import (
     RunRecord,
+    SavedRun,
     record_failed_run,
     release_run,
     reuse_identical_run,
@@ -42,6 +43,7 @@ from biasaudit.db.source import window_bounds
 from biasaudit.flows.report import write_report
 from biasaudit.schemas.config import Audit, default_config_path, load_audit
 from biasaudit.schemas.quarantine import check_invalid_fraction
+from biasaudit.schemas.report import run_label
 from biasaudit.tasks.core import AuditResult, audit_counts, call
 from biasaudit.tasks.counts import group_counts
 
@@ -100,8 +102,8 @@ def previous_run(
         return previous_run_metrics(engine, audit_name, model_id, as_of, window_start)
 
 
-def identical_run(db_url: str, run_id: int, record: RunRecord) -> tuple[int, dict] | None:
-    """A succeeded run with this run's input and configuration (its id and summary), this run's
+def identical_run(db_url: str, run_id: int, record: RunRecord) -> tuple[SavedRun, dict] | None:
+    """A succeeded run with this run's input and configuration (and its summary), this run's
     row then removed; None when there is none (db.runs.reuse_identical_run)."""
     with engine_scope(db_url) as engine:
         return reuse_identical_run(engine, run_id, record)
@@ -122,9 +124,9 @@ def persist(
     quarantine: pd.DataFrame,
     force: bool = False,
     extra: dict[type, pd.DataFrame] | None = None,
-) -> tuple[int, bool]:
+) -> SavedRun:
     """Commit the results (and ``extra`` tables, e.g. monitor_results) as the next version;
-    returns (run id, whether it is new)."""
+    returns the saved run (db.runs.SavedRun: id, whether it is new, version)."""
     tables = {**result_tables(result), **(extra or {})}
     with engine_scope(db_url) as engine:
         saved = save_run(engine, run_id, record, tables, quarantine, force=force)
@@ -142,10 +144,10 @@ def record_failure(
     return failed
 
 
-def report(db_url: str, run_id: int, audit_name: str, summary: dict) -> str:
+def report(db_url: str, run_id: int, audit_name: str, version: int) -> str:
     """Write the run's HTML report and publish its first screen and comparisons as Prefect
     artifacts when inside a Prefect run (flows.report)."""
-    return write_report(db_url, run_id, audit_name, summary)
+    return write_report(db_url, run_id, audit_name, version)
 
 
 DATABASE_STEPS = frozenset(
@@ -224,7 +226,7 @@ def execute_audit(
         )
         existing = None if force else run("identical_run", identical_run, url, run_id, record)
         if existing is not None:
-            saved, record.summary = (existing[0], False), existing[1]
+            saved, record.summary = existing
         else:
             saved = _audit_and_persist(run, url, audit, run_id, record, scanned, force)
     except Exception as exc:
@@ -240,20 +242,26 @@ def execute_audit(
         raise
     finally:
         release_run(run_id)
-    run_id, new = saved
-    _print_outcome(audit, run_id, new, record)
-    try:
-        path = run("report", report, url, run_id, audit.name, record.summary)
-    except Exception as exc:  # noqa: BLE001 - the run has committed: a failing report fails alone
-        print(f"run {run_id} succeeded; its report was not written: {type(exc).__name__}: {exc}")
-        path = None
-    return {
+    run_id = saved.run_id
+    _print_outcome(audit, saved, record)
+    outcome = {
         "audit": audit.name,
         "model": audit.model_id,
         "run_id": run_id,
-        "new": new,
-        "report": path,
+        "version": saved.version,
+        "new": saved.new,
+        "report": None,
     }
+    try:
+        outcome["report"] = run("report", report, url, run_id, audit.name, saved.version)
+    except Exception as exc:  # noqa: BLE001 - the run has committed: a failing report fails alone
+        # in the outcome too: a command that hides Prefect's logs (where this print goes) says why
+        outcome["report_error"] = f"{type(exc).__name__}: {exc}"
+        print(
+            f"{run_label(run_id, saved.version)} succeeded; its report was not written: "
+            f"{outcome['report_error']}"
+        )
+    return outcome
 
 
 def _audit_and_persist(
@@ -264,7 +272,7 @@ def _audit_and_persist(
     record: RunRecord,
     scanned: Scanned,
     force: bool,
-) -> tuple[int, bool]:
+) -> SavedRun:
     """counts -> core stages -> monitor -> persist, for a run whose input is new."""
     timings = record.timings
     with _timed(timings, "counts"):
@@ -290,12 +298,13 @@ def _audit_and_persist(
         )
 
 
-def _print_outcome(audit: Audit, run_id: int, new: bool, record: RunRecord) -> None:
-    status = "new version" if new else "unchanged input: existing run"
+def _print_outcome(audit: Audit, saved: SavedRun, record: RunRecord) -> None:
+    status = "new" if saved.new else "unchanged input: the existing run"
     # an existing run's stored summary may predate a key: "?" rather than a failed re-run
     summary = defaultdict(lambda: "?", {"flagged": [], **record.summary})
     print(
-        f"audit {audit.name}: run {run_id} ({status}), {record.rows_valid} valid rows, "
+        f"audit {audit.name}: {run_label(saved.run_id, saved.version)}, {status}: "
+        f"{record.rows_valid} valid rows, "
         f"{record.rows_quarantined} quarantined, {summary['undefined_metrics']} undefined metric "
         f"values, {summary['match_below_alpha']} of {summary['match_tests']} MATCH tests below α, "
         f"{len(summary['flagged'])} of {summary['detection_tests']} detection tests flagged"

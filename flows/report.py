@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 
 from biasaudit.db.engine import engine_scope
 from biasaudit.db.report_data import report_frames
+from biasaudit.schemas.report import run_label
 from biasaudit.tasks.report import render_html, render_markdown, table_records
 
 REPORTS_ENV = "BIASAUDIT_REPORTS_DIR"
@@ -53,10 +54,11 @@ def artifact_key(audit_name: str) -> str:
     return "audit-" + re.sub(r"[^a-z0-9-]+", "-", audit_name.lower()).strip("-")
 
 
-def publish_artifacts(markdown: str, records: list[dict], audit_name: str, run_id: int) -> bool:
+def publish_artifacts(markdown: str, records: list[dict], audit_name: str, run: str) -> bool:
     """Publish the first screen (markdown) and the comparisons (table) as Prefect artifacts;
     False, and nothing published, outside a Prefect flow or task run (a process that has not
-    imported Prefect is in none: it is not imported to find out)."""
+    imported Prefect is in none: it is not imported to find out). ``run`` names the run
+    (schemas.report.run_label)."""
     if "prefect.context" not in sys.modules:
         return False
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -66,25 +68,22 @@ def publish_artifacts(markdown: str, records: list[dict], audit_name: str, run_i
         return False
     key = artifact_key(audit_name)
     create_markdown_artifact(
-        markdown, key=key, description=f"Bias audit {audit_name}, run {run_id}: first screen"
+        markdown, key=key, description=f"Bias audit {audit_name}, {run}: first screen"
     )
     create_table_artifact(
         records,
         key=f"{key}-comparisons",
-        description=f"Bias audit {audit_name}, run {run_id}: every comparison",
+        description=f"Bias audit {audit_name}, {run}: every comparison",
     )
     return True
 
 
-def write_report(db_url: str, run_id: int, audit_name: str, summary: dict | None = None) -> str:
-    """Write the run's HTML report and publish its artifacts; returns the report's path.
-
-    ``summary`` is accepted for the flow's existing call and not used: everything comes from the
-    stored run.
-    """
+def write_report(db_url: str, run_id: int, audit_name: str, version: int | None = None) -> str:
+    """Write the run's HTML report (everything in it comes from the stored run) and publish its
+    artifacts; returns the report's path."""
     path = report_path(audit_name, run_id)
     with engine_scope(db_url) as engine:
         page, markdown, records = build_report(engine, run_id, str(path))
     write_page(path, page)
-    publish_artifacts(markdown, records, audit_name, run_id)
+    publish_artifacts(markdown, records, audit_name, run_label(run_id, version))
     return str(path)

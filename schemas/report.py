@@ -9,6 +9,15 @@ from typing import Any
 import pandas as pd
 
 
+def run_label(run_id: Any, version: Any) -> str:
+    """How every output names a run: ``run 2 (v1)``, its id (unique in the store), then its
+    version (1, 2, ... per audit and model; a run that did not succeed has none), never the
+    model's own version."""
+    if version is None or pd.isna(version):
+        return f"run {run_id} (no version)"
+    return f"run {run_id} (v{int(version)})"
+
+
 def _empty() -> pd.DataFrame:
     return pd.DataFrame()
 

@@ -45,7 +45,7 @@ from biasaudit.schemas.metric_ids import (
     rate_cells,
     role,
 )
-from biasaudit.schemas.report import ReportFrames
+from biasaudit.schemas.report import ReportFrames, run_label
 from biasaudit.tasks.counts import label_completeness
 
 FOUR_FIFTHS = (0.8, 1.25)
@@ -679,12 +679,24 @@ def _run_line(frames: ReportFrames) -> str:
     start = run.get("window_start")
     window = "all predictions" if start is None else f"from {start:%Y-%m-%d}"
     return (
-        f'<p class="meta">model <b>{esc(run.get("model_id"))}</b> · version '
-        f"{esc(run.get('version'))} · status {esc(run.get('status'))} · as of {esc(as_of)} "
+        f'<p class="meta">model <b>{esc(run.get("model_id"))}</b>{esc(_model_version(run))} · '
+        f"status {esc(run.get('status'))} · as of {esc(as_of)} "
         f"({esc(window)}) · {count(run.get('rows_valid'))} valid predictions, "
         f"{count(run.get('rows_quarantined'))} quarantined, {count(run.get('rows_unlabelled'))} "
         f"without label yet</p>"
     )
+
+
+def _model_version(run: dict) -> str:
+    """', model version 2.3' (the model's own version, not the run's), or nothing."""
+    given = run.get("model_version")
+    return "" if _missing(given) else f", model version {given}"
+
+
+def _title(run: dict, escape: Callable[[Any], str] = str) -> str:
+    """'Bias audit credit-race: run 2 (v1)', the data's parts through ``escape``."""
+    label = run_label(run.get("id"), run.get("version"))
+    return f"Bias audit {escape(run.get('audit_name'))}: {escape(label)}"
 
 
 def _group_chips(part: pd.DataFrame, minimum: int) -> str:
@@ -1180,7 +1192,7 @@ def _details(title: str, frame: pd.DataFrame, columns: list[str] | None = None) 
 def render_html(frames: ReportFrames) -> str:
     """The self-contained HTML report of one stored run."""
     run = frames.run
-    title = f"Bias audit {run.get('audit_name')} · run {run.get('id')}"
+    title = _title(run)
     body = (
         f"<h1>{esc(title)}</h1>{_run_line(frames)}"
         + (f'<p class="flag">error: {esc(run["error"])}</p>' if run.get("error") else "")
@@ -1245,10 +1257,10 @@ def render_markdown(frames: ReportFrames, report_path: str | None = None) -> str
     as_of = run.get("as_of")
     as_of = f"{as_of:%Y-%m-%d %H:%M}" if isinstance(as_of, datetime) else md(as_of)
     lines = [
-        f"# Bias audit {md(run.get('audit_name'))}: run {md(run.get('id'))}",
+        f"# {_title(run, md)}",
         "",
         (
-            f"model {md(run.get('model_id'))}, version {md(run.get('version'))}, as of {as_of}, "
+            f"model {md(run.get('model_id'))}{md(_model_version(run))}, as of {as_of}, "
             f"{count(run.get('rows_valid'))} valid predictions"
         ),
         "",
