@@ -35,6 +35,9 @@ from biasaudit.schemas.names import printable
 from biasaudit.schemas.urls import redact
 
 DEBUG = {"on": False}
+# Prefect's own log lines (task states, run URLs, the flow's printed lines) on the console:
+# on with --verbose or --debug, and always for `serve`, whose console is the worker's log.
+PREFECT_LOGS = {"on": False}
 
 
 class ClearErrorsTyper(typer.Typer):
@@ -171,9 +174,14 @@ def main(
     debug: Annotated[
         bool, typer.Option("--debug", help="Show tracebacks and Prefect's full logs")
     ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", help="Show Prefect's logs of flow runs (run, demo, backfill)"),
+    ] = False,
 ) -> None:
     """Versioned fairness audits of deployed binary classifiers."""
     DEBUG["on"] = debug
+    PREFECT_LOGS["on"] = verbose or debug
     if debug:
         os.environ["BIASAUDIT_DEBUG"] = "1"
 
@@ -212,10 +220,15 @@ def _engine(db: str | None, *, migrated: bool = True) -> Any:
     return engine
 
 
-def _prefect_environment() -> None:
+def _prefect_environment(logs: bool = False) -> None:
     """Point Prefect at a server: $PREFECT_API_URL or the profile's, else a temporary local server
     started here that dies with this process (even on SIGKILL), unlike Prefect's own temporary
-    server (../shared/STACK.md)."""
+    server. Prefect's log lines are left out unless ``logs``, --verbose or --debug: the command
+    prints the run's results itself, and an error as one line."""
+    if not (logs or PREFECT_LOGS["on"]):
+        # Prefect's own setting (read when Prefect is imported, below): its loggers say nothing
+        # below CRITICAL; biasaudit's warnings (e.g. waiting for a live run) still show.
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "CRITICAL")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from prefect.settings import get_current_settings
@@ -562,10 +575,10 @@ def run(
         result = audit_flow(audit, config, flow_url(db), moment, force)
     _print_runs(db, [result["run_id"]])
     _print_flagged(db, [result["run_id"]])
-    if result["report"] is None:
+    if result["report"] is None:  # its reason was a Prefect log line, hidden without --verbose
         raise Mistake(
             f"run {result['run_id']} succeeded and is stored, but its report was not written "
-            f"(see above); write it with `biasaudit report {result['run_id']}`"
+            f"({result['report_error']}); write it with `biasaudit report {result['run_id']}`"
         )
     _say(f"report: {result['report']}")
 
@@ -626,12 +639,13 @@ def _print_flagged(db: str | None, run_ids: list[int]) -> None:
     """Per run, the disparities detection flagged (BH-adjusted p below alpha)."""
     from biasaudit.db.history import FLAGGED_COLUMNS, flagged_detections, run_results
     from biasaudit.db.models import DetectionResult
+    from biasaudit.schemas.report import run_label
 
     engine = _engine(db)
     for run_id in run_ids:
         run = _run_or_fail(engine, run_id)
         flagged = flagged_detections(run_results(engine, DetectionResult, run_id))
-        title = f"run {run_id}: {run.audit_name} v{run.version}, flagged disparities"
+        title = f"{run_label(run_id, run.version)} of {run.audit_name}: flagged disparities"
         if flagged.empty:
             _say(f"{title}: none")
         else:
@@ -1119,7 +1133,7 @@ def serve(
     names = configured_names(path)  # an unreadable file fails now; a bad audit fails its runs
     make_engine(db).dispose()
     upgrade(db)
-    _prefect_environment()
+    _prefect_environment(logs=True)
     from biasaudit.flows.nightly import serve as serve_nightly
 
     _say(

@@ -377,9 +377,13 @@ def test_killing_the_cli_leaves_no_prefect_server(tmp_path):
             os.kill(pid, signal.SIGKILL)
 
 
+PREFECT_LOG_LINE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} \| [A-Z]+ +\| ")
+
+
 def test_a_handled_error_gives_short_logs_and_one_error_line(prefect_server, tmp_path):
-    """It fails an audit of an empty window with one `error:` line and exit 1, and Prefect's own
-    log lines about it stay one line each, with no traceback (unless --debug)."""
+    """`biasaudit run` prints only its own output: the run, its flagged findings and the report,
+    and a failure as the one line `error: ...` with exit 1. Prefect's log lines show with
+    --verbose (about a handled error: one line each, no traceback), tracebacks with --debug."""
     url = f"sqlite:///{tmp_path / 'short.db'}"
     _demo_database(url)
     env = _client_env(prefect_server)
@@ -394,9 +398,22 @@ def test_a_handled_error_gives_short_logs_and_one_error_line(prefect_server, tmp
     )
     output = short.stdout + short.stderr
     assert short.returncode == 1, output
-    assert "Traceback" not in output and len(output.splitlines()) < 15, output
+    assert output.startswith("error: ") and len(output.splitlines()) == 1, output
+    assert "no predictions of model 'credit-scorer'" in output
+    verbose = subprocess.run(
+        [args[0], "--verbose", *args[1:], "--as-of", "2001-01-01"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    output = verbose.stdout + verbose.stderr
+    assert verbose.returncode == 1 and "Traceback" not in output, output
+    logged = [line for line in output.splitlines() if PREFECT_LOG_LINE.match(line)]
+    assert any("EmptyWindow: no predictions" in line for line in logged), output
     errors = [line for line in output.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and "no predictions of model 'credit-scorer'" in errors[0], output
+    assert len(errors) == 1, output
     debug = subprocess.run(
         [args[0], "--debug", *args[1:], "--as-of", "2001-01-01"],
         env=env,
@@ -414,8 +431,9 @@ def test_a_handled_error_gives_short_logs_and_one_error_line(prefect_server, tmp
         timeout=300,
         check=False,
     )
-    assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "flagged" in ok.stdout and "report: " in ok.stdout
+    assert ok.returncode == 0 and ok.stderr == "", ok.stdout + ok.stderr
+    assert not [line for line in ok.stdout.splitlines() if PREFECT_LOG_LINE.match(line)]
+    assert "audit runs" in ok.stdout and "run 4 (v1) of credit-race: flagged" in ok.stdout
     report = Path(ok.stdout.split("report: ")[1].split()[0])
     assert report.exists()
 
