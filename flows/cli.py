@@ -681,9 +681,16 @@ def history(
     monitor: Annotated[
         bool, typer.Option("--monitor", help="Monitored runs: trajectory per comparison")
     ] = False,
+    show_all: Annotated[
+        bool,
+        typer.Option(
+            "--all", help="With RUN: after its summary, every table (metrics, MATCH, planning, ...)"
+        ),
+    ] = False,
     db: DbOption = None,
 ) -> None:
-    """List stored runs, show or export one run's results, or print a metric's time series."""
+    """List stored runs, show one run (its summary; every table with --all, --attribute or
+    --metric) or export its metrics, or print a metric's time series."""
     from biasaudit.db.history import list_runs, run_match, run_metrics
     from biasaudit.schemas.metric_ids import BASE_RATES
 
@@ -727,13 +734,14 @@ def history(
             metrics.assign(run_id=run_id, audit_name=run.audit_name, version=run.version), format_
         )
         return
-    _say(
-        f"run {run.id}: audit {run.audit_name}, model {run.model_id}, version {run.version}, "
-        f"{run.status}; window ({run.window_start or '-inf'}, {run.window_end}]; rows read "
-        f"{run.rows_read}, valid {run.rows_valid}, quarantined {run.rows_quarantined}"
-    )
-    if run.error:
-        _say(f"error: {run.error}", style="red")
+    _print_summary(engine, run)
+    if not (show_all or attribute or metric):
+        _say(
+            "more: --all (metrics per group, undefined metrics, MATCH, planning, detection, "
+            "meta-metrics); --attribute A, --metric M (the same, narrowed); --format csv|json "
+            "(every metric)"
+        )
+        return
     if metrics.empty:
         return
     wide = metrics.pivot(
@@ -761,6 +769,95 @@ def history(
         _print_frame(match, title=title)
     _print_stage_tables(engine, run_id, attribute, metric)
     _print_glossary(metrics["metric"])
+
+
+def _print_summary(engine: Any, run: Any) -> None:
+    """One run at a glance, as its report's first screen (tasks.report): the run, per attribute
+    its verdict and group sizes, the flagged findings, and what was not tested and why."""
+    import pandas as pd
+
+    from biasaudit.db.report_data import report_frames
+    from biasaudit.schemas.report import run_label
+    from biasaudit.tasks import report as first_screen
+
+    label = run_label(run.id, run.version)
+    _say(
+        f"{label}: audit {run.audit_name}, model {run.model_id}"
+        + (f" {run.model_version}" if run.model_version else "")
+        + f", {run.status}; as of {run.as_of:%Y-%m-%d %H:%M}, window "
+        f"({run.window_start or '-inf'}, {run.window_end}]; rows read {run.rows_read}, valid "
+        f"{run.rows_valid}, quarantined {run.rows_quarantined}, unlabelled {run.rows_unlabelled}"
+    )
+    if run.error:
+        _say(f"error: {run.error}", style="red")
+    frames = report_frames(engine, run.id, trend_limit=1)
+    if frames.counts.empty:
+        return
+    minimum = first_screen.thresholds(frames)["min_group_size"]
+    sizes = first_screen.groups(frames)
+    verdicts = first_screen.verdicts(frames)
+    rows = [
+        {
+            "attribute": row.attribute,
+            "verdict": first_screen.VERDICTS[row.verdict][0],
+            "why": row.why,
+            f"groups: predictions (* below {minimum})": ", ".join(
+                f"{g} {int(n):,}{'*' if small else ''}"
+                for g, n, small in sizes.loc[
+                    sizes["attribute"] == row.attribute, ["group_name", "n", "small"]
+                ].itertuples(index=False)
+            ),
+        }
+        for row in verdicts.itertuples()
+    ]
+    _print_frame(pd.DataFrame(rows), title=f"{label}: verdict and group sizes per attribute")
+    findings = first_screen.ranked_findings(frames)
+    if findings.empty:
+        _say("flagged: none")
+    else:
+        shown = findings.head(first_screen.FIRST_SCREEN_ROWS)
+        more = len(findings) - len(shown)
+        _print_frame(
+            shown[FINDING_COLUMNS.keys()].rename(columns=FINDING_COLUMNS),
+            title="flagged (BH-adjusted p < alpha), largest first"
+            + (f"; {more} more with --all" if more else ""),
+        )
+        _print_glossary(shown["metric"])
+    skipped = first_screen.untested(frames)
+    total = len(first_screen.comparisons(frames, deduplicate=False))
+    _say(
+        f"not tested: {int(skipped.sum())} of {total} comparisons"
+        + "".join(f"; {n} {kind}" for kind, n in skipped.items())
+    )
+    small = sizes[sizes["small"]]
+    if not small.empty:
+        _say(
+            f"groups below min_group_size {minimum} (metrics kept, not tested): "
+            + "; ".join(
+                f"{a}: {g} ({int(n)})"
+                for a, g, n in small[["attribute", "group_name", "n"]].itertuples(index=False)
+            )
+        )
+    undefined = first_screen.undefined_metrics(frames)
+    _say(
+        f"undefined metric values: {int(undefined.sum())}"
+        + "".join(f"; {n} {reason}" for reason, n in undefined.items())
+    )
+
+
+# The summary's flagged findings (tasks.report.ranked_findings) and their headers.
+FINDING_COLUMNS = {
+    "attribute": "attribute",
+    "group_name": "group",
+    "reference": "against",
+    "metric": "metric",
+    "rate_group": "group rate",
+    "rate_reference": "reference rate",
+    "difference": "difference",
+    "low": "hdi_low",
+    "high": "hdi_high",
+    "p_adjusted": "p_adjusted",
+}
 
 
 def _emit(frame: Any, format_: str) -> None:
@@ -848,6 +945,25 @@ def abandon(
     _say(f"run {run_id} marked failed (abandoned)")
 
 
+SHOWN_CHANGES = 10
+
+
+def _instead_of_overlap(start: datetime | None, end: datetime) -> str:
+    """One line: how to test changes when two runs' windows overlap (``start``, ``end``: the
+    later run's window)."""
+    days = (end - start).days if start is not None else 0
+    disjoint = (
+        f"compare runs whose --as-of are at least {days} days apart (the window's length)"
+        if days >= 1
+        else 'give the audit a bounded window (e.g. window = "last_30_days") and compare runs '
+        "whose --as-of are 30 days apart"
+    )
+    return (
+        "to test changes instead: monitor the audit ([audits.monitor] in its configuration, then "
+        f"`biasaudit history --monitor`), or {disjoint}"
+    )
+
+
 @app.command()
 def compare(
     run_id: Annotated[int, typer.Argument(help="The later run")],
@@ -862,7 +978,10 @@ def compare(
 ) -> None:
     """What changed between two runs, and which changes are statistically significant (runs
     whose windows overlap share data: their changes are shown untested)."""
+    import pandas as pd
+
     from biasaudit.db.history import previous_as_of_run, run_metrics
+    from biasaudit.schemas.report import run_label
     from biasaudit.tasks.compare import compare_metrics, windows_overlap
 
     _check_format(format_)
@@ -890,19 +1009,37 @@ def compare(
     if format_ != "table":
         _emit(shown, format_)
         return
+    tested = (
+        "the two windows overlap (they share predictions): no change is tested"
+        if overlapping
+        else f"{int(changes['significant'].sum())} significant changes (BH-adjusted p < {alpha}) "
+        f"of {int(changes['p_value'].notna().sum())} tested"
+    )
     _say(
-        f"run {run_id} ({after.audit_name} v{after.version}, as of {after.as_of:%Y-%m-%d}) against "
-        f"run {other} (v{before.version}, as of {before.as_of:%Y-%m-%d}): "
-        f"{int(changes['significant'].sum())} significant changes (BH-adjusted p < {alpha}) of "
-        f"{int(changes['p_value'].notna().sum())} tested; "
+        f"{after.audit_name}: {run_label(run_id, after.version)}, as of {after.as_of:%Y-%m-%d}, "
+        f"against {run_label(other, before.version)}, as of {before.as_of:%Y-%m-%d}: {tested}; "
         f"{int((changes['status'] == 'appeared').sum())} appeared, "
         f"{int((changes['status'] == 'vanished').sum())} vanished"
-        + ("; the two windows overlap: nothing tested" if overlapping else "")
     )
+    if not overlapping:
+        if not shown.empty:
+            title = "changes" if show_all else "significant changes, appeared, vanished"
+            _print_frame(shown, title=title)
+        return
+    _say(_instead_of_overlap(after.window_start, after.window_end))
+    both = changes[changes["status"] == "both"]
+    if not show_all:  # the largest moves, untested, and what appeared or vanished
+        largest = both["change"].abs().sort_values(ascending=False).index[:SHOWN_CHANGES]
+        shown = pd.concat([changes.loc[largest], changes[changes["status"] != "both"]])
+    shown = shown.drop(columns=["p_value", "p_adjusted", "significant", "overlapping"])
     if not shown.empty:
-        _print_frame(
-            shown, title="changes" if show_all else "significant changes, appeared, vanished"
+        title = "changes, untested" + (
+            ""
+            if show_all
+            else f": the {min(SHOWN_CHANGES, len(both))} largest of {len(both)} "
+            "(--all shows every one), appeared, vanished"
         )
+        _print_frame(shown, title=title)
 
 
 @app.command()

@@ -16,6 +16,8 @@ tasks.counts.comparison_pairs; shared by those stages so that they test the same
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -23,6 +25,12 @@ from biasaudit.schemas.frames import COUNT_COLUMNS
 from biasaudit.schemas.metric_ids import COMPLEMENT, TESTED_RATES, UNLABELLED_COLUMNS, rate_cells
 
 KEYS = ["attribute", "group_name", "reference"]
+# The reasons below without one row's numbers and names: the kinds a summary counts by.
+_REASON_KINDS = [
+    (re.compile(r"^(group|reference) size \d+ < (min_group_size \d+)$"), r"\1 below \2"),
+    (re.compile(r"^same comparison as .*"), "same comparison as another (two-valued attribute)"),
+    (re.compile(r"^same test as .*"), "complement of a rate already tested (e.g. fnr = 1 − tpr)"),
+]
 
 
 def _size(frame: pd.DataFrame) -> np.ndarray:
@@ -73,6 +81,15 @@ def comparison_reasons(
         kept = f"{group['group_name'].iloc[keep]} vs {names[keep]}"
         duplicate = here & (np.arange(len(group)) != keep) & (reason == None)
         reason[duplicate] = f"same comparison as {kept} (two-valued attribute: tested once)"
+    return reason
+
+
+def reason_kind(reason: str) -> str:
+    """The kind of a comparison's reason (comparison_reasons, comparison_rates): e.g. every
+    ``group size 11 < min_group_size 30`` is ``group below min_group_size 30``."""
+    for pattern, kind in _REASON_KINDS:
+        if pattern.match(reason):
+            return pattern.sub(kind, reason)
     return reason
 
 

@@ -47,6 +47,7 @@ from biasaudit.schemas.metric_ids import (
 )
 from biasaudit.schemas.report import ReportFrames, run_label
 from biasaudit.tasks.counts import label_completeness
+from biasaudit.tasks.rates import reason_kind
 
 FOUR_FIFTHS = (0.8, 1.25)
 # The base rates shown beside the groups; a complement of one shown (nprev = 1 − prev) adds nothing.
@@ -395,6 +396,25 @@ def completeness_by_attribute(frames: ReportFrames) -> dict[str, float]:
     table = label_completeness(counts, alpha)
     uneven = table[table["uneven"]]
     return uneven.groupby("attribute")["p_value"].first().astype(float).to_dict()
+
+
+def untested(frames: ReportFrames) -> pd.Series:
+    """Comparisons detection did not test, counted by the kind of their reason (tasks.rates
+    .reason_kind), most frequent first."""
+    comp = comparisons(frames, deduplicate=False)
+    if comp.empty:
+        return pd.Series(dtype="int64")
+    reasons = comp.loc[~comp["tested"], "undefined_reason"]
+    return reasons.fillna("no reason stored").astype(str).map(reason_kind).value_counts()
+
+
+def undefined_metrics(frames: ReportFrames) -> pd.Series:
+    """The run's undefined raw group metric values counted by reason, most frequent first."""
+    metrics = frames.metrics
+    if metrics.empty:
+        return pd.Series(dtype="int64")
+    raw = metrics[(metrics["subset"] == "group") & (_col(metrics, "estimator") == "raw")]
+    return raw["undefined_reason"].dropna().astype(str).value_counts()
 
 
 def _why_untested(rows: pd.DataFrame) -> str:

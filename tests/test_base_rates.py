@@ -125,8 +125,8 @@ def test_a_run_stored_when_base_rates_were_tested_shows_no_base_rate_finding(sto
 
 
 def test_cli_lists_every_metric_and_history_names_them(stored):
-    """``biasaudit metrics`` lists every metric in words with its formula; ``history RUN`` shows
-    the base rates beside the groups, names its metrics and flags no base rate."""
+    """``biasaudit metrics`` lists every metric in words with its formula; ``history RUN --all``
+    shows the base rates beside the groups, names its metrics and flags no base rate."""
     runner = CliRunner()
     listed = runner.invoke(app, ["metrics"])
     assert listed.exit_code == 0, listed.output
@@ -134,7 +134,7 @@ def test_cli_lists_every_metric_and_history_names_them(stored):
     assert "fpr — false positive rate, FP / (FP + TN)" in text
     assert "prev — prevalence, (TP + FN) / n" in text
     assert "mcc — Matthews correlation coefficient" in text
-    shown = runner.invoke(app, ["history", str(stored["run_id"]), "--db", stored["url"]])
+    shown = runner.invoke(app, ["history", str(stored["run_id"]), "--all", "--db", stored["url"]])
     assert shown.exit_code == 0, shown.output
     output = " ".join(shown.output.split())
     assert "prev — prevalence, (TP + FN) / n" in output

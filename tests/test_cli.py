@@ -425,3 +425,115 @@ def test_a_full_disk_leaves_no_partial_report_and_says_so(tmp_path, monkeypatch)
     again = runner.invoke(app, ["report", "1", "--out", str(out), "--db", url])
     assert again.exit_code != 0 and "No space left on device" in again.output
     assert list(tmp_path.glob("*.html")) == [] and list(tmp_path.glob(".*.tmp")) == []
+
+
+# ---- output: a run's summary first, one name per run, what to do instead ----------------------
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """One SQLite store of the demo's credit-scorer and hiring-screen predictions: hiring audited
+    once (run 1), credit twice with window "all" (runs 2 and 3, versions 1 and 2: their windows
+    overlap). Yields the URL, the credit predictions and what the pipeline printed."""
+    from contextlib import redirect_stdout
+    from datetime import timedelta
+    from io import StringIO
+
+    from biasaudit.db.engine import make_engine
+    from biasaudit.db.load import load_predictions
+    from biasaudit.db.migrate import upgrade
+    from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
+    from biasaudit.flows.pipeline import run_audit
+
+    folder = tmp_path_factory.mktemp("store")
+    url = f"sqlite:///{folder / 'store.db'}"
+    upgrade(url)
+    frame = synthetic_predictions()
+    frame = frame[frame["model_id"].isin(["credit-scorer", "hiring-screen"])]
+    load_predictions(make_engine(url), frame, list(GROUPS), "demo")
+    config = folder / "audits.toml"
+    config.write_text(
+        '[[audits]]\nname = "credit"\nmodel = "credit-scorer"\nwindow = "all"\n'
+        'attributes = ["race", "sex"]\nintersections = [["race", "sex"]]\n'
+        'metrics = ["tpr", "fpr", "ppv", "ppr"]\nreference_groups = { race = "White" }\n'
+        "[audits.thresholds]\nbootstrap_replicates = 100\n"
+        '[[audits]]\nname = "hiring"\nmodel = "hiring-screen"\nattributes = ["sex"]\n'
+        'metrics = ["tpr"]\n[audits.thresholds]\nbootstrap_replicates = 100\n'
+    )
+    printed = StringIO()
+    with redirect_stdout(printed):
+        results = [
+            run_audit("hiring", str(config), url, END),
+            run_audit("credit", str(config), url, END - timedelta(days=15)),
+            run_audit("credit", str(config), url, END),
+        ]
+    assert [r["run_id"] for r in results] == [1, 2, 3]
+    credit = frame[frame["model_id"] == "credit-scorer"]
+    return {"url": url, "credit": credit, "printed": printed.getvalue(), "results": results}
+
+
+def test_a_run_is_named_by_its_id_and_version_everywhere(store):
+    """Run 3 is the second version of its audit: the pipeline's line, the history, compare and
+    the report all call it `run 3 (v2)` (never `run 3 (new version)` beside a table's v2)."""
+    from biasaudit.db.engine import make_engine
+    from biasaudit.flows.report import build_report
+
+    url = store["url"]
+    assert [r["version"] for r in store["results"]] == [1, 1, 2]
+    printed = store["printed"]
+    assert "audit hiring: run 1 (v1), new:" in printed
+    assert "audit credit: run 2 (v1), new:" in printed
+    assert "audit credit: run 3 (v2), new:" in printed
+    shown = runner.invoke(app, ["history", "3", "--db", url])
+    assert shown.output.startswith("run 3 (v2): audit credit"), shown.output
+    compared = runner.invoke(app, ["compare", "3", "--db", url])
+    assert "run 3 (v2), as of" in compared.output and "against run 2 (v1)" in compared.output
+    page, markdown, _ = build_report(make_engine(url), 3)
+    assert "<title>Bias audit credit: run 3 (v2)</title>" in page
+    assert markdown.startswith("# Bias audit credit: run 3 \\(v2\\)")
+
+
+def test_history_of_a_run_is_a_summary_unless_asked_for_more(store):
+    """`history RUN` prints the run, verdicts and group sizes per attribute, the flagged findings
+    and what was not tested and why, in a screenful; --all, --attribute or --metric add every
+    table; csv and json stay the complete export."""
+    url, credit = store["url"], store["credit"]
+    summary = runner.invoke(app, ["history", "3", "--db", url])
+    assert summary.exit_code == 0, summary.output
+    lines = summary.output.splitlines()
+    assert len(lines) < 50, summary.output
+    assert "verdict" in summary.output and "metrics per group (blank" not in summary.output
+    flagged = [line for line in lines if "Black" in line and " fpr " in line]
+    assert flagged, summary.output  # the demo's injected FPR disparity
+    cells = credit.groupby(["race", "sex"]).size()
+    small = cells[cells < 30]  # min_group_size's default
+    assert len(small) > 0
+    for (race, sex), n in small.items():
+        assert f"{race} x {sex} ({n})" in summary.output, summary.output
+    assert "groups below min_group_size 30 (metrics kept, not tested)" in summary.output
+    assert "not tested: " in summary.output and "undefined metric values: " in summary.output
+    full = runner.invoke(app, ["history", "3", "--db", url, "--all"])
+    assert full.exit_code == 0 and len(full.output.splitlines()) > 3 * len(lines)
+    assert full.output.startswith(summary.output.splitlines()[0])
+    for title in ("metrics per group (blank", "planning:", "meta-metrics:"):
+        assert title in full.output, title
+    narrowed = runner.invoke(app, ["history", "3", "--db", url, "--attribute", "sex"])
+    assert "metrics per group (blank" in narrowed.output
+    exported = runner.invoke(app, ["history", "3", "--db", url, "--format", "csv"])
+    groups = credit["race"].nunique() + credit["sex"].nunique() + len(cells)
+    assert len(exported.output.splitlines()) == 1 + groups * 4  # header, 4 metrics per group
+
+
+def test_compare_of_overlapping_windows_says_what_to_do_instead(store):
+    """Runs 2 and 3 read every prediction up to their as-of (window "all"): compare tests
+    nothing, says so, points to monitoring or disjoint windows, and still shows the largest
+    untested changes."""
+    compared = runner.invoke(app, ["compare", "3", "--db", store["url"]])
+    assert compared.exit_code == 0, compared.output
+    lines = compared.output.splitlines()
+    assert "no change is tested" in lines[0]
+    advice = lines[1]
+    assert advice.startswith("to test changes instead:")
+    assert "[audits.monitor]" in advice and "biasaudit history --monitor" in advice
+    assert 'window = "last_30_days"' in advice and "30 days apart" in advice
+    assert "changes, untested: the 10 largest" in compared.output

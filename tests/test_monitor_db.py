@@ -179,7 +179,9 @@ def test_previous_is_the_previous_as_of_and_overlaps_are_not_tested(db_url, tmp_
     comparison = run_results(engine, ComparisonResult, last)
     assert comparison["overlapping"].all() and comparison["p_value"].isna().all()
     cli = CliRunner().invoke(app, ["compare", str(last), "--db", db_url])
-    assert cli.exit_code == 0 and "overlap: nothing tested" in cli.output
+    assert cli.exit_code == 0, cli.output
+    assert "overlap (they share predictions): no change is tested" in cli.output
+    assert "--as-of are at least 3 days apart" in cli.output  # the window's length
     cli = CliRunner().invoke(app, ["compare", str(backfilled), "--db", db_url, "--format", "csv"])
     assert cli.exit_code == 0, cli.output
 
