@@ -783,7 +783,7 @@ def _print_summary(engine: Any, run: Any) -> None:
     label = run_label(run.id, run.version)
     _say(
         f"{label}: audit {run.audit_name}, model {run.model_id}"
-        + (f" {run.model_version}" if run.model_version else "")
+        + (f", model version {run.model_version}" if run.model_version else "")
         + f", {run.status}; as of {run.as_of:%Y-%m-%d %H:%M}, window "
         f"({run.window_start or '-inf'}, {run.window_end}]; rows read {run.rows_read}, valid "
         f"{run.rows_valid}, quarantined {run.rows_quarantined}, unlabelled {run.rows_unlabelled}"
