@@ -737,9 +737,9 @@ def history(
     _print_summary(engine, run)
     if not (show_all or attribute or metric):
         _say(
-            "more: --all (metrics per group, undefined metrics, MATCH, planning, detection, "
-            "meta-metrics); --attribute A, --metric M (the same, narrowed); --format csv|json "
-            "(every metric)"
+            "more: --all (base rates and metrics per group, undefined metrics, MATCH, planning, "
+            "detection, meta-metrics); --attribute A, --metric M (the same, narrowed); "
+            "--format csv|json (every metric)"
         )
         return
     if metrics.empty:
