@@ -91,6 +91,27 @@ def _estimate(y, n, method: Method):
     return np.maximum(0.0, variance - _correction(y, n, method))
 
 
+BOOTSTRAP_BYTES = 256 * 2**20
+"""Budget for the bootstrap's replicate x group arrays (drawn counts and _estimate's temporaries)."""
+_CELL_BYTES = 32  # measured peak is 24 bytes per replicate x group cell; the rest is margin
+
+
+def _replicate_estimates(n, resample, n_boot: int, method: Method, rng) -> np.ndarray:
+    """The n_boot replicates' estimates, drawn and reduced a block of replicates at a time.
+
+    A block holds as many whole replicates as fit in BOOTSTRAP_BYTES (at least one). Blocks draw
+    from ``rng`` in replicate order, so the numbers drawn, and every replicate's estimate, are
+    those of drawing the whole (n_boot, K) array at once.
+    """
+    per_block = max(1, BOOTSTRAP_BYTES // (_CELL_BYTES * n.size))
+    trials, estimates = n.astype(np.int64), np.empty(n_boot)
+    for start in range(0, n_boot, per_block):
+        stop = min(start + per_block, n_boot)
+        draws = rng.binomial(trials, resample, size=(stop - start, n.size)) / n
+        estimates[start:stop] = _estimate(draws, n, method)
+    return estimates
+
+
 def bootstrap_variance_interval(
     successes,
     totals,
@@ -102,8 +123,9 @@ def bootstrap_variance_interval(
 ) -> tuple[float, float, float]:
     """(point estimate, low, high): percentile bootstrap interval of the between-group variance.
 
-    Each replicate draws X*_k ~ Binomial(n_k, Y_k) for all groups at once (a (n_boot, K) array),
-    with (x_k + 1/2)/(n_k + 1) for Y_k where Y_k is 0 or 1 (module doc). The point estimate is the uncorrected variance for
+    Each replicate draws X*_k ~ Binomial(n_k, Y_k) for all groups at once, with
+    (x_k + 1/2)/(n_k + 1) for Y_k where Y_k is 0 or 1 (module doc), in blocks of replicates whose
+    arrays fit in BOOTSTRAP_BYTES. The point estimate is the uncorrected variance for
     ``uncorrected`` and the corrected variance (eq. 2) otherwise; within replicates the
     correction is single or double (section 5.3, re-derived with n − 1). Every n_k must be >= 2.
     """
@@ -116,9 +138,7 @@ def bootstrap_variance_interval(
         raise ValueError("every group needs 0 <= successes <= totals and totals >= 2")
     y = x / n
     resample = np.where((x == 0) | (x == n), (x + 0.5) / (n + 1), y)
-    rng = np.random.default_rng(seed)
-    draws = rng.binomial(n.astype(np.int64), resample, size=(n_boot, y.size)) / n
-    replicates = _estimate(draws, n, method)
+    replicates = _replicate_estimates(n, resample, n_boot, method, np.random.default_rng(seed))
     low, high = np.quantile(replicates, [(1 - level) / 2, (1 + level) / 2])
     point = _estimate(y, n, "corrected" if method == "double" else method)
     return float(point), float(low), float(high)
