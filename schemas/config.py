@@ -44,7 +44,7 @@ from pydantic import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from biasaudit.schemas.metric_ids import METRIC_IDS, canonical_metric
+from biasaudit.schemas.metric_ids import METRIC_IDS, TESTED_RATES, canonical_metric
 from biasaudit.schemas.urls import holds_secret
 
 CANONICAL_COLUMNS = (
@@ -150,7 +150,15 @@ class Monitor(BaseModel):
     @field_validator("metrics")
     @classmethod
     def _metrics(cls, value: list[str]) -> list[str]:
-        return list(dict.fromkeys(canonical_metric(name) for name in value))
+        names = list(dict.fromkeys(canonical_metric(name) for name in value))
+        other = [name for name in names if name not in TESTED_RATES]
+        if not names or other:
+            raise ValueError(
+                f"{other or 'no metric'}: the monitor watches rates of the model's decisions, one "
+                f"or more of {', '.join(TESTED_RATES)} (base rates such as prev are context, "
+                "never tested)"
+            )
+        return names
 
 
 class Decision(BaseModel):
