@@ -5,7 +5,7 @@ Generates N predictions in the database (3 sensitive attributes: race 6 groups, 
 score and a zoned timestamp that the push-down validates), then measures in one run:
 
 - floor: one bare ``GROUP BY race, sex, age, label, pred`` of the model's rows (best of --repeat);
-- scan: the push-down scan alone (db.scan.pushdown_thresholds) in this process (best of --repeat);
+- scan: the push-down scan alone (db.scan.pushdown_cells) in this process (best of --repeat);
 - process: a fresh Python process running the whole audit as plain calls (imports, scan,
   statistics with the full metric catalogue and B = 1,000, persist, report), wall time and peak RSS;
 - cli: ``biasaudit run`` against a running Prefect server (--prefect starts one), wall time and
@@ -198,7 +198,7 @@ def floor_seconds(url: str) -> float:
 
 def scan_seconds(url: str, config: Path, audit_name: str) -> float:
     """The push-down scan alone, in this process."""
-    from biasaudit.db.scan import pushdown_thresholds
+    from biasaudit.db.scan import pushdown_cells
     from biasaudit.db.source import window_bounds
     from biasaudit.schemas.config import load_audit
 
@@ -206,7 +206,7 @@ def scan_seconds(url: str, config: Path, audit_name: str) -> float:
     start_at, end = window_bounds(audit, AS_OF)
     engine = make_engine(url)
     start = time.perf_counter()
-    pushdown_thresholds(engine, audit, start_at, end, datetime.now(UTC))
+    pushdown_cells(engine, audit, start_at, end, datetime.now(UTC))
     return time.perf_counter() - start
 
 

@@ -1,7 +1,7 @@
 """Stream scan: rows per second and peak memory, this checkout against another (e.g. the commit
 before the Arrow reader), in one run so the ratios share the machine's load.
 
-Each scan runs in a fresh process (``scan_thresholds`` of the benchmark audit of
+Each scan runs in a fresh process (``scan_window`` of the benchmark audit of
 benchmarks/scale.py, stream mode): wall time of the scan alone, peak RSS of the process, and the
 row accounting and fingerprint (which must agree between the two code versions).
 
@@ -30,7 +30,7 @@ CHILD = """
 import json, resource, sys, time
 from datetime import UTC, datetime
 from biasaudit.db.engine import make_engine
-from biasaudit.db.scan import scan_thresholds
+from biasaudit.db.scan import scan_window
 from biasaudit.db.source import window_bounds
 from biasaudit.schemas.config import load_audit
 url, config, name = sys.argv[1:4]
@@ -39,7 +39,7 @@ as_of = datetime(2026, 3, 1, tzinfo=UTC)
 start, end = window_bounds(audit, as_of)
 engine = make_engine(url)
 begin = time.perf_counter()
-scanned = scan_thresholds(engine, audit, start, end, as_of)[0]
+scanned = scan_window(engine, audit, start, end, as_of)
 seconds = time.perf_counter() - begin
 print("RESULT " + json.dumps({
     "seconds": seconds, "rows": scanned.rows_read, "valid": scanned.rows_valid,

@@ -23,9 +23,8 @@ over cells (tasks.counts.group_counts). Three modes:
 All three give the same cells, quarantine and accounting on the same data, on PostgreSQL, SQLite,
 MariaDB and DuckDB (tests/test_scan.py, tests/test_hostile_sources.py).
 
-With a ``decision`` from a score, the decision of every threshold is kept as a *bucket*: the number
-of thresholds at or below the score; y_pred at the k-th smallest threshold is ``bucket >= k``. One
-scan then gives one Scanned per threshold (``scan_thresholds``).
+With a ``decision`` from a score, y_pred is whether the score reaches the audit's threshold
+(decided in SQL by the push-down, in pandas otherwise).
 """
 
 from __future__ import annotations
@@ -75,16 +74,13 @@ PUSHDOWN_RULES = {
     "decision_score": {"not_nullable": "row", "finite_number": "row"},
     "attribute": {"not_nullable": "key", "non_empty": "key"},
 }
-BUCKET = "bucket"
 # Bad key groups fetched per query (an OR of this many conjunctions).
 FETCH_GROUPS = 200
 
 
 @dataclass(frozen=True)
 class Scanned:
-    """What a scan leaves of the window: cells, quarantine, and the row accounting.
-
-    ``threshold`` is the decision threshold these cells are for (None: decisions as read)."""
+    """What a scan leaves of the window: cells, quarantine, and the row accounting."""
 
     cells: pd.DataFrame
     quarantine: pd.DataFrame
@@ -92,75 +88,41 @@ class Scanned:
     rows_valid: int
     rows_unlabelled: int
     fingerprint: str
-    threshold: float | None = None
 
 
-def cells_of(valid: pd.DataFrame, attributes: list[str]) -> pd.DataFrame:
-    """Valid rows (or weighted cells with a column ``n``) summed per (attributes, y_true, y_pred)."""
-    keys = [*attributes, *OUTCOMES]
-    weight = valid["n"] if "n" in valid else pd.Series(1, index=valid.index, dtype="int64")
-    frame = valid[keys].astype({a: str for a in attributes}).assign(
-        y_true=pd.to_numeric(valid["y_true"].astype(object)).astype("float64"),
-        y_pred=pd.to_numeric(valid["y_pred"].astype(object)).astype("int64"),
-        n=weight.astype("int64"),
-    )
-    return frame.groupby(keys, dropna=False, sort=True, as_index=False)["n"].sum()
-
-
-def _thresholds(audit: Audit) -> list[float]:
-    return sorted(audit.decision.thresholds) if audit.decision else []
-
-
-def _bucket_cells(valid: pd.DataFrame, audit: Audit) -> pd.DataFrame:
-    """Valid rows summed per (attributes, y_true, bucket): bucket = y_pred without a decision,
-    else the number of thresholds at or below the decision score."""
-    keys = [*audit.attributes, "y_true", BUCKET]
-    if BUCKET in valid:
-        bucket = valid[BUCKET].to_numpy()
-    elif audit.decision:
-        scores = valid["decision_score"].astype("float64").to_numpy()
-        bucket = np.searchsorted(np.asarray(_thresholds(audit)), scores, side="right")
+def cells_of(valid: pd.DataFrame, audit: Audit) -> pd.DataFrame:
+    """Valid rows (or weighted cells with a column ``n``) summed per (attributes, y_true, y_pred):
+    y_pred as read (or decided in SQL), else whether ``decision_score`` reaches the threshold."""
+    keys = [*audit.attributes, *OUTCOMES]
+    if "y_pred" in valid or audit.decision is None:
+        y_pred = valid["y_pred"].astype("int64").to_numpy()
     else:
-        bucket = valid["y_pred"].astype("int64").to_numpy()
+        scores = valid["decision_score"].astype("float64").to_numpy()
+        y_pred = (scores >= audit.decision.threshold).astype("int64")
     weight = valid["n"] if "n" in valid else pd.Series(1, index=valid.index, dtype="int64")
     frame = valid[[*audit.attributes, "y_true"]].astype({a: str for a in audit.attributes})
     frame = frame.assign(
-        y_true=valid["y_true"].astype("float64"), bucket=bucket.astype("int64"), n=weight
+        y_true=valid["y_true"].astype("float64"), y_pred=y_pred, n=weight.astype("int64")
     )
     return frame.groupby(keys, dropna=False, sort=True, as_index=False)["n"].sum()
-
-
-def _per_threshold(
-    buckets: pd.DataFrame, audit: Audit, quarantine: pd.DataFrame, accounting: dict
-) -> list[Scanned]:
-    """One Scanned per threshold (one, threshold None, without a decision)."""
-    def cells(k: int) -> pd.DataFrame:
-        frame = buckets.assign(y_pred=(buckets[BUCKET] >= k).astype("int64"))
-        return cells_of(frame.drop(columns=BUCKET), audit.attributes)
-
-    if not audit.decision:
-        return [Scanned(cells(1), quarantine, **accounting)]
-    return [
-        Scanned(cells(k), quarantine, **accounting, threshold=t)
-        for k, t in enumerate(_thresholds(audit), start=1)
-    ]
 
 
 def _split(frame: pd.DataFrame, audit: Audit, now: datetime):
     return split_valid(frame, audit.attributes, now, decision=audit.decision is not None)
 
 
-def memory_thresholds(engine, audit: Audit, start, end, now: datetime) -> list[Scanned]:
+def memory_cells(engine, audit: Audit, start, end, now: datetime) -> Scanned:
     """Cells of the window read whole and validated in memory."""
     frame = read_predictions(engine, audit, start, end)
     valid, quarantine = _split(frame, audit, now)
-    accounting = {
-        "rows_read": len(frame),
-        "rows_valid": len(valid),
-        "rows_unlabelled": int(valid["y_true"].isna().sum()),
-        "fingerprint": frame_fingerprint(frame),
-    }
-    return _per_threshold(_bucket_cells(valid, audit), audit, quarantine, accounting)
+    return Scanned(
+        cells_of(valid, audit),
+        quarantine,
+        rows_read=len(frame),
+        rows_valid=len(valid),
+        rows_unlabelled=int(valid["y_true"].isna().sum()),
+        fingerprint=frame_fingerprint(frame),
+    )
 
 
 def ids_are_unique(connection, table, audit: Audit) -> bool:
@@ -196,23 +158,19 @@ def _window_and_duplicates(connection, audit: Audit, start, end):
     return window, ([] if unique else _duplicated_ids(connection, window, start, end))
 
 
-def stream_thresholds(
-    engine, audit: Audit, start, end, now: datetime, chunk_rows: int
-) -> list[Scanned]:
-    """Cells of the window streamed in chunks of ``chunk_rows`` (db.stream.stream_thresholds)."""
-    from biasaudit.db.stream import stream_thresholds as streamed
+def stream_cells(engine, audit: Audit, start, end, now: datetime, chunk_rows: int) -> Scanned:
+    """Cells of the window streamed in chunks of ``chunk_rows`` (db.stream.stream_cells)."""
+    from biasaudit.db.stream import stream_cells as streamed
 
     return streamed(engine, audit, start, end, now, chunk_rows)
 
 
-def _bucket_expression(window: Window, audit: Audit):
-    """y_pred as read, or the number of thresholds at or below the parsed decision score."""
+def _decision_expression(window: Window, audit: Audit):
+    """y_pred as read, or 1 where the parsed decision score reaches the threshold, else 0."""
     if not audit.decision:
         return window.raw["y_pred"]
     score = parsed_number(window.raw["decision_score"], window.dialect)
-    ordered = _thresholds(audit)
-    whens = [(score >= literal(t), k) for k, t in reversed(list(enumerate(ordered, start=1)))]
-    return case(*whens, else_=0)
+    return case((score >= literal(audit.decision.threshold), 1), else_=0)
 
 
 def _valid_keys(grouped: pd.DataFrame, audit: Audit) -> pd.Series:
@@ -224,7 +182,7 @@ def _valid_keys(grouped: pd.DataFrame, audit: Audit) -> pd.Series:
     truth = grouped["k_y_true"]
     ok &= truth.isna() | as_binary(truth).notna()
     if not audit.decision:
-        ok &= as_binary(grouped[f"k_{BUCKET}"]).notna()
+        ok &= as_binary(grouped["k_y_pred"]).notna()
     return ok
 
 
@@ -235,7 +193,7 @@ def _marker(value) -> tuple:
     return (type(value).__name__, repr(value))
 
 
-def pushdown_thresholds(engine, audit: Audit, start, end, now: datetime) -> list[Scanned]:
+def pushdown_cells(engine, audit: Audit, start, end, now: datetime) -> Scanned:
     """Cells of the window from one GROUP BY in the database, invalid rows quarantined.
 
     One pass counts each key's rows and, as a conditional sum, those a per-row rule does not
@@ -243,7 +201,7 @@ def pushdown_thresholds(engine, audit: Audit, start, end, now: datetime) -> list
     row suspect are those rows read again and judged by the Pandera schema. Every statement that
     reads rows reads one snapshot (db.engine.one_snapshot): a label arriving between two of them
     changes nothing."""
-    names = [*audit.attributes, "y_true", BUCKET]
+    names = [*audit.attributes, *OUTCOMES]
     with one_snapshot(engine) as connection:
         window, duplicated = _window_and_duplicates(connection, audit, start, end)
         ok = window.row_ok(now, end)
@@ -253,7 +211,7 @@ def pushdown_thresholds(engine, audit: Audit, start, end, now: datetime) -> list
         expressions = {
             **{a: window.key(a) for a in audit.attributes},
             "y_true": window.raw["y_true"],
-            BUCKET: _bucket_expression(window, audit),
+            "y_pred": _decision_expression(window, audit),
         }
         keys = [expressions[n].label(f"k_{n}") for n in names]
         suspect = case((ok, 0), else_=1).label("suspect")
@@ -289,7 +247,7 @@ def pushdown_thresholds(engine, audit: Audit, start, end, now: datetime) -> list
         )
         rest = rest[suspect_rows].drop(columns=[*[f"k_{n}" for n in names], "ok"])
         accepted, quarantine = _split(rest.reset_index(drop=True), audit, now)
-        parts.append(_bucket_cells(accepted, audit))
+        parts.append(cells_of(accepted, audit))
         accepted_rows, accepted_unlabelled = len(accepted), int(accepted["y_true"].isna().sum())
     counted_cells = grouped[good_keys].rename(columns={f"k_{n}": n for n in names})
     counted_cells = counted_cells.assign(
@@ -298,23 +256,25 @@ def pushdown_thresholds(engine, audit: Audit, start, end, now: datetime) -> list
         n=counted_cells["n"] - counted_cells["suspect"],
     ).drop(columns="suspect")
     counted_cells = counted_cells[counted_cells["n"] > 0]
-    if audit.decision:
-        counted_cells[BUCKET] = counted_cells[BUCKET].astype("int64")
-    else:
-        counted_cells[BUCKET] = as_binary(counted_cells[BUCKET]).astype("int64")
-    buckets = pd.concat([_bucket_cells(counted_cells, audit), *parts], ignore_index=True)
-    buckets = buckets.groupby(names, dropna=False, sort=True, as_index=False)["n"].sum()
-    digest = hashlib.sha256(buckets.to_csv(index=False).encode())
+    counted_cells = counted_cells.assign(
+        y_pred=(
+            counted_cells["y_pred"] if audit.decision else as_binary(counted_cells["y_pred"])
+        ).astype("int64")
+    )
+    cells = pd.concat([cells_of(counted_cells, audit), *parts], ignore_index=True)
+    cells = cells.groupby(names, dropna=False, sort=True, as_index=False)["n"].sum()
+    digest = hashlib.sha256(cells.to_csv(index=False).encode())
     digest.update(quarantine.drop(columns="row").to_csv(index=False).encode())
     valid_counted = int(counted_cells["n"].sum())
-    accounting = {
-        "rows_read": rows,
-        "rows_valid": valid_counted + accepted_rows,
-        "rows_unlabelled": int(counted_cells.loc[counted_cells["y_true"].isna(), "n"].sum())
+    return Scanned(
+        cells,
+        quarantine,
+        rows_read=rows,
+        rows_valid=valid_counted + accepted_rows,
+        rows_unlabelled=int(counted_cells.loc[counted_cells["y_true"].isna(), "n"].sum())
         + accepted_unlabelled,
-        "fingerprint": digest.hexdigest(),
-    }
-    return _per_threshold(buckets, audit, quarantine, accounting)
+        fingerprint=digest.hexdigest(),
+    )
 
 
 def _fetch_suspects(
@@ -349,25 +309,13 @@ def _fetch_suspects(
     return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
 
 
-def scan_thresholds(engine, audit: Audit, start, end, now: datetime) -> list[Scanned]:
-    """The configured scan of the window: one Scanned per decision threshold (one Scanned, with
-    threshold None, when decisions are read as they are). Quarantine and accounting are shared."""
-    if audit.scan.mode == "pushdown":
-        return pushdown_thresholds(engine, audit, start, end, now)
-    if audit.scan.mode == "stream":
-        return stream_thresholds(engine, audit, start, end, now, audit.scan.chunk_rows)
-    return memory_thresholds(engine, audit, start, end, now)
-
-
 def scan_window(engine, audit: Audit, start, end, now: datetime) -> Scanned:
-    """The configured scan (``audit.scan.mode``: memory, stream or pushdown) of the window, for an
-    audit with at most one decision threshold (several: ``scan_thresholds``)."""
-    scans = scan_thresholds(engine, audit, start, end, now)
-    if len(scans) > 1:
-        raise ValueError(
-            f"audit {audit.name!r} has {len(scans)} decision thresholds: use scan_thresholds"
-        )
-    return scans[0]
+    """The configured scan (``audit.scan.mode``: memory, stream or pushdown) of the window."""
+    if audit.scan.mode == "pushdown":
+        return pushdown_cells(engine, audit, start, end, now)
+    if audit.scan.mode == "stream":
+        return stream_cells(engine, audit, start, end, now, audit.scan.chunk_rows)
+    return memory_cells(engine, audit, start, end, now)
 
 
 def valid_cells(engine, audit: Audit, start, end, now: datetime) -> pd.DataFrame:
@@ -378,25 +326,3 @@ def valid_cells(engine, audit: Audit, start, end, now: datetime) -> pd.DataFrame
         return scan_window(engine, audit, start, end, now).cells
     except EmptyWindow:
         return pd.DataFrame(columns=[*audit.attributes, *OUTCOMES, "n"])
-
-
-def memory_cells(engine, audit: Audit, start, end, now: datetime) -> Scanned:
-    """Memory scan of an audit with at most one threshold."""
-    return _single(memory_thresholds(engine, audit, start, end, now))
-
-
-def stream_cells(engine, audit: Audit, start, end, now: datetime, chunk_rows: int) -> Scanned:
-    """Stream scan of an audit with at most one threshold."""
-    return _single(stream_thresholds(engine, audit, start, end, now, chunk_rows))
-
-
-def pushdown_cells(engine, audit: Audit, start, end, now: datetime) -> Scanned:
-    """Push-down scan of an audit with at most one threshold."""
-    return _single(pushdown_thresholds(engine, audit, start, end, now))
-
-
-def _single(scans: list[Scanned]) -> Scanned:
-    if len(scans) > 1:
-        raise ValueError(f"{len(scans)} decision thresholds: use scan_thresholds")
-    return scans[0]
-

@@ -40,13 +40,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from biasaudit.db.engine import connect_timeout, one_snapshot, statement_timeout
-from biasaudit.db.scan import (
-    BUCKET,
-    Scanned,
-    _bucket_cells,
-    _per_threshold,
-    _window_and_duplicates,
-)
+from biasaudit.db.scan import OUTCOMES, Scanned, _window_and_duplicates, cells_of
 from biasaudit.db.source import (
     EmptyWindow,
     empty_window_message,
@@ -265,8 +259,8 @@ def _rows(chunk: Chunk, positions: np.ndarray) -> pd.DataFrame:
 
 
 def _accepted_cells(typed: pd.DataFrame, audit: Audit) -> pd.DataFrame:
-    """Rows the schema accepted, summed per (attributes, y_true, bucket) as split_valid and
-    db.scan._bucket_cells would: attributes as canonical text, labels and decisions as 0/1."""
+    """Rows the schema accepted, summed per (attributes, y_true, y_pred) as split_valid and
+    db.scan.cells_of would: attributes as canonical text, labels and decisions as 0/1."""
     frame = pd.DataFrame(
         {a: text_of(typed[a]).astype(str) for a in audit.attributes}, index=typed.index
     ).assign(y_true=as_binary(typed["y_true"]))
@@ -274,7 +268,7 @@ def _accepted_cells(typed: pd.DataFrame, audit: Audit) -> pd.DataFrame:
         frame["decision_score"] = as_number(typed["decision_score"])
     else:
         frame["y_pred"] = as_binary(typed["y_pred"]).astype("int8")
-    return _bucket_cells(frame, audit)
+    return cells_of(frame, audit)
 
 
 def _set_aside(ids: pd.Series, duplicated: list) -> np.ndarray:
@@ -286,9 +280,7 @@ def _set_aside(ids: pd.Series, duplicated: list) -> np.ndarray:
     return (ids.notna() & text_of(ids).isin(texts)).to_numpy(dtype=bool)
 
 
-def stream_thresholds(
-    engine, audit: Audit, start, end, now: datetime, chunk_rows: int
-) -> list[Scanned]:
+def stream_cells(engine, audit: Audit, start, end, now: datetime, chunk_rows: int) -> Scanned:
     """Cells of the window read in batches of ``chunk_rows``, validated batch by batch."""
     decision = audit.decision is not None
     parts, quarantines, repeated, repeated_numbers = [], [], [], []
@@ -313,7 +305,7 @@ def stream_thresholds(
                 valid, quarantine = split_valid(
                     _rows(chunk, positions), audit.attributes, now, decision, rows + positions
                 )
-                parts.append(_bucket_cells(valid, audit))
+                parts.append(cells_of(valid, audit))
                 quarantines.append(quarantine)
             rows += len(typed)
         if rows == 0:
@@ -326,20 +318,21 @@ def stream_thresholds(
             decision,
             np.concatenate(repeated_numbers),
         )
-        parts.append(_bucket_cells(valid, audit))
+        parts.append(cells_of(valid, audit))
         quarantines.append(quarantine)
-    keys = [*audit.attributes, "y_true", BUCKET]
-    buckets = pd.concat(parts, ignore_index=True)
-    buckets = buckets.groupby(keys, dropna=False, sort=True, as_index=False)["n"].sum()
-    accounting = {
-        "rows_read": rows,
-        "rows_valid": int(buckets["n"].sum()),
-        "rows_unlabelled": int(buckets.loc[buckets["y_true"].isna(), "n"].sum()),
-        "fingerprint": fingerprint(None, hash_sum, rows),
-    }
+    keys = [*audit.attributes, *OUTCOMES]
+    cells = pd.concat(parts, ignore_index=True)
+    cells = cells.groupby(keys, dropna=False, sort=True, as_index=False)["n"].sum()
     quarantine = (
         pd.concat(quarantines, ignore_index=True)
         if quarantines
         else pd.DataFrame(columns=QUARANTINE_COLUMNS)
     )
-    return _per_threshold(buckets, audit, quarantine, accounting)
+    return Scanned(
+        cells,
+        quarantine,
+        rows_read=rows,
+        rows_valid=int(cells["n"].sum()),
+        rows_unlabelled=int(cells.loc[cells["y_true"].isna(), "n"].sum()),
+        fingerprint=fingerprint(None, hash_sum, rows),
+    )

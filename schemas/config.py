@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import re
 import tomllib
@@ -164,27 +163,20 @@ class Monitor(BaseModel):
 class Decision(BaseModel):
     """The decision derived from a score: predicted positive when ``score`` >= ``threshold``.
 
-    ``score`` is a source column holding numbers (or number text, e.g. a decile ``"7"``); several
-    thresholds give one audit result set each (as Aequitas does with score thresholds)."""
+    ``score`` is a source column holding numbers (or number text, e.g. a decile ``"7"``). One
+    threshold per audit: a run's results have no threshold key, so each threshold is an audit."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     score: Annotated[str, Field(min_length=1)]
-    threshold: float | Annotated[list[float], Field(min_length=1)]
+    threshold: float
 
-    @field_validator("threshold")
+    @field_validator("threshold", mode="before")
     @classmethod
-    def _finite(cls, value):
-        values = value if isinstance(value, list) else [value]
-        if not all(math.isfinite(v) for v in values):
-            raise ValueError("thresholds must be finite numbers")
-        if len(set(values)) != len(values):
-            raise ValueError("thresholds are listed more than once")
+    def _one_threshold(cls, value):
+        if isinstance(value, (list, tuple)):  # pydantic reports a ValueError, not a TypeError
+            raise ValueError("one threshold per audit; define one audit per threshold")  # noqa: TRY004
         return value
-
-    @property
-    def thresholds(self) -> list[float]:
-        return self.threshold if isinstance(self.threshold, list) else [self.threshold]
 
 
 # An identifier longer than this is cut or refused by PostgreSQL (63 bytes) and MariaDB (64).

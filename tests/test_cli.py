@@ -207,6 +207,10 @@ def test_half_built_store_is_one_line(tmp_path):
         (GOOD.replace('["race"]', '["y_true"]'), ["'y_true' is reserved"]),
         (GOOD.replace('["race"]', '["a x b"]'), ["intersection separator"]),
         (GOOD.replace('"race"', '"race"]\nmetrics = ["fairness"'), ["unknown metric"]),
+        (
+            GOOD + 'decision = { score = "s", threshold = [0.3, 0.5] }\n',
+            ["(audit 'a')", "decision.threshold", "one threshold per audit; define one audit per"],
+        ),
     ],
 )
 def test_configuration_mistakes_are_one_line(tmp_path, body, fragments):

@@ -43,6 +43,12 @@ def test_synonyms_map_to_spec_ids():
         ({"columns": {"label": "y"}}, "columns", "neither"),
         ({"reference_groups": {"age": "young"}}, "reference_groups", "not attributes"),
         ({"name": "bad name!"}, "audits[0].name", "pattern"),
+        (
+            {"decision": {"score": "s", "threshold": [0.3, 0.5]}},
+            "audits[0].decision.threshold",
+            "one threshold per audit; define one audit per threshold",
+        ),
+        ({"decision": {"score": "s", "threshold": "inf"}}, "decision.threshold", "finite"),
     ],
 )
 def test_bad_configuration_names_key_and_problem(changes, key, problem):

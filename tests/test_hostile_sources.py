@@ -27,7 +27,7 @@ from sqlalchemy import (
 )
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.scan import EmptyWindow, memory_thresholds, pushdown_thresholds, stream_thresholds
+from biasaudit.db.scan import EmptyWindow, memory_cells, pushdown_cells, stream_cells
 from biasaudit.schemas.config import parse_config
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
@@ -143,9 +143,9 @@ def test_hostile_tables_modes_agree_and_balance(source_db_url, table):
     audit = parse_config({"audits": [{**AUDIT, "columns": columns_map}]}).audits[0]
     try:
         scans = {
-            "memory": memory_thresholds(engine, audit, None, NOW, NOW)[0],
-            "stream": stream_thresholds(engine, audit, None, NOW, NOW, chunk_rows=1000)[0],
-            "pushdown": pushdown_thresholds(engine, audit, None, NOW, NOW)[0],
+            "memory": memory_cells(engine, audit, None, NOW, NOW),
+            "stream": stream_cells(engine, audit, None, NOW, NOW, chunk_rows=1000),
+            "pushdown": pushdown_cells(engine, audit, None, NOW, NOW),
         }
     except EmptyWindow:  # every row after the window's end: nothing to compare
         return
@@ -198,7 +198,7 @@ def test_property_test_is_not_vacuous(tmp_path):
     with engine.begin() as connection:
         connection.execute(hostile.insert(), rows)
     audit = parse_config({"audits": [AUDIT]}).audits[0]
-    scanned = pushdown_thresholds(engine, audit, None, NOW, NOW)[0]
+    scanned = pushdown_cells(engine, audit, None, NOW, NOW)
     assert scanned.rows_valid == 1
     assert set(scanned.quarantine["column_name"]) == {
         "prediction_id",

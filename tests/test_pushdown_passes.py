@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import Column, DateTime, Float, Integer, MetaData, String, Table, event
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.scan import PUSHDOWN_RULES, memory_thresholds, pushdown_thresholds
+from biasaudit.db.scan import PUSHDOWN_RULES, memory_cells, pushdown_cells
 from biasaudit.schemas.frames import predictions_schema
 from tests.test_typed_sources import audit_of, create, expected_cells, same_cells
 
@@ -80,7 +80,7 @@ def test_clean_typed_table_is_read_once(source_db_url):
     table, rows = table_and_rows(engine.dialect.name)
     create(engine, table, rows)
     reads = source_reads(engine)
-    scanned = pushdown_thresholds(engine, AUDIT, None, NOW, NOW)[0]
+    scanned = pushdown_cells(engine, AUDIT, None, NOW, NOW)
     assert len(reads) == 1, reads
     assert "GROUP BY" in reads[0]
     frame = pd.DataFrame(rows).rename(columns={"label": "y_true", "pred": "y_pred"})
@@ -113,9 +113,9 @@ def test_suspect_rows_are_read_again_and_judged_like_memory(source_db_url, chang
     rows[3] = {**rows[3], **change}
     create(engine, table, rows)
     reads = source_reads(engine)
-    pushed = pushdown_thresholds(engine, AUDIT, None, NOW, NOW)[0]
+    pushed = pushdown_cells(engine, AUDIT, None, NOW, NOW)
     pushdown_reads = len(reads)
-    memory = memory_thresholds(engine, AUDIT, None, NOW, NOW)[0]
+    memory = memory_cells(engine, AUDIT, None, NOW, NOW)
     assert (pushed.rows_read, pushed.rows_valid) == (memory.rows_read, memory.rows_valid)
     same_cells(pushed.cells, memory.cells)
     assert len(pushed.quarantine) == len(memory.quarantine)

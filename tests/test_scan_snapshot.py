@@ -17,7 +17,7 @@ from sqlalchemy import Column, DateTime, Integer, MetaData, String, Table, event
 
 from biasaudit.db import stream
 from biasaudit.db.engine import make_engine
-from biasaudit.db.scan import memory_thresholds, pushdown_thresholds, stream_thresholds
+from biasaudit.db.scan import memory_cells, pushdown_cells, stream_cells
 from tests.test_typed_sources import audit_of, create, same_cells
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
@@ -114,13 +114,13 @@ def test_writes_during_a_scan_do_not_reach_it(source_db_url, mode):
     aware = engine.dialect.name in {"postgresql", "duckdb"}
     table, rows = table_and_rows(aware)
     create(engine, table, rows)
-    before = memory_thresholds(engine, AUDIT, None, NOW, NOW)[0]
+    before = memory_cells(engine, AUDIT, None, NOW, NOW)
     assert (before.rows_read, before.rows_valid, len(before.quarantine)) == (60, 58, 2)
     with writes_between_reads(engine, table, rows[5]) as after:
         if mode == "pushdown":
-            scanned = pushdown_thresholds(engine, AUDIT, None, NOW, NOW)[0]
+            scanned = pushdown_cells(engine, AUDIT, None, NOW, NOW)
         else:
-            scanned = stream_thresholds(engine, AUDIT, None, NOW, NOW, chunk_rows=16)[0]
+            scanned = stream_cells(engine, AUDIT, None, NOW, NOW, chunk_rows=16)
     assert after, "no change was committed during the scan"
     assert (scanned.rows_read, scanned.rows_valid) == (before.rows_read, before.rows_valid)
     same_cells(scanned.cells, before.cells)
@@ -130,7 +130,7 @@ def test_writes_during_a_scan_do_not_reach_it(source_db_url, mode):
     assert got.astype(str).equals(expected.astype(str)), (got, expected)
     with engine.begin() as connection:  # the scan's connection, back in the pool, can write
         connection.execute(table.insert().values({**rows[5], "pid": "after"}))
-    now = memory_thresholds(engine, AUDIT, None, NOW, NOW)[0]
+    now = memory_cells(engine, AUDIT, None, NOW, NOW)
     assert now.rows_read == 60 + len(after) + 1  # each change added a row a later scan reads
 
 
@@ -144,9 +144,9 @@ def test_a_reader_that_cannot_import_the_snapshot_reads_on_the_scans_connection(
     engine = make_engine(source_db_url)
     table, rows = table_and_rows(aware=True)
     create(engine, table, rows)
-    before = memory_thresholds(engine, AUDIT, None, NOW, NOW)[0]
+    before = memory_cells(engine, AUDIT, None, NOW, NOW)
     with writes_between_reads(engine, table, rows[5]) as after:
-        scanned = stream_thresholds(engine, AUDIT, None, NOW, NOW, chunk_rows=16)[0]
+        scanned = stream_cells(engine, AUDIT, None, NOW, NOW, chunk_rows=16)
     assert len(after) == 2  # both reads went through SQLAlchemy: the cursor, not ADBC
     assert (scanned.rows_read, scanned.rows_valid) == (before.rows_read, before.rows_valid)
     same_cells(scanned.cells, before.cells)

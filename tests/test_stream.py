@@ -11,7 +11,7 @@ from sqlalchemy import Column, DateTime, Integer, MetaData, String, Table
 
 from biasaudit.db.engine import make_engine
 from biasaudit.db.source import row_hash_sum
-from biasaudit.db.stream import _rebatched, object_frame, stream_thresholds, typed_frame
+from biasaudit.db.stream import _rebatched, object_frame, stream_cells, typed_frame
 from biasaudit.schemas.config import parse_config
 
 from .conftest import on_databases
@@ -67,7 +67,7 @@ def test_model_ids_are_values_not_sql(source_db_url, model):
                 for i, m in enumerate(models)
             ],
         )
-    scanned = stream_thresholds(engine, audit_for(model), None, NOW, NOW, chunk_rows=10)[0]
+    scanned = stream_cells(engine, audit_for(model), None, NOW, NOW, chunk_rows=10)
     engine.dispose()
     assert scanned.rows_read == scanned.rows_valid == 1
     assert scanned.quarantine.empty
@@ -129,7 +129,7 @@ def test_a_slow_source_fails_the_arrow_read_at_the_statement_timeout(db_url, mon
         )
     monkeypatch.setenv("BIASAUDIT_STATEMENT_TIMEOUT_SECONDS", "0.5")
     with pytest.raises(OperationalError) as raised:
-        stream_thresholds(engine, audit_for("m"), None, NOW, NOW, chunk_rows=100)
+        stream_cells(engine, audit_for("m"), None, NOW, NOW, chunk_rows=100)
     assert is_transient(raised.value) and "statement timeout" in str(raised.value)
     assert not isinstance(raised.value.orig, psycopg.Error)  # not the engine's connection
     engine.dispose()

@@ -32,11 +32,7 @@ from sqlalchemy import (
 )
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.scan import (
-    memory_thresholds,
-    pushdown_thresholds,
-    stream_thresholds,
-)
+from biasaudit.db.scan import memory_cells, pushdown_cells, stream_cells
 from biasaudit.db.source import window_bounds
 from biasaudit.schemas.config import parse_config
 
@@ -49,14 +45,14 @@ def audit_of(**fields):
 
 
 def all_modes(engine, audit, start=None, end=NOW):
-    """The scans of the three modes (one Scanned per threshold each); the stream mode reads the
-    same input as memory (equal fingerprints)."""
+    """The scans of the three modes; the stream mode reads the same input as memory (equal
+    fingerprints)."""
     scans = {
-        "memory": memory_thresholds(engine, audit, start, end, NOW),
-        "stream": stream_thresholds(engine, audit, start, end, NOW, chunk_rows=1000),
-        "pushdown": pushdown_thresholds(engine, audit, start, end, NOW),
+        "memory": memory_cells(engine, audit, start, end, NOW),
+        "stream": stream_cells(engine, audit, start, end, NOW, chunk_rows=1000),
+        "pushdown": pushdown_cells(engine, audit, start, end, NOW),
     }
-    assert scans["stream"][0].fingerprint == scans["memory"][0].fingerprint
+    assert scans["stream"].fingerprint == scans["memory"].fingerprint
     return scans
 
 
@@ -153,8 +149,7 @@ def test_typed_columns_give_identical_results_in_every_mode(source_db_url, kind)
         }
     )
     expected = expected_cells(truth, ["grp", "sex"])
-    for mode, scans in all_modes(engine, audit).items():
-        (scanned,) = scans
+    for mode, scanned in all_modes(engine, audit).items():
         assert scanned.quarantine.empty, (mode, scanned.quarantine.head())
         assert scanned.rows_read == scanned.rows_valid == n, mode
         assert scanned.rows_unlabelled == sum(y is None for y in labels)
@@ -221,7 +216,7 @@ def test_text_timestamps_are_parsed_with_their_zone_and_the_window_balances(sour
         for k, (_, r) in TEXT_TIMES.items()
         if r not in {"valid", "outside", "plausible_window"}
     }
-    for mode, (scanned,) in all_modes(engine, audit, start, end).items():
+    for mode, scanned in all_modes(engine, audit, start, end).items():
         got = dict(zip(scanned.quarantine["row_ref"], scanned.quarantine["rule"]))
         assert set(got) == set(reasons), (mode, got)
         for key, rule in reasons.items():
@@ -268,15 +263,16 @@ def test_json_attribute_keys_are_keys_not_paths(source_db_url):
         }
     )
     expected = expected_cells(truth, ["a.b", 'q"k'])
-    for mode, (scanned,) in all_modes(engine, audit).items():
+    for mode, scanned in all_modes(engine, audit).items():
         assert scanned.quarantine.empty, mode
         same_cells(scanned.cells, expected)
     engine.dispose()
 
 
-def test_decision_from_a_text_score_at_several_thresholds(source_db_url):
-    """It derives the decision from a text decile score (compared as a number, not as text) at
-    each threshold, in every mode, and quarantines rows whose score is no number."""
+def test_decision_from_a_text_score_at_a_threshold(source_db_url):
+    """It derives the decision from a text decile score (compared as a number, not as text: "10"
+    reaches 8), in every mode, one audit per threshold, and quarantines rows whose score is no
+    number."""
     engine = make_engine(source_db_url)
     rng = np.random.default_rng(3)
     n = 200
@@ -309,12 +305,10 @@ def test_decision_from_a_text_score_at_several_thresholds(source_db_url):
         for i, y, s, g in zip(ids, labels, text, groups)
     ]
     create(engine, table, rows)
-    thresholds = [5.0, 8.0]
-    audit = audit_of(decision={"score": "decile_score", "threshold": thresholds})
     keep = [i for i in range(n) if i not in (7, 9)]
-    for mode, scans in all_modes(engine, audit).items():
-        assert [s.threshold for s in scans] == thresholds, mode
-        for scanned, threshold in zip(scans, thresholds):
+    for threshold in [5.0, 8.0]:
+        audit = audit_of(decision={"score": "decile_score", "threshold": threshold})
+        for mode, scanned in all_modes(engine, audit).items():
             truth = pd.DataFrame(
                 {
                     "grp": [groups[i] for i in keep],
@@ -367,7 +361,7 @@ def test_score_column_of_mixed_types_is_judged_alike(source_db_url, kind):
     ]
     create(engine, table, rows)
     audit = audit_of()
-    for mode, (scanned,) in all_modes(engine, audit).items():
+    for mode, scanned in all_modes(engine, audit).items():
         assert sorted(scanned.quarantine["row_ref"]) == ["p3", "p4", "p6"], mode
         assert set(scanned.quarantine["rule"]) == {"in_unit_interval"}, mode
         assert scanned.rows_valid == 4, mode
@@ -408,12 +402,12 @@ def test_decision_on_the_score_column_takes_it_on_the_thresholds_scale(source_db
         {"grp": "A", "y_true": [float(y) for y in labels], "y_pred": [int(d >= 5) for d in deciles]}
     )
     decided = audit_of(decision={"score": "score", "threshold": 5})
-    for mode, (scanned,) in all_modes(engine, decided).items():
+    for mode, scanned in all_modes(engine, decided).items():
         assert scanned.quarantine.empty and scanned.rows_valid == n, mode
         same_cells(scanned.cells, expected_cells(truth, ["grp"]))
     other = audit_of(decision={"score": "risk", "threshold": 5})
     above_one = sorted(f"p{i}" for i, d in enumerate(deciles) if d > 1)
-    for mode, (scanned,) in all_modes(engine, other).items():
+    for mode, scanned in all_modes(engine, other).items():
         assert sorted(scanned.quarantine["row_ref"]) == above_one, mode
         assert set(scanned.quarantine["rule"]) == {"in_unit_interval"}, mode
     engine.dispose()
@@ -439,7 +433,7 @@ def test_date_column_counts_as_midnight_utc(source_db_url):
     create(engine, table, rows)
     audit = audit_of(window="last_30_days")
     start, end = window_bounds(audit, NOW)
-    for mode, (scanned,) in all_modes(engine, audit, start, end).items():
+    for mode, scanned in all_modes(engine, audit, start, end).items():
         # 2026-06-01 00:00 UTC is the end itself (inside); 2026-05-01 00:00 is before 05-02.
         assert scanned.rows_read == 2 and scanned.rows_valid == 2, mode
     engine.dispose()
@@ -497,7 +491,7 @@ def test_bigint_boolean_integer_table_audits_in_pushdown_through_the_flow(db_url
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"decision": {"score": "s", "threshold": [0.5, 0.5]}}, "more than once"),
+        ({"decision": {"score": "s", "threshold": [0.5, 0.7]}}, "one threshold per audit"),
         ({"decision": {"score": "s", "threshold": float("nan")}}, "finite"),
         ({"source_db": "postgresql://u:secret@host/db"}, "must not hold a password"),
         ({"source_db": "postgresql://u:p%40ss%3Aw%2Frd%25@host/db"}, "must not hold a password"),
@@ -526,7 +520,7 @@ def test_bigint_boolean_integer_table_audits_in_pushdown_through_the_flow(db_url
     ],
 )
 def test_configuration_limits_are_stated(fields, message):
-    """It refuses, naming the problem, duplicated or infinite thresholds, a password in
+    """It refuses, naming the problem, several or infinite thresholds, a password in
     source_db, identifiers over the databases' limit, and a decision next to a y_pred column."""
     from biasaudit.schemas.config import ConfigError
 
