@@ -5,11 +5,16 @@ and used as SQLAlchemy objects, never pasted into SQL; values are bound paramete
 
 Values are read as the database driver returns them (no pandas type guessing: an integer column
 with NULLs stays integers, text ``007`` stays text); the Pandera rules (schemas.frames) judge them.
+Before any row is read, the table is checked against the audit from the catalogue alone
+(``table_problems``, also run by ``biasaudit audits``): every column the audit needs exists, and
+none is of a type whose values would all fail their rule; each problem is one line.
 The SQL here does three things on every dialect (PostgreSQL, SQLite, MariaDB/MySQL, DuckDB):
 
 - decides the window on the *parsed* timestamp (``parsed_timestamp``: typed columns as UTC, text in
   the ISO_TIMESTAMP grammar with its offset honoured); rows whose timestamp is NULL, unparseable or
-  before 1900 belong to every window, so they are read and quarantined, never silently left out;
+  before 1900 belong to every window, so they are read and quarantined, never silently left out.
+  A source without a timestamp column (allowed for window "all" without monitoring) has rows
+  without a time, all in the window;
 - gives ``row_ok``: a condition true only for rows the Pandera rules accept on the per-row rules
   (id, timestamp, scores), so the push-down may count them unchecked; every other row is fetched
   and judged by Pandera itself;
@@ -22,6 +27,7 @@ import hashlib
 import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -49,24 +55,26 @@ from sqlalchemy import (
     cast,
     collate,
     func,
+    inspect,
     literal,
     literal_column,
     null,
     or_,
     select,
     text,
+    true,
     type_coerce,
 )
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import NoSuchTableError
+from sqlalchemy.exc import NoSuchTableError, SQLAlchemyError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import NullType
 
-from biasaudit.schemas.config import Audit
-from biasaudit.schemas.frames import (
+from biasaudit.schemas.config import CANONICAL_COLUMNS, Audit
+from biasaudit.schemas.grammar import (
     CLOCK_SKEW,
     DECIMAL_TEXT,
     EARLIEST,
@@ -74,17 +82,33 @@ from biasaudit.schemas.frames import (
     ISO_TIMESTAMP,
 )
 
-REQUIRED = ("prediction_id", "predicted_at", "y_true", "y_pred")
+# Canonical columns every source has (y_pred unless a decision is derived from a score);
+# predicted_at where the audit's window or monitor needs it (Audit.timestamp_needed_by).
+REQUIRED = ("prediction_id", "y_true", "y_pred")
 ATTRIBUTES_JSON = "attributes"
 # Sub-millisecond margin: SQLite's date functions keep milliseconds only.
 MARGIN = timedelta(milliseconds=2)
 # MariaDB/MySQL compare text without case and trailing spaces by default; the audit groups and
 # compares the exact strings (as pandas does), so their text goes through this collation.
 MYSQL_EXACT = "utf8mb4_nopad_bin"
+# The kinds of column each canonical column (and every attribute) is read from (README, "Sources:
+# any table or view"); in a column of another kind every value fails its rule.
+READABLE = {
+    "prediction_id": ("text", "number", "uuid"),
+    "predicted_at": ("text", "timestamp"),
+    "y_true": ("text", "number", "boolean"),
+    "y_pred": ("text", "number", "boolean"),
+    "score": ("text", "number"),
+    "decision_score": ("text", "number"),
+    "attribute": ("text", "number", "boolean"),
+}
+# Names a problem lists of what the database or table has, at most.
+LISTED = 30
 
 
 class SourceError(LookupError):
-    """The configured source table or one of its mapped columns does not exist."""
+    """The configured source table or a column the audit needs does not exist, or a column's type
+    cannot hold what it should."""
 
 
 class EmptyWindow(LookupError):
@@ -162,7 +186,7 @@ def _reflect_duckdb(engine: Engine, schema: str, name: str) -> Table:
     with engine.connect() as connection:
         found = connection.execute(query, {"name": name, "schema": schema or None}).all()
     if not found:
-        raise SourceError(f"source {name!r}: no such table or view in the database")
+        raise SourceError(_no_table(engine, schema, name))
 
     def kind(data_type: str):
         if data_type.startswith("DECIMAL"):
@@ -190,6 +214,37 @@ def duckdb_unique_keys(connection, table: Table) -> list[list[str]]:
     return [list(names) for (names,) in found]
 
 
+def _listing(names: list[str]) -> str:
+    """Names for a message: the first LISTED of them, and how many more."""
+    if not names:
+        return "nothing"
+    more = f" and {len(names) - LISTED} more" if len(names) > LISTED else ""
+    return ", ".join(names[:LISTED]) + more
+
+
+def _no_table(engine: Engine, schema: str, name: str) -> str:
+    """Why the source cannot be found, with the tables and views its schema does have."""
+    if engine.dialect.name == "duckdb":
+        query = text(
+            "SELECT table_name FROM information_schema.tables "
+            "WHERE table_schema = coalesce(:schema, current_schema()) ORDER BY table_name"
+        )
+        with engine.connect() as connection:
+            names = list(connection.execute(query, {"schema": schema or None}).scalars())
+    else:
+        inspector = inspect(engine)
+        try:
+            names = inspector.get_table_names(schema or None)
+            names += inspector.get_view_names(schema or None)
+        except SQLAlchemyError:  # no such schema (MariaDB: database) either
+            names = []
+    where = f"schema {schema!r}" if schema else "the database"
+    return (
+        f"source {'.'.join(filter(None, [schema, name]))!r}: no such table or view in {where}; "
+        f"it has: {_listing(sorted(names))}"
+    )
+
+
 def reflect_source(engine: Engine, source: str) -> Table:
     """The source table or view as the database describes it (``schema.table`` allowed)."""
     schema, _, name = source.rpartition(".")
@@ -198,7 +253,7 @@ def reflect_source(engine: Engine, source: str) -> Table:
     try:
         return Table(name, MetaData(), autoload_with=engine, schema=schema or None)
     except NoSuchTableError:
-        raise SourceError(f"source {source!r}: no such table or view in the database") from None
+        raise SourceError(_no_table(engine, schema, name)) from None
 
 
 def _dialect(bind) -> str:
@@ -208,6 +263,87 @@ def _dialect(bind) -> str:
 
 def _is_text(column) -> bool:
     return isinstance(column.type, (String, NullType))  # Enum is a String
+
+
+def _kind(column) -> str:
+    """What a column's declared type holds: text (or a type unknown to SQLAlchemy), number,
+    boolean, timestamp (or date), uuid, or other."""
+    kind = column.type
+    if isinstance(kind, Boolean):
+        return "boolean"
+    if _is_text(column):
+        return "text"
+    if isinstance(kind, (Integer, Numeric)):
+        return "number"
+    if isinstance(kind, (DateTime, Date)):
+        return "timestamp"
+    return "uuid" if isinstance(kind, Uuid) else "other"
+
+
+def _source_names(audit: Audit) -> dict[str, str]:
+    """The source column name of each canonical column the audit reads, of each attribute and
+    (as ``decision_score``) of the decision's score."""
+    wanted = [c for c in CANONICAL_COLUMNS if not (c == "y_pred" and audit.decision)]
+    names = {c: audit.source_column(c) for c in wanted + audit.attributes}
+    if audit.decision:
+        names["decision_score"] = audit.decision.score
+    return names
+
+
+def source_columns(table: Table, audit: Audit) -> dict[str, Column | None]:
+    """The table's column for each of ``_source_names``; None where the table has none."""
+    return {c: table.c.get(name) for c, name in _source_names(audit).items()}
+
+
+def _needed(audit: Audit) -> dict[str, str]:
+    """The columns a source must have, each with why (for a message)."""
+    needed = {c: c for c in REQUIRED if not (c == "y_pred" and audit.decision)}
+    if audit.decision:
+        needed["decision_score"] = "decision.score"
+    if audit.timestamp_needed_by:
+        needed["predicted_at"] = f"predicted_at, needed by {audit.timestamp_needed_by}"
+    if audit.model_version is not None:
+        needed["model_version"] = f"model_version, configured as {audit.model_version!r}"
+    for canonical in audit.columns:  # an explicit mapping must exist
+        needed.setdefault(canonical, canonical)
+    return needed
+
+
+def table_problems(table: Table, audit: Audit, dialect: str) -> list[str]:
+    """Why ``table`` cannot be the audit's source, one line each (empty: it can): a column the
+    audit needs is missing, or of a type whose values would all fail their rule (not judged on
+    SQLite, whose declared types do not bind its values)."""
+    needed, has = _needed(audit), _listing(list(table.c.keys()))
+    problems = []
+    for canonical, name in _source_names(audit).items():
+        column = table.c.get(name)
+        is_attribute = canonical in audit.attributes
+        if column is None:
+            why = needed.get(canonical)
+            if is_attribute and ATTRIBUTES_JSON not in table.c:
+                why = f"attribute {canonical!r}, and no {ATTRIBUTES_JSON!r} JSON column either"
+            if why is not None:
+                problems.append(f"source {audit.source!r}: no column {name!r} ({why}); it has: {has}")
+            continue
+        readable = READABLE.get("attribute" if is_attribute else canonical)
+        if readable and dialect != "sqlite" and _kind(column) not in readable:
+            what = f"attribute {canonical!r}" if is_attribute else canonical
+            kinds = f"{', '.join(readable[:-1])} or {readable[-1]}"
+            problems.append(
+                f"source {audit.source!r}: column {name!r} ({what}) is of type "
+                f"{type(column.type).__name__}; {what} is read from a {kinds} column"
+            )
+    return problems
+
+
+def source_problems(engine: Engine, audit: Audit) -> list[str]:
+    """Why the audit's source cannot be read, one line each (empty: it can), from the database's
+    catalogue alone: no row is read."""
+    try:
+        table = reflect_source(engine, audit.source)
+    except SourceError as exc:
+        return [str(exc)]
+    return table_problems(table, audit, _dialect(engine))
 
 
 def _as_text(column, dialect: str):
@@ -332,16 +468,23 @@ class Window:
     """The canonical columns of one audit's source, as SQL expressions, and the window filter."""
 
     def __init__(self, table: Table, audit: Audit, dialect: str):
+        problems = table_problems(table, audit, dialect)
+        if problems:
+            raise SourceError("; ".join(problems))
         self.table, self.audit, self.dialect = table, audit, dialect
-        self.raw = {}  # canonical name -> expression of the raw value
-        required = [c for c in REQUIRED if not (c == "y_pred" and audit.decision)]
-        for canonical in required:
-            self.raw[canonical] = self._column(canonical, True)
-        model = self._column("model_id", False)
-        self.raw["model_id"] = model if model is not None else literal(audit.model_id)
-        version = self._column("model_version", False)
-        self.raw["model_version"] = version if version is not None else null()
-        score = self._column("score", False)
+        found = source_columns(table, audit)
+        # canonical name -> expression of the raw value, in the order rows are fingerprinted
+        self.raw: dict[str, Any] = {"prediction_id": found["prediction_id"]}
+        when = found["predicted_at"]  # None: the rows have no timestamp (window "all")
+        if when is not None:
+            self.raw["predicted_at"] = when
+        self.raw["y_true"] = found["y_true"]
+        if not audit.decision:
+            self.raw["y_pred"] = found["y_pred"]
+        self.model, self.version = found["model_id"], found["model_version"]
+        self.raw["model_id"] = self.model if self.model is not None else literal(audit.model_id)
+        self.raw["model_version"] = self.version if self.version is not None else null()
+        score = found["score"]
         if audit.decision and score is not None and score.name == audit.decision.score:
             # Read for the decision, the column is on the threshold's scale (a decile 1..10 with
             # threshold 5), not a probability: its rule is the decision score's, not [0, 1].
@@ -349,35 +492,16 @@ class Window:
         self.has_score = score is not None
         self.raw["score"] = score if score is not None else null()
         if audit.decision:
-            name = audit.decision.score
-            if name not in table.c:
-                raise SourceError(f"source {table.name!r}: decision score column {name!r} not found")
-            self.raw["decision_score"] = table.c[name]
+            self.raw["decision_score"] = found["decision_score"]
         for attribute in audit.attributes:
-            found = self._column(attribute, False)
-            if found is None:
-                if ATTRIBUTES_JSON not in table.c:
-                    raise SourceError(
-                        f"source {table.name!r}: no column {audit.source_column(attribute)!r} "
-                        f"for attribute {attribute!r}, and no {ATTRIBUTES_JSON!r} JSON column"
-                    )
-                found = _json_key(table, attribute, dialect)
-            elif isinstance(found.type, Enum) and dialect != "sqlite":
-                found = cast(found, Text)
-            self.raw[attribute] = found
-        self.model = model
-        self.version = version
-        self.time = parsed_timestamp(self.raw["predicted_at"], dialect)
-
-    def _column(self, canonical: str, required: bool):
-        name = self.audit.source_column(canonical)
-        if name in self.table.c:
-            return self.table.c[name]
-        if required or canonical in self.audit.columns:  # an explicit mapping must exist
-            raise SourceError(
-                f"source {self.table.name!r}: column {name!r} (for {canonical}) not found"
-            )
-        return None
+            column = found[attribute]
+            if column is None:
+                self.raw[attribute] = _json_key(table, attribute, dialect)
+            elif isinstance(column.type, Enum) and dialect != "sqlite":
+                self.raw[attribute] = cast(column, Text)
+            else:
+                self.raw[attribute] = column
+        self.time = None if when is None else parsed_timestamp(when, dialect)
 
     def key(self, canonical: str):
         """The expression to group and compare on: exact text on MariaDB/MySQL."""
@@ -392,18 +516,15 @@ class Window:
         conditions = []
         if self.model is not None:
             conditions.append(self.model == self.audit.model_id)
-        if self.audit.model_version is not None:
-            if self.version is None:
-                raise SourceError(
-                    f"source {self.table.name!r}: model_version is configured but not mapped"
-                )
+        if self.version is not None and self.audit.model_version is not None:
             conditions.append(self.version == self.audit.model_version)
-        t, aware = self._filter_time()
-        inside = t <= bound(end, self.dialect, aware)
-        if start is not None:
-            inside = and_(t > bound(start, self.dialect, aware), inside)
-        conditions.append(or_(inside, t.is_(None), t < bound(EARLIEST, self.dialect, aware)))
-        return and_(*conditions)
+        if self.time is not None:  # rows without a timestamp are in the window "all"
+            t, aware = self._filter_time()
+            inside = t <= bound(end, self.dialect, aware)
+            if start is not None:
+                inside = and_(t > bound(start, self.dialect, aware), inside)
+            conditions.append(or_(inside, t.is_(None), t < bound(EARLIEST, self.dialect, aware)))
+        return and_(true(), *conditions)
 
     def _filter_time(self):
         """(expression, aware) to filter the window on: a typed timestamp column itself (so an
@@ -441,18 +562,19 @@ class Window:
             rules.append(_bytewise(_as_text(ident, d), d) >= literal("!", Text))
         elif getattr(ident, "nullable", True):
             rules.append(ident.is_not(None))
-        t, aware = self._filter_time()
-        latest = now + CLOCK_SKEW - MARGIN
-        rules.append(t >= bound(EARLIEST + MARGIN, d, aware))
-        if end is None or end > latest:
-            rules.append(t <= bound(latest, d, aware))
+        if self.time is not None:
+            t, aware = self._filter_time()
+            latest = now + CLOCK_SKEW - MARGIN
+            rules.append(t >= bound(EARLIEST + MARGIN, d, aware))
+            if end is None or end > latest:
+                rules.append(t <= bound(latest, d, aware))
         if self.has_score:
             score, number = c["score"], parsed_number(c["score"], d)
             rules.append(or_(score.is_(None), and_(number >= 0, number <= 1)))
         if "decision_score" in c:
             number = parsed_number(c["decision_score"], d)
             rules.append(and_(number >= -1e300, number <= 1e300))  # finite (NaN fails too)
-        return and_(*rules)
+        return and_(true(), *rules)
 
 
 def _bytewise(text, dialect: str):

@@ -1295,9 +1295,30 @@ def metrics() -> None:
         )
 
 
+def _source_problems(audit: Any, db: str | None) -> list[str]:
+    """Why the audit's source cannot be read (db.source.source_problems), from the catalogue of
+    its database (``source_db``, else the store); or why it could not be looked at."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from biasaudit.db.engine import DatabaseMissing, DatabaseUrlError, database_url, make_engine
+    from biasaudit.db.source import source_problems, source_url
+    from biasaudit.flows.logs import one_line
+
+    try:
+        engine = make_engine(source_url(audit, database_url(db)), create=False)
+        try:
+            return source_problems(engine, audit)
+        finally:
+            engine.dispose()
+    except (DatabaseMissing, DatabaseUrlError, SQLAlchemyError) as exc:
+        return [f"source {audit.source!r} not checked: {one_line(exc, with_type=False)}"]
+
+
 @app.command()
-def audits(config: ConfigOption = None) -> None:
-    """List the configured audits and validate each one (exit 1 if any is invalid)."""
+def audits(config: ConfigOption = None, db: DbOption = None) -> None:
+    """List the configured audits and validate each one: its configuration, and its source's
+    table and columns in the database (source_db, else --db), reading no rows. Prints one line
+    per problem; exit 1 if any audit is invalid."""
     import pandas as pd
 
     from biasaudit.schemas.config import (
@@ -1308,33 +1329,30 @@ def audits(config: ConfigOption = None) -> None:
     )
 
     path = Path(config or default_config_path())
-    rows, bad = [], 0
+    rows, problems = [], []
     for name in configured_names(path):
         try:
             audit = load_audit(path, name)
         except ConfigError as exc:
-            bad += 1
-            problem = " ".join(line.strip() for line in str(exc).splitlines()[1:]) or str(exc)
+            found = [line.strip() for line in str(exc).splitlines()[1:]] or [str(exc)]
+            rows.append({"audit": name, "model": "", "window": "", "source": "", "attributes": ""})
+        else:
+            found = _source_problems(audit, db)
             rows.append(
                 {
-                    "audit": name,
-                    "model": "",
-                    "window": "",
-                    "attributes": "",
-                    "status": f"invalid: {problem}",
+                    "audit": audit.name,
+                    "model": audit.model_id,
+                    "window": audit.window,
+                    "source": audit.source,
+                    "attributes": ", ".join(audit.attributes),
                 }
             )
-            continue
-        rows.append(
-            {
-                "audit": audit.name,
-                "model": audit.model_id,
-                "window": audit.window,
-                "attributes": ", ".join(audit.attributes),
-                "status": "ok",
-            }
-        )
+        rows[-1]["status"] = "invalid" if found else "ok"
+        problems += [f"audit {name!r}: {problem}" for problem in found]
     _print_frame(pd.DataFrame(rows), title=f"audits in {path}")
+    for problem in problems:
+        _say(problem)
+    bad = sum(row["status"] != "ok" for row in rows)
     if bad:
         _fail(f"{bad} of {len(rows)} audits in {path} are invalid")
 

@@ -324,6 +324,14 @@ class Audit(BaseModel):
         return 1 if match.group(1) == "last_day" else int(match.group(2))
 
     @property
+    def timestamp_needed_by(self) -> str | None:
+        """What needs each prediction's timestamp (``predicted_at``): a window of days or the
+        monitor; None for window "all" without monitoring, whose source may lack the column."""
+        if self.window_days is not None:
+            return f"window {self.window!r}"
+        return "[audits.monitor]" if self.monitor is not None else None
+
+    @property
     def window_length(self) -> timedelta | None:
         days = self.window_days
         return None if days is None else timedelta(days=days)

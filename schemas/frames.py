@@ -7,33 +7,18 @@ can be quarantined with its rule, instead of one frame-level error that loses th
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 from decimal import Decimal
 
 import numpy as np
 import pandas as pd
 import pandera.pandas as pa
 
+from biasaudit.schemas.grammar import CLOCK_SKEW, DECIMAL_TEXT, EARLIEST, ISO_TIMESTAMP
 from biasaudit.schemas.metric_ids import METRIC_IDS
 
 BINARY = [0, 1]
 COUNT_COLUMNS = ["tp", "fp", "fn", "tn"]
-CLOCK_SKEW = timedelta(minutes=5)
-# Timestamps before this are implausible (integer epochs read as 1970, zero dates, typos).
-EARLIEST = datetime(1900, 1, 1, tzinfo=UTC)
-
-# The one text grammar of timestamps, shared by the Pandera checks here and the SQL of every
-# dialect (db.source): ISO 8601 date, optional time (T or space) with optional seconds, fraction
-# (up to microseconds) and offset (Z or +HH:MM). Text without an offset is UTC. [0-9], not \d:
-# ASCII digits only, on every regex engine.
-ISO_TIMESTAMP = (
-    r"^[1-9][0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
-    r"([T ]([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9](\.[0-9]{1,6})?)?"
-    r"(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])?)?$"
-)
-ISO_OFFSET = r"(Z|[+-][0-9]{2}:[0-9]{2})$"
-# The text grammar of numbers (scores, decision scores) that SQL can cast on every dialect.
-DECIMAL_TEXT = r"^[+-]?[0-9]{1,30}(\.[0-9]{1,30})?$"
 # What a text value must hold besides spaces to count as non-empty (SQL TRIM strips spaces only).
 PAD = " "
 # The reason a label or decision is quarantined with: the rule and the values it accepts.
@@ -247,7 +232,7 @@ def predictions_schema(
     """Schema of extracted predictions: canonical columns plus one column per sensitive attribute.
 
     Timestamps later than ``now`` (default: the wall clock) plus 5 minutes of clock skew fail, and
-    so do timestamps before 1900. With ``decision`` the decision is derived from a score: the
+    so do timestamps before 1900; a frame without ``predicted_at`` has no timestamps to check. With ``decision`` the decision is derived from a score: the
     column ``decision_score`` must hold a finite number and ``y_pred`` is not read.
 
     These rules are the only judge of a row: the push-down scan's SQL (db.source.row_ok) only
@@ -263,8 +248,9 @@ def predictions_schema(
         ),
         "model_id": pa.Column(nullable=False),
         "model_version": pa.Column(nullable=True),
-        "predicted_at": pa.Column(
+        "predicted_at": pa.Column(  # a source without timestamps has no such column
             nullable=False,
+            required=False,
             checks=[
                 pa.Check(_timestamp, element_wise=False, name="timestamp"),
                 pa.Check(_plausible, element_wise=False, name="plausible_timestamp"),

@@ -113,8 +113,8 @@ def split_valid(
     """(valid rows with y_true as float 0/1/NaN and y_pred as int8, quarantine records).
 
     Attributes of valid rows become their canonical text (schemas.frames.canonical_text),
-    timestamps UTC datetimes. With ``decision`` the rows carry a ``decision_score`` (a float in the
-    valid rows) instead of a ``y_pred``: see ``decide``.
+    timestamps (where the frame has them) UTC datetimes. With ``decision`` the rows carry a
+    ``decision_score`` (a float in the valid rows) instead of a ``y_pred``: see ``decide``.
 
     Valid rows keep their position in ``frame`` as index; each quarantine record names its row by
     that position (``row_number``; ``row_numbers[position]`` when given, e.g. the rows' places in
@@ -145,10 +145,9 @@ def split_valid(
     )
     quarantine = storable(quarantine)
     valid = frame.drop(index=bad_index)
-    valid = valid.assign(
-        y_true=as_binary(valid["y_true"]),
-        predicted_at=parse_timestamps(valid["predicted_at"]),
-    )
+    valid = valid.assign(y_true=as_binary(valid["y_true"]))
+    if "predicted_at" in valid:
+        valid["predicted_at"] = parse_timestamps(valid["predicted_at"])
     if decision:
         valid["decision_score"] = as_number(valid["decision_score"])
     else:

@@ -233,16 +233,17 @@ def test_unknown_audit_is_named(tmp_path, migrated):
     _one_line_error(result, "--as-of: '2026-13-45' is not a date")
 
 
-def test_audits_lists_and_validates_each_audit(tmp_path):
+def test_audits_lists_and_validates_each_audit(tmp_path, migrated):
     """It lists every audit with its model and marks the invalid one, exiting 1."""
     body = GOOD + '[[audits]]\nname = "b"\nmodel = "m"\nattributes = ["race"]\nwindow = "x"\n'
-    result = runner.invoke(app, ["audits", "-c", _config(tmp_path, body)])
+    result = runner.invoke(app, ["audits", "-c", _config(tmp_path, body), "--db", migrated])
     assert result.exit_code == 1
     assert "error: 1 of 2 audits" in result.output
     row_a = next(line for line in result.output.splitlines() if "│ a " in line)
     row_b = next(line for line in result.output.splitlines() if "│ b " in line)
     assert "ok" in row_a and "invalid" in row_b
-    ok = runner.invoke(app, ["audits", "-c", _config(tmp_path, GOOD)])
+    assert "audit 'b': audits[0].window: Value error, 'x' is not 'all'" in result.output
+    ok = runner.invoke(app, ["audits", "-c", _config(tmp_path, GOOD), "--db", migrated])
     assert ok.exit_code == 0 and "ok" in ok.output
 
 
