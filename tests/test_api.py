@@ -334,7 +334,7 @@ def test_plain_pipeline_runs_without_prefect(tmp_path):
 @pytest.mark.parametrize("command", [["audits"], ["history"], ["metrics"]])
 def test_listing_commands_import_no_statistics_and_no_prefect(command, tmp_path):
     """Commands that list configuration, metrics or stored runs (of an empty store here) import
-    neither Prefect nor scipy nor Pandera (issue 18: import only what a command needs)."""
+    neither Prefect nor scipy nor Pandera: a command imports only what it needs."""
     from biasaudit.db.migrate import upgrade
 
     from .conftest import DEMO_CONFIG
