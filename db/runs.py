@@ -542,8 +542,11 @@ def record_failed_run(
             session.add(run)
             session.flush()
             run_id = run.id
-        elif _locked_status(session, run_id) == SUCCEEDED:
+        elif (status := _locked_status(session, run_id)) == SUCCEEDED:
             log.warning("run %s committed as succeeded: not marked failed (%s)", run_id, error)
+            return run_id
+        elif status is None:  # removed as a duplicate of an identical run: nothing to mark
+            log.warning("run %s no longer exists: not marked failed (%s)", run_id, error)
             return run_id
         else:
             session.execute(

@@ -225,17 +225,15 @@ def _prefect_environment(logs: bool = False) -> None:
     started here that dies with this process (even on SIGKILL), unlike Prefect's own temporary
     server. Prefect's log lines are left out unless ``logs``, --verbose or --debug: the command
     prints the run's results itself, and an error as one line."""
-    if not (logs or PREFECT_LOGS["on"]):
-        # Prefect's own setting (read when Prefect is imported, below): its loggers say nothing
-        # below CRITICAL; biasaudit's warnings (e.g. waiting for a live run) still show.
-        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "CRITICAL")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from prefect.settings import get_current_settings
 
-    from biasaudit.flows.logs import install_short_errors
+    from biasaudit.flows.logs import install_short_errors, quiet_prefect_console
 
     install_short_errors()
+    if not (logs or PREFECT_LOGS["on"]):
+        quiet_prefect_console()
     if get_current_settings().api.url:
         return
     url = _start_temporary_server()
@@ -575,12 +573,22 @@ def run(
         result = audit_flow(audit, config, flow_url(db), moment, force)
     _print_runs(db, [result["run_id"]])
     _print_flagged(db, [result["run_id"]])
-    if result["report"] is None:  # its reason was a Prefect log line, hidden without --verbose
-        raise Mistake(
-            f"run {result['run_id']} succeeded and is stored, but its report was not written "
-            f"({result['report_error']}); write it with `biasaudit report {result['run_id']}`"
-        )
+    _check_reports([result])
     _say(f"report: {result['report']}")
+
+
+def _check_reports(results: list[dict]) -> None:
+    """One error line when a run's report was not written (its reason was a Prefect log line,
+    hidden without --verbose): the runs are stored, the pages are not."""
+    missing = [r for r in results if r["report"] is None]
+    if missing:
+        raise Mistake(
+            "; ".join(
+                f"run {r['run_id']} succeeded and is stored, but its report was not written "
+                f"({r['report_error']}); write it with `biasaudit report {r['run_id']}`"
+                for r in missing
+            )
+        )
 
 
 @app.command()
@@ -609,6 +617,7 @@ def demo(db: DbOption = None) -> None:
         results = nightly_flow(str(DEMO_CONFIG), flow_url(db), END)
     _print_runs(db, [r["run_id"] for r in results])
     _print_flagged(db, [r["run_id"] for r in results])
+    _check_reports(results)
     _say("next: biasaudit history, biasaudit history RUN_ID")
 
 

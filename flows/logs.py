@@ -1,10 +1,13 @@
-"""Short logs for handled errors: one line, no traceback (issue 13).
+"""Short logs for handled errors: one line, no traceback; and a terminal without Prefect's lines.
 
 Prefect logs a failed task or flow run with its whole traceback (65 to 1,000 lines). For the
 errors biasaudit raises on purpose (configuration, data, database reachability), the message
 already says what is wrong: ``install_short_errors`` adds a filter to Prefect's and the root
 logger's handlers that drops the traceback of those errors and keeps the first line of the
 message. Other exceptions (bugs) keep their traceback. ``BIASAUDIT_DEBUG=1`` turns it off.
+
+``quiet_prefect_console`` keeps Prefect's own lines off the terminal of a command that prints its
+results itself; they still reach a Prefect server (its API handler is another handler).
 """
 
 from __future__ import annotations
@@ -87,3 +90,25 @@ def install_short_errors() -> None:
         for handler in logging.getLogger(name).handlers:
             if _FILTER not in handler.filters:
                 handler.addFilter(_FILTER)
+
+
+class WithoutPrefectLines(logging.Filter):
+    """Drops the records of Prefect's loggers; biasaudit's own warnings and other libraries'
+    still pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.name != "prefect" and not record.name.startswith("prefect.")
+
+
+def quiet_prefect_console() -> None:
+    """Keep Prefect's log lines off the terminal (idempotent): the filter goes on the console
+    handlers only, so a configured Prefect server still receives every line."""
+    import prefect.main  # noqa: F401 - configures Prefect's logging: its handlers must exist first
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    quiet = WithoutPrefectLines()
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, PrefectConsoleHandler) and not any(
+            isinstance(f, WithoutPrefectLines) for f in handler.filters
+        ):
+            handler.addFilter(quiet)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-import tempfile
+import uuid
 from pathlib import Path
 
 from sqlalchemy import Engine
@@ -31,13 +31,14 @@ def write_page(path: Path, page: str) -> None:
     """Write ``page`` to ``path`` whole or not at all: into a temporary file beside it, renamed
     over ``path`` once written (a full disk or a killed process leaves no partial report)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(handle)
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    # Created as open() creates a file (0666 less the umask), not 0600 as mkstemp's are.
+    os.close(os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
     try:
-        Path(temporary).write_text(page, encoding="utf-8")
+        temporary.write_text(page, encoding="utf-8")
         os.replace(temporary, path)
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        temporary.unlink(missing_ok=True)
         raise
 
 

@@ -546,3 +546,21 @@ def test_compare_of_overlapping_windows_says_what_to_do_instead(store):
     assert "[audits.monitor]" in advice and "biasaudit history --monitor" in advice
     assert 'window = "last_30_days"' in advice and "30 days apart" in advice
     assert "changes, untested: the 10 largest" in compared.output
+
+
+def test_a_report_page_has_the_mode_open_gives_a_file(tmp_path):
+    """A report is created as any file the user writes (0666 less the umask), not private to its
+    owner as a temporary file would be, and replaces an older page whole."""
+    import os
+
+    from biasaudit.flows.report import write_page
+
+    page = tmp_path / "reports" / "a-run-1.html"
+    previous = os.umask(0o022)
+    try:
+        write_page(page, "<p>one</p>")
+        write_page(page, "<p>two</p>")
+    finally:
+        os.umask(previous)
+    assert page.stat().st_mode & 0o777 == 0o644
+    assert page.read_text() == "<p>two</p>" and [p.name for p in page.parent.iterdir()] == [page.name]

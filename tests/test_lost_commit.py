@@ -9,7 +9,7 @@ as an "identical" run or marking it failed with its results still stored.
 
 import pandas as pd
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from biasaudit.db.engine import make_engine
 from biasaudit.db.history import list_runs
@@ -140,3 +140,21 @@ def test_a_succeeded_run_is_never_replaced_by_itself(db_url):
         release_run(run_id)
     assert list_runs(engine)[["id", "status"]].values.tolist() == [[run_id, "succeeded"]]
     assert stored_rows(db_url, run_id) == before
+
+
+@on_databases("sqlite", "postgresql")
+def test_marking_a_removed_run_failed_stores_nothing(db_url):
+    """A failure recorded for a run whose row is gone (removed as a duplicate of an identical run
+    whose commit reply was lost) writes nothing: no quarantine rows of a run that does not
+    exist (a foreign-key error on PostgreSQL hid the real error; orphans on SQLite)."""
+    run_id, _ = succeeded_run(db_url)
+    record = new_record(load_audit(DEMO_CONFIG, AUDIT), END)
+    engine = make_engine(db_url)
+    quarantine = pd.DataFrame(
+        {"row_number": [1], "row_ref": ["1"], "column_name": ["score"], "value": ["2"]}
+        | {"rule": ["score in [0, 1]"], "row": [{"score": 2}]}
+    )
+    assert record_failed_run(engine, run_id + 1, record, "OperationalError: lost", quarantine)
+    with engine.connect() as connection:
+        assert connection.scalar(select(func.count()).select_from(QuarantinedRow)) == 0
+    assert list_runs(engine)[["id", "status"]].values.tolist() == [[run_id, "succeeded"]]
