@@ -124,7 +124,7 @@ def upgrade(url: str | None = None, revision: str = "head") -> None:
             f"revisions (0001 to {head}): another application's migrations keep their record "
             "there; nothing was changed: keep the store in another database"
         )
-    if "alembic_version" not in present:
+    if not recorded:  # no migration record, or an empty one
         ours = sorted(present & store_objects())
         if ours:
             raise UpgradeError(

@@ -121,6 +121,23 @@ def test_a_half_built_store_is_refused_and_left_alone(source_db_url):
 
 
 @STORES
+def test_an_empty_migration_record_beside_store_tables_is_half_built(source_db_url):
+    """An alembic_version holding no revision beside the store's tables is a half-built store
+    too: refused before anything changes (migrating from 0001 failed with 'already exists')."""
+    url = source_db_url
+    user_tables(url)
+    engine = make_engine(url)
+    Base.metadata.tables["audit_runs"].create(engine)
+    with engine.begin() as connection:
+        connection.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)"))
+    engine.dispose()
+    before = snapshot(url)
+    with pytest.raises(UpgradeError, match=r"biasaudit's tables \['audit_runs'\] but no migration"):
+        upgrade(url)
+    assert snapshot(url) == before
+
+
+@STORES
 def test_another_applications_migration_record_is_refused_and_left_alone(source_db_url):
     """An alembic_version of the user's own application (a revision that is none of ours) is
     refused before anything changes: the store cannot share that record."""
