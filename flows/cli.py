@@ -581,13 +581,17 @@ def _check_reports(results: list[dict]) -> None:
     """One error line when a run's report was not written (its reason was a Prefect log line,
     hidden without --verbose): the runs are stored, the pages are not."""
     missing = [r for r in results if r["report"] is None]
-    if missing:
+    if len(missing) == 1:
+        (run,) = missing
         raise Mistake(
-            "; ".join(
-                f"run {r['run_id']} succeeded and is stored, but its report was not written "
-                f"({r['report_error']}); write it with `biasaudit report {r['run_id']}`"
-                for r in missing
-            )
+            f"run {run['run_id']} succeeded and is stored, but its report was not written "
+            f"({run['report_error']}); write it with `biasaudit report {run['run_id']}`"
+        )
+    if missing:
+        runs = ", ".join(str(r["run_id"]) for r in missing)
+        raise Mistake(
+            f"runs {runs} succeeded and are stored, but their reports were not written (first: "
+            f"{missing[0]['report_error']}); write each with `biasaudit report RUN`"
         )
 
 
