@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import re
 
-# C0 and DEL, C1, and the bidirectional formatting characters (marks, embeddings, overrides,
-# isolates, the Arabic letter mark).
-_UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# C0 and DEL, C1, the line and paragraph separators, and the bidirectional formatting characters
+# (marks, embeddings, overrides, isolates, the Arabic letter mark).
+_UNSHOWABLE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]"
+)
 
 
 def _escape(match: re.Match[str]) -> str:

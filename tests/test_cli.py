@@ -334,10 +334,11 @@ HOSTILE_NAMES = [
     "\x1b]0;owned\x07",  # OSC: sets the window title
     "\x9b2J",  # C1 CSI: clears the screen on some terminals
     "\u202eevil",  # right-to-left override: shows "live"
+    "line\u2028break",  # a line separator: a new line on some terminals
     "Jos\u00e9",  # NFC ...
     "Jose\u0301",  # ... and NFD: two groups, one Python identifier
 ]
-UNSHOWABLE = ["\x1b", "\x07", "\x9b", "\u202e"]
+UNSHOWABLE = ["\x1b", "\x07", "\x9b", "\u202e", "\u2028"]
 
 
 def test_names_are_shown_as_data_never_obeyed(tmp_path):
