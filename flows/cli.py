@@ -706,6 +706,7 @@ def history(
     --metric) or export its metrics, or print a metric's time series."""
     from biasaudit.db.history import list_runs, run_match, run_metrics
     from biasaudit.schemas.metric_ids import BASE_RATES
+    from biasaudit.schemas.report import run_label
 
     _check_format(format_)
     if status is not None and status not in ("succeeded", "failed", "running"):
@@ -764,10 +765,11 @@ def history(
     if context:
         _print_frame(
             wide[["attribute", "group_name", "n", *context]],
-            title=f"run {run_id}: base rates per group (context, not tested)",
+            title=f"{run_label(run.id, run.version)}: base rates per group (context, not tested)",
         )
     _print_frame(
-        wide.drop(columns=context), title=f"run {run_id}: metrics per group (blank = undefined)"
+        wide.drop(columns=context),
+        title=f"{run_label(run.id, run.version)}: metrics per group (blank = undefined)",
     )
     undefined = metrics[metrics["undefined_reason"].notna()]
     if not undefined.empty:
@@ -1003,13 +1005,17 @@ def compare(
     if other is None:
         previous = previous_as_of_run(engine, after.audit_name, after.model_id, after.as_of)
         if previous is None:
-            _fail(f"run {run_id} is the first as-of of {after.audit_name}: nothing to compare with")
+            _fail(
+                f"{run_label(run_id, after.version)} is the first as-of of {after.audit_name}: "
+                "nothing to compare with"
+            )
         other = previous.id
     before = _run_or_fail(engine, other)
     if (before.audit_name, before.model_id) != (after.audit_name, after.model_id):
         _fail(
-            f"run {other} audits {before.audit_name} of model {before.model_id}, run {run_id} "
-            f"{after.audit_name} of {after.model_id}: compare runs of the same audit and model"
+            f"{run_label(other, before.version)} audits {before.audit_name} of model "
+            f"{before.model_id}, {run_label(run_id, after.version)} {after.audit_name} of "
+            f"{after.model_id}: compare runs of the same audit and model"
         )
     alpha = after.config["thresholds"]["alpha"]
     overlapping = windows_overlap(
