@@ -22,6 +22,7 @@ Example::
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -29,7 +30,7 @@ import re
 import tomllib
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AliasChoices,
@@ -414,12 +415,48 @@ def _location(loc: tuple) -> str:
     return out or "(top level)"
 
 
+def _keys_at(loc: tuple) -> list[str]:
+    """The keys the configuration accepts beside the key at ``loc`` (a table's field names and
+    their accepted aliases)."""
+    model: Any = AuditFile
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part)
+        model = _model_in(field.annotation) if field is not None else None
+        if model is None:
+            return []
+    keys = set(model.model_fields)
+    for field in model.model_fields.values():
+        keys.update(c for c in getattr(field.validation_alias, "choices", ()) if isinstance(c, str))
+    return sorted(keys)
+
+
+def _model_in(annotation: Any) -> Any:
+    """The configuration model an annotation holds (through Optional, list, Annotated)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next((m for a in get_args(annotation) if (m := _model_in(a)) is not None), None)
+
+
+def _problem(error: Any) -> str:
+    """One configuration error in words: an unknown key with the keys accepted there (and the
+    likeliest one meant), a value error without pydantic's prefix."""
+    where, message = _location(error["loc"]), error["msg"]
+    if error["type"] == "extra_forbidden":
+        keys = _keys_at(error["loc"])
+        meant = difflib.get_close_matches(str(error["loc"][-1]), keys, n=1)
+        hint = f"did you mean {meant[0]!r}? " if meant else ""
+        message = f"unknown key; {hint}keys accepted here: {', '.join(keys)}"
+    return f"  {where}: {message.removeprefix('Value error, ')}"
+
+
 def parse_config(data: dict, origin: str = "<config>") -> AuditFile:
     """Validate a parsed TOML document; raise ConfigError naming each bad key."""
     try:
         return AuditFile.model_validate(data)
     except ValidationError as exc:
-        problems = [f"  {_location(e['loc'])}: {e['msg']}" for e in exc.errors()]
+        problems = [_problem(e) for e in exc.errors()]
         raise ConfigError(
             f"invalid audit configuration {origin}:\n" + "\n".join(problems)
         ) from None

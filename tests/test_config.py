@@ -37,7 +37,22 @@ def test_synonyms_map_to_spec_ids():
         ({"window": "last_0_days"}, "audits[0].window", "N from 1 to"),
         ({"intersections": [["race", "age"]]}, "intersections[0]", "['age'] not in attributes"),
         ({"intersections": [["race"]]}, "intersections[0]", "two or more"),
-        ({"colour": "red"}, "audits[0].colour", "Extra inputs are not permitted"),
+        ({"flavour": "red"}, "audits[0].flavour", "unknown key; keys accepted here: attributes,"),
+        (
+            {"refernce_groups": {"race": "A"}},
+            "audits[0].refernce_groups",
+            "unknown key; did you mean 'reference_groups'? keys accepted here:",
+        ),
+        (
+            {"monitor": {"source_db": "sqlite:///x.db"}},
+            "audits[0].monitor.source_db",
+            "unknown key; keys accepted here: half_life, label_delay_days, metrics",
+        ),
+        (
+            {"thresholds": {"tolerence": 0.1}},
+            "audits[0].thresholds.tolerence",
+            "did you mean 'tolerance'?",
+        ),
         ({"attributes": []}, "audits[0].attributes", "at least 1 item"),
         ({"thresholds": {"alpha": 1.5}}, "audits[0].thresholds.alpha", "less than 1"),
         ({"columns": {"label": "y"}}, "columns", "neither"),
