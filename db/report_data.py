@@ -7,7 +7,7 @@ reach the report without a change here. Monitoring state is read when its table 
 from __future__ import annotations
 
 import pandas as pd
-from sqlalchemy import Engine, MetaData, Table, inspect, or_, select
+from sqlalchemy import Engine, or_, select
 
 from biasaudit.db.history import get_run
 from biasaudit.db.models import (
@@ -18,13 +18,12 @@ from biasaudit.db.models import (
     MatchResult,
     MetaMetricResult,
     MetricResult,
+    MonitorResult,
     PlanningResult,
     TwoGroupResult,
 )
 from biasaudit.schemas.report import ReportFrames
 
-# Tables of the anytime-valid monitoring stage (issue 16), read when present.
-MONITOR_TABLES = ("monitor_results", "monitoring_results", "monitor_state")
 RUN_FIELDS = (
     "id",
     "audit_name",
@@ -102,17 +101,6 @@ def trend_metrics(engine: Engine, runs: pd.DataFrame) -> pd.DataFrame:
     return values.merge(runs, on="run_id")
 
 
-def monitor_rows(engine: Engine, run_id: int) -> pd.DataFrame:
-    """The run's monitoring rows from the first monitoring table that exists (else empty)."""
-    names = set(inspect(engine).get_table_names())
-    for name in MONITOR_TABLES:
-        if name in names:
-            table = Table(name, MetaData(), autoload_with=engine)
-            if "run_id" in table.c:
-                return _rows(engine, table, run_id)
-    return pd.DataFrame()
-
-
 def report_frames(engine: Engine, run_id: int, trend_limit: int = 8) -> ReportFrames:
     """Everything the report of one stored run needs (raises LookupError for an unknown run)."""
     run = get_run(engine, run_id)
@@ -127,12 +115,12 @@ def report_frames(engine: Engine, run_id: int, trend_limit: int = 8) -> ReportFr
         "meta": MetaMetricResult,
         "comparison": ComparisonResult,
         "two_group": TwoGroupResult,
+        "monitor": MonitorResult,
     }
     frames = {key: _rows(engine, model.__table__, run_id) for key, model in tables.items()}
     runs = trend_runs(engine, run, trend_limit)
     return ReportFrames(
         run={name: getattr(run, name, None) for name in RUN_FIELDS},
         trend=trend_metrics(engine, runs),
-        monitor=monitor_rows(engine, run_id),
         **frames,
     )

@@ -588,12 +588,6 @@ def window_of(engine_or_connection, audit: Audit) -> Window:
     return Window(reflect_source(bind, audit.source), audit, _dialect(bind))
 
 
-def source_query(table: Table, audit: Audit, start: datetime | None, end: datetime, dialect: str):
-    """SELECT of the audit window with canonical column names, from ``table`` through the mapping."""
-    window = Window(table, audit, dialect)
-    return window.query(start, end)
-
-
 def rows_frame(result, columns) -> pd.DataFrame:
     """A frame of driver values, one object column each (no dtype inference)."""
     rows = list(result)

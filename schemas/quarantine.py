@@ -114,7 +114,7 @@ def split_valid(
 
     Attributes of valid rows become their canonical text (schemas.frames.canonical_text),
     timestamps (where the frame has them) UTC datetimes. With ``decision`` the rows carry a
-    ``decision_score`` (a float in the valid rows) instead of a ``y_pred``: see ``decide``.
+    ``decision_score`` (a float in the valid rows) instead of a ``y_pred`` (decided from the threshold in db.scan.cells_of).
 
     Valid rows keep their position in ``frame`` as index; each quarantine record names its row by
     that position (``row_number``; ``row_numbers[position]`` when given, e.g. the rows' places in
@@ -155,11 +155,6 @@ def split_valid(
     for attribute in attributes:
         valid[attribute] = canonical_text(valid[attribute]).astype(str)
     return valid, quarantine
-
-
-def decide(valid: pd.DataFrame, threshold: float) -> pd.DataFrame:
-    """Valid rows with ``y_pred`` = 1 where ``decision_score`` >= ``threshold``, else 0."""
-    return valid.assign(y_pred=(valid["decision_score"] >= threshold).astype("int8"))
 
 
 def unusable_columns(read: int, quarantine: pd.DataFrame) -> str:

@@ -38,7 +38,7 @@ def group_counts(valid: pd.DataFrame, attributes: list[str], intersections: list
 
 def cell_counts(valid: pd.DataFrame, attributes: list[str], intersections: list[list[str]]):
     """Group rows only (attribute, group_name and the cell counts): additive over chunks of rows,
-    so streamed chunks fold by summing (fold_counts)."""
+    so the counts of chunks fold by summing."""
     if valid.empty:
         return _empty_counts().drop(columns="subset")
     weight = valid.get("n")  # pre-aggregated rows carry their count
@@ -62,14 +62,6 @@ def cell_counts(valid: pd.DataFrame, attributes: list[str], intersections: list[
         key = {"attribute": INTERSECTION_SEP.join(columns), "group_name": names.to_numpy()}
         parts.append(pd.DataFrame(key).join(grouped.reset_index(drop=True)))
     return pd.concat(parts, ignore_index=True)
-
-
-def fold_counts(parts: list[pd.DataFrame]) -> pd.DataFrame:
-    """Sum group rows of several chunks (cell_counts outputs) per attribute and group."""
-    frame = pd.concat(parts, ignore_index=True)
-    if frame.empty:
-        return frame
-    return frame.groupby(["attribute", "group_name"], sort=True, as_index=False)[CELL_COLUMNS].sum()
 
 
 def with_complements(groups: pd.DataFrame) -> pd.DataFrame:

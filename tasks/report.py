@@ -1108,6 +1108,7 @@ def monitor_section(frames: ReportFrames) -> str:
     header = [c for c in MONITOR_COLUMNS if c in monitor.columns]
     rows = []
     for record in monitor.to_dict(orient="records"):
+        record["nights"] = int(record["nights"])  # stored as a real number
         cells = [esc(record[c]) if c != "difference" else points(record[c]) for c in header]
         if "cs_low" in record:
             cells.append(f"[{sig3(100 * record['cs_low'])}, {sig3(100 * record['cs_high'])}]")

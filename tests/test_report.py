@@ -620,33 +620,51 @@ def test_renders_the_renamed_columns_and_untested_rows_of_issue_15(compas):
 
 @needs_compas
 def test_monitoring_rows_are_read_when_their_table_exists_and_drawn(compas, tmp_path):
-    """A ``monitor_results`` table (issue 16) is read for the run; its confidence sequences are
-    drawn under the HDIs and listed with the e-process and alarm."""
+    """The run's ``monitor_results`` rows (and no other run's) are read; their confidence
+    sequences are drawn under the HDIs and listed with the e-process and alarm."""
     import sqlite3
+
+    from biasaudit.db.models import MonitorResult
 
     copy = tmp_path / "monitored.db"
     source = sqlite3.connect(compas["url"].removeprefix("sqlite:///"))
     with sqlite3.connect(copy) as target:
         source.backup(target)  # the database may be in WAL mode: copy through SQLite
     source.close()
-    with sqlite3.connect(copy) as connection:
-        # Migration 0011 creates the real table; this test stands for any monitoring table.
-        connection.execute("DROP TABLE IF EXISTS monitor_results")
-        connection.execute(
-            "CREATE TABLE monitor_results (run_id INTEGER, attribute TEXT, group_name TEXT, "
-            "reference TEXT, metric TEXT, nights INTEGER, difference REAL, cs_low REAL, "
-            "cs_high REAL, e_process REAL, alarm BOOLEAN)"
-        )
-        connection.execute(
-            "INSERT INTO monitor_results VALUES (?, 'race', 'African-American', 'Caucasian', "
-            "'fpr', 12, 0.2139, 0.1234, 0.3012, 5000.0, 1)",
-            (compas["newer"],),
-        )
-        connection.execute(
-            "INSERT INTO monitor_results VALUES (?, 'race', 'Asian', 'Caucasian', 'fpr', 12, "
-            "-0.1, -0.4, 0.2, 0.5, 0)",
-            (compas["newer"] + 1000,),  # another run's row: not read
-        )
+    table = MonitorResult.__table__
+    zeros = {c.name: 0 for c in table.columns if not c.nullable}
+    rows = [
+        dict(
+            zeros,
+            run_id=compas["newer"],
+            attribute="race",
+            group_name="African-American",
+            reference="Caucasian",
+            metric="fpr",
+            nights=12,
+            difference=0.2139,
+            cs_low=0.1234,
+            cs_high=0.3012,
+            e_process=5000.0,
+            alarm=True,
+        ),
+        dict(
+            zeros,
+            run_id=compas["older"],
+            attribute="race",
+            group_name="Asian",
+            reference="Caucasian",
+            metric="fpr",
+            nights=12,
+            difference=-0.1,
+            cs_low=-0.4,
+            cs_high=0.2,
+            e_process=0.5,
+            alarm=False,
+        ),  # another run's row: not read
+    ]
+    with make_engine(f"sqlite:///{copy}").begin() as connection:
+        connection.execute(table.insert(), rows)
     frames = report_frames(make_engine(f"sqlite:///{copy}"), compas["newer"])
     assert len(frames.monitor) == 1
     page = render_html(frames)
@@ -739,7 +757,9 @@ def test_completeness_warning_is_the_runs_own_decision(compas):
     counts.loc[black, "n_unlabelled"] = round(0.03 * rejected)
     race = label_completeness(counts[counts["attribute"] == "race"])
     assert race["p_value"].iloc[0] < 0.001 and not race["uneven"].any()  # seen, but small
-    assert "label completeness differs" not in render_html(dataclasses.replace(frames, counts=counts))
+    assert "label completeness differs" not in render_html(
+        dataclasses.replace(frames, counts=counts)
+    )
 
 
 def test_many_groups_stay_on_the_first_screen_and_bare_frames_render():
