@@ -309,6 +309,9 @@ class DetectionResult(GroupVsReference, Base):
     # 'exact' (unconditional) or 'normal': which p-value of tasks.twosample
     test: Mapped[str | None] = mapped_column(String(8))
     flagged: Mapped[bool] = mapped_column(Boolean)
+    # the test's settings: H1 |difference| > tolerance, flagged at false-discovery rate alpha
+    tolerance: Mapped[float] = mapped_column(Real)
+    alpha: Mapped[float] = mapped_column(Real)
     # why there is no test (zero denominator, min_group_size, repeat of a two-valued comparison)
     reason: Mapped[str | None] = mapped_column(Text)
 
@@ -338,6 +341,9 @@ class PlanningResult(GroupVsReference, Base):
     power_method: Mapped[str | None] = mapped_column(String(8))
     verdict: Mapped[str] = mapped_column(String(64))
     bias_n: Mapped[float | None] = mapped_column(Real)
+    # the planned test's tolerance and the run's alpha (level is alpha/m)
+    tolerance: Mapped[float] = mapped_column(Real)
+    alpha: Mapped[float] = mapped_column(Real)
     reason: Mapped[str | None] = mapped_column(Text)
 
 

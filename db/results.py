@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 import pandas as pd
 
@@ -16,6 +16,19 @@ from biasaudit.db.models import (
     PlanningResult,
     TwoGroupResult,
 )
+from biasaudit.schemas.results import CONTRACTS, validate_result
+
+# The table each result frame of an audit fills (metrics and smoothed share metric_results).
+TABLES: dict[str, type] = {
+    "counts": GroupCount,
+    "metrics": MetricResult,
+    "two_group": TwoGroupResult,
+    "match": MatchResult,
+    "detection": DetectionResult,
+    "planning": PlanningResult,
+    "metametrics": MetaMetricResult,
+    "comparison": ComparisonResult,
+}
 
 
 class ResultFrames(Protocol):
@@ -49,22 +62,11 @@ class ResultFrames(Protocol):
     def comparison(self) -> pd.DataFrame: ...
 
 
-def _columns(model: Any, frame: pd.DataFrame) -> pd.DataFrame:
-    """The frame's columns that the table has (its key and value columns, without run_id)."""
-    names = [c.name for c in model.__table__.columns if c.name != "run_id"]
-    return frame[[c for c in names if c in frame.columns]]
-
-
 def result_tables(result: ResultFrames) -> dict[type, pd.DataFrame]:
-    """Each result table's model and the rows to insert for it."""
-    frames: dict[type, pd.DataFrame] = {
-        GroupCount: result.counts,
-        MetricResult: pd.concat([result.metrics, result.smoothed], ignore_index=True),
-        TwoGroupResult: result.two_group,
-        MatchResult: result.match,
-        DetectionResult: result.detection,
-        PlanningResult: result.planning,
-        MetaMetricResult: result.metametrics,
-        ComparisonResult: result.comparison,
-    }
-    return {model: _columns(model, frame) for model, frame in frames.items()}
+    """Each result table's model and the rows to insert for it: exactly its contract's columns
+    (schemas.results), checked again here so that no column is dropped or left NULL silently."""
+    frames = {name: getattr(result, name) for name in CONTRACTS}
+    frames["metrics"] = pd.concat(
+        [frames.pop("metrics"), frames.pop("smoothed")], ignore_index=True
+    )
+    return {TABLES[name]: validate_result(name, frame) for name, frame in frames.items()}

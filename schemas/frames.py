@@ -66,8 +66,10 @@ def canonical_text(series: pd.Series) -> pd.Series:
     """Attribute values as the strings they are: text unchanged, numbers in one canonical form
     (``1`` for 1, 1.0 and Decimal('1.00'), since SQL groups equal numbers together), booleans as
     ``true``/``false``; missing values stay missing."""
-    if _is_text_dtype(series) or _is_integer_dtype(series) or pd.api.types.is_bool_dtype(
-        series.dtype
+    if (
+        _is_text_dtype(series)
+        or _is_integer_dtype(series)
+        or pd.api.types.is_bool_dtype(series.dtype)
     ):
         typed = text_of(series).astype(object)
         return typed.where(typed.notna(), None)
@@ -93,8 +95,9 @@ def canonical_text(series: pd.Series) -> pd.Series:
             return value.decode("utf-8", errors="replace")
         return str(value)
 
-    return pd.Series([text(v) for v in series.to_numpy(dtype=object)], index=series.index,
-                     dtype=object)
+    return pd.Series(
+        [text(v) for v in series.to_numpy(dtype=object)], index=series.index, dtype=object
+    )
 
 
 def non_empty_text(series):
@@ -128,8 +131,10 @@ def as_number(series: pd.Series) -> pd.Series:
         objects = series.astype(object)
         is_text = objects.map(lambda v: isinstance(v, str))
         is_number = objects.map(
-            lambda v: isinstance(v, (int, float, Decimal, np.integer, np.floating))
-            and not isinstance(v, (bool, np.bool_))
+            lambda v: (
+                isinstance(v, (int, float, Decimal, np.integer, np.floating))
+                and not isinstance(v, (bool, np.bool_))
+            )
         )
         parsed = _decimal_text(objects.where(is_text, None).astype("string"))
         numbers = pd.to_numeric(objects.where(is_number, None), errors="coerce")
@@ -153,9 +158,11 @@ def as_binary(series: pd.Series) -> pd.Series:
         objects = series.astype(object)
         booleans = objects.map(lambda v: float(v) if isinstance(v, (bool, np.bool_)) else np.nan)
         words = objects.map(
-            lambda v: {"true": 1.0, "false": 0.0}.get(v.strip(PAD).lower(), np.nan)
-            if isinstance(v, str)
-            else np.nan
+            lambda v: (
+                {"true": 1.0, "false": 0.0}.get(v.strip(PAD).lower(), np.nan)
+                if isinstance(v, str)
+                else np.nan
+            )
         )
         stripped = objects.map(lambda v: v.strip(PAD) if isinstance(v, str) else v)
         is_bool = objects.map(lambda v: isinstance(v, (bool, np.bool_)))
@@ -278,30 +285,8 @@ def predictions_schema(
     return pa.DataFrameSchema(columns, strict=False, name="predictions")
 
 
-def _keys(**extra) -> dict[str, pa.Column]:
-    return {
-        "attribute": pa.Column(str),
-        "group_name": pa.Column(str),
-        "subset": pa.Column(str, pa.Check.isin(["group", "rest"])),
-        **extra,
-    }
-
-
-COUNTS = pa.DataFrameSchema(
-    _keys(
-        **{c: pa.Column("int64", pa.Check.ge(0)) for c in COUNT_COLUMNS},
-        n_unlabelled=pa.Column("int64", pa.Check.ge(0)),
-        unlabelled_pos=pa.Column("int64", pa.Check.ge(0)),
-        unlabelled_neg=pa.Column("int64", pa.Check.ge(0)),
-    ),
-    checks=pa.Check(
-        lambda df: df["n_unlabelled"] == df["unlabelled_pos"] + df["unlabelled_neg"],
-        name="unlabelled_split",
-    ),
-    unique=["attribute", "group_name", "subset"],
-    name="counts",
-)
-
+# The columns of tasks.metrics.group_metrics besides its count frame's keys (the metric_results
+# contract, schemas.results.METRIC_RESULTS, adds the keys and the estimator).
 METRICS = pa.DataFrameSchema(
     {
         "metric": pa.Column(str, pa.Check.isin(list(METRIC_IDS))),
@@ -317,126 +302,3 @@ METRICS = pa.DataFrameSchema(
     strict=False,
     name="metrics",
 )
-
-
-# Result frames of the audit core (tasks.core.AuditResult), one schema each. Columns hold the names
-# of their result tables; ``strict=False`` lets a stage carry a column more than its table keeps.
-_COMPARISON_KEYS = {
-    "attribute": pa.Column(str),
-    "group_name": pa.Column(str),
-    "reference": pa.Column(str),
-    "metric": pa.Column(str, pa.Check.isin(list(METRIC_IDS))),
-}
-_PROBABILITY = pa.Check.in_range(0.0, 1.0)
-
-
-def _result(name: str, columns: dict[str, pa.Column], unique: list[str]) -> pa.DataFrameSchema:
-    return pa.DataFrameSchema(columns, unique=unique, strict=False, name=name)
-
-
-TWO_GROUP = _result(
-    "two_group",
-    {
-        **_COMPARISON_KEYS,
-        "value": pa.Column(float, nullable=True),
-        "undefined_reason": pa.Column(nullable=True),
-    },
-    list(_COMPARISON_KEYS),
-)
-MATCH = _result(
-    "match",
-    {
-        **_COMPARISON_KEYS,
-        "n": pa.Column("int64", pa.Check.ge(0)),
-        "percentile": pa.Column(float, _PROBABILITY, nullable=True),
-        "p_value": pa.Column(float, _PROBABILITY, nullable=True),
-        "p_adjusted": pa.Column(float, _PROBABILITY, nullable=True),
-        "method": pa.Column(nullable=True),
-        "reason": pa.Column(nullable=True),
-    },
-    list(_COMPARISON_KEYS),
-)
-DETECTION = _result(
-    "detection",
-    {
-        **_COMPARISON_KEYS,
-        "difference": pa.Column(float, pa.Check.in_range(-1.0, 1.0), nullable=True),
-        "prob_deviation": pa.Column(float, _PROBABILITY, nullable=True),
-        "hdi_low": pa.Column(float, nullable=True),
-        "hdi_high": pa.Column(float, nullable=True),
-        "p_value": pa.Column(float, _PROBABILITY, nullable=True),
-        "p_adjusted": pa.Column(float, _PROBABILITY, nullable=True),
-        "flagged": pa.Column(bool),
-        "test": pa.Column(nullable=True),
-        "reason": pa.Column(nullable=True),
-    },
-    list(_COMPARISON_KEYS),
-)
-PLANNING = _result(
-    "planning",
-    {
-        **_COMPARISON_KEYS,
-        "needed": pa.Column(float, pa.Check.ge(0), nullable=True),
-        "achieved_power": pa.Column(float, _PROBABILITY, nullable=True),
-        "level": pa.Column(float, _PROBABILITY, nullable=True),
-        "verdict": pa.Column(str),
-        "reason": pa.Column(nullable=True),
-    },
-    list(_COMPARISON_KEYS),
-)
-SMOOTHED = METRICS.add_columns(
-    {
-        "attribute": pa.Column(str),
-        "group_name": pa.Column(str),
-        "estimator": pa.Column(str, pa.Check.isin(["cps", "additive"])),
-    }
-)
-METAMETRICS = _result(
-    "metametrics",
-    {
-        "attribute": pa.Column(str),
-        "metric": pa.Column(str, pa.Check.isin(list(METRIC_IDS))),
-        "k": pa.Column("int64", pa.Check.ge(0)),
-        "reason": pa.Column(nullable=True),
-    },
-    ["attribute", "metric"],
-)
-COMPARISON = _result(
-    "comparison",
-    {
-        "attribute": pa.Column(str),
-        "group_name": pa.Column(str),
-        "metric": pa.Column(str, pa.Check.isin(list(METRIC_IDS))),
-        "status": pa.Column(str, pa.Check.isin(["both", "appeared", "vanished"])),
-        "p_value": pa.Column(float, _PROBABILITY, nullable=True),
-        "p_adjusted": pa.Column(float, _PROBABILITY, nullable=True),
-        "significant": pa.Column(bool),
-    },
-    ["attribute", "group_name", "metric"],
-)
-CELLS = pa.DataFrameSchema(
-    {
-        "y_true": pa.Column(float, pa.Check.isin([0.0, 1.0]), nullable=True),
-        "y_pred": pa.Column("int64", pa.Check.isin([0, 1])),
-        "n": pa.Column("int64", pa.Check.gt(0)),
-    },
-    strict=False,
-    name="cells",
-)
-FRAME_SCHEMAS = {
-    "cells": CELLS,
-    "counts": COUNTS,
-    "metrics": METRICS,
-    "two_group": TWO_GROUP,
-    "match": MATCH,
-    "detection": DETECTION,
-    "planning": PLANNING,
-    "smoothed": SMOOTHED,
-    "metametrics": METAMETRICS,
-    "comparison": COMPARISON,
-}
-
-
-def validate_frame(name: str, frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` checked against the schema of the stage boundary ``name`` (FRAME_SCHEMAS)."""
-    return FRAME_SCHEMAS[name].validate(frame)

@@ -1,7 +1,7 @@
 """The audit core: validated confusion counts in, every stage's result frames out.
 
 Pure: no database, no Prefect. One call of :func:`audit_counts` runs the statistical stages of
-../shared/DESIGN.md on the counts frame (schemas.frames.COUNTS) in order:
+../shared/DESIGN.md on the counts frame (schemas.results.GROUP_COUNTS) in order:
 
     comparison pairs and their metrics (once) -> metrics and two-group metrics -> compare
     -> MATCH -> planning -> detection -> smoothing -> meta-metrics -> summary
@@ -22,9 +22,9 @@ from typing import Any
 import pandas as pd
 
 from biasaudit.schemas.config import Audit
-from biasaudit.schemas.frames import validate_frame
 from biasaudit.schemas.metric_ids import MATCH_METRICS, TESTED_RATES
 from biasaudit.schemas.quarantine import QUARANTINE_COLUMNS
+from biasaudit.schemas.results import validate_result
 from biasaudit.tasks.compare import compare_with_previous
 from biasaudit.tasks.counts import (
     check_reference_groups,
@@ -157,13 +157,13 @@ def audit_counts(
     previous: tuple[int | None, pd.DataFrame] = (None, pd.DataFrame()),
     run: Runner = call,
 ) -> AuditResult:
-    """Run every statistical stage of ``audit`` on validated ``counts`` (schemas.frames.COUNTS).
+    """Run every statistical stage of ``audit`` on validated ``counts`` (schemas.results.GROUP_COUNTS).
 
     ``previous`` is the previous run's id and per-group metrics for the compare stage (none by
     default). ``run(stage, function, *args)`` runs each stage: the default calls it; the audit flow
     runs it as a Prefect task.
     """
-    counts = validate_frame("counts", counts)
+    counts = validate_result("counts", counts)
     # Before any stage, so that a flow fails on this one line and not inside a task.
     check_reference_groups(counts, audit.reference_groups, audit.name)
     thresholds, smoothing = audit.thresholds, audit.smoothing
@@ -219,18 +219,16 @@ def audit_counts(
         group_sizes(counts),
         thresholds.min_group_size,
     )
-    summary = run_summary(
-        counts, metrics, match, detection, planning, comparison, thresholds.alpha
-    )
+    summary = run_summary(counts, metrics, match, detection, planning, comparison, thresholds.alpha)
     return AuditResult(
         counts=counts,
-        metrics=validate_frame("metrics", metrics),
-        two_group=validate_frame("two_group", two_group),
-        match=validate_frame("match", match),
-        planning=validate_frame("planning", planning),
-        detection=validate_frame("detection", detection),
-        smoothed=validate_frame("smoothed", smoothed),
-        metametrics=validate_frame("metametrics", metametrics),
-        comparison=validate_frame("comparison", comparison),
+        metrics=validate_result("metrics", metrics),
+        two_group=validate_result("two_group", two_group),
+        match=validate_result("match", match),
+        planning=validate_result("planning", planning),
+        detection=validate_result("detection", detection),
+        smoothed=validate_result("smoothed", smoothed),
+        metametrics=validate_result("metametrics", metametrics),
+        comparison=validate_result("comparison", comparison),
         summary=MappingProxyType(summary),
     )

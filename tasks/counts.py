@@ -15,8 +15,9 @@ import pandas as pd
 from scipy import stats
 
 from biasaudit.schemas.config import INTERSECTION_SEP, UnknownReferenceGroup
-from biasaudit.schemas.frames import COUNT_COLUMNS, COUNTS, listed
+from biasaudit.schemas.frames import COUNT_COLUMNS, listed
 from biasaudit.schemas.metric_ids import UNLABELLED_COLUMNS
+from biasaudit.schemas.results import GROUP_COUNTS
 
 # Cell code 2*y_true + y_pred: tn=0, fp=1, fn=2, tp=3; outcome unknown: 4 + y_pred.
 _CELLS = ["tn", "fp", "fn", "tp", "unlabelled_neg", "unlabelled_pos"]
@@ -32,7 +33,7 @@ def cell_codes(y_true: pd.Series, y_pred: pd.Series) -> np.ndarray:
 
 
 def group_counts(valid: pd.DataFrame, attributes: list[str], intersections: list[list[str]]):
-    """Counts frame (schemas.frames.COUNTS) of every attribute and intersection, with complements."""
+    """Counts frame (schemas.results.GROUP_COUNTS) of every attribute and intersection, with complements."""
     return with_complements(cell_counts(valid, attributes, intersections))
 
 
@@ -67,7 +68,7 @@ def cell_counts(valid: pd.DataFrame, attributes: list[str], intersections: list[
 def with_complements(groups: pd.DataFrame) -> pd.DataFrame:
     """Add each group's rest of population (its attribute's total minus the group)."""
     if groups.empty:
-        return COUNTS.validate(_empty_counts())
+        return GROUP_COUNTS.validate(_empty_counts())
     cells = groups[CELL_COLUMNS].astype("int64")
     rest = cells.groupby(groups["attribute"]).transform("sum") - cells
     keys = groups[["attribute", "group_name"]]
@@ -75,7 +76,7 @@ def with_complements(groups: pd.DataFrame) -> pd.DataFrame:
         [keys.assign(subset="group").join(cells), keys.assign(subset="rest").join(rest)],
         ignore_index=True,
     )
-    return COUNTS.validate(frame)
+    return GROUP_COUNTS.validate(frame)
 
 
 def _empty_counts() -> pd.DataFrame:

@@ -413,5 +413,7 @@ def detect(
         p_adjusted=adjusted,
         test=np.where(ok, np.where(exact, "exact", "normal"), None),
         flagged=np.where(ok, adjusted < alpha, False),
+        tolerance=tolerance,
+        alpha=alpha,
         reason=reason,
     )

@@ -27,6 +27,8 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from biasaudit.schemas.results import METAMETRIC_RESULTS
+
 Method = Literal["uncorrected", "corrected", "double"]
 META_METRICS = ("mm_diff", "mm_ratio", "max_abs_diff", "mad", "var", "gei")
 
@@ -198,6 +200,8 @@ def attribute_meta_metrics(
             reasons.append("fewer than two groups to compare")
         row["reason"] = "; ".join(reasons) or None
         rows.append(row)
-    columns = ["attribute", "metric", "k", "reason"]
-    frame = pd.DataFrame(rows) if rows else pd.DataFrame(columns=columns)
-    return frame.astype({"attribute": str, "metric": str, "k": "int64"}).assign(level=level)
+    columns = [c for c in METAMETRIC_RESULTS.columns if c != "level"]
+    frame = pd.DataFrame(rows, columns=columns)  # every column, NaN where not estimable
+    kinds = {c: "float64" for c in columns} | {"attribute": str, "metric": str, "reason": object}
+    kinds |= {"k": "int64", "k_undefined": "int64"}
+    return frame.astype(kinds).assign(level=level)

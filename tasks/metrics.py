@@ -26,6 +26,7 @@ from biasaudit.schemas.metric_ids import (
     UNLABELLED_COLUMNS,
     canonical_metric,
 )
+from biasaudit.schemas.results import validate_result
 
 Cells = dict[str, np.ndarray]
 Result = tuple[
@@ -189,8 +190,7 @@ def two_group_metrics(group: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFr
 
     OFI = MB_a − MB_b (objective fairness index); TE = FN_a/FP_a − FN_b/FP_b, undefined when either
     group has FP = 0 (SPEC section 1, appendix B table 5). ``group`` and ``reference`` are aligned
-    count frames; the result keeps ``group``'s keys. Numerator and denominator are not single counts
-    here and are left empty.
+    count frames; the result keeps ``group``'s keys (schemas.results.TWO_GROUP_RESULTS).
     """
     a = {c: group[c].to_numpy(dtype="float64") for c in COUNT_COLUMNS}
     b = {c: reference[c].to_numpy(dtype="float64") for c in COUNT_COLUMNS}
@@ -218,10 +218,10 @@ def two_group_metrics(group: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFr
             undefined_reason=te_reason,
         ),
     ]
-    out = pd.concat(blocks, ignore_index=True).assign(numerator=np.nan, denominator=np.nan)
+    out = pd.concat(blocks, ignore_index=True)
     reason = out["undefined_reason"].astype(object)
     out["undefined_reason"] = reason.where(reason.notna(), None)
-    return METRICS.validate(out)
+    return validate_result("two_group", out)
 
 
 def all_confusion_matrices(n: int) -> pd.DataFrame:

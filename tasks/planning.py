@@ -251,6 +251,8 @@ def plan(
         difference=m2 - m1,
         ratio=ratio,
         tau=tau,
+        tolerance=tolerance,
+        alpha=alpha,
         size_group=n2,
         size_reference=n1,
         denominator_group=d2,

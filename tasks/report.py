@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from biasaudit.schemas.config import Thresholds
 from biasaudit.schemas.metric_ids import (
     BASE_RATES,
     COMPLEMENT,
@@ -210,13 +211,20 @@ def _col(frame: pd.DataFrame, *names: str, default=np.nan) -> pd.Series:
 
 
 def thresholds(frames: ReportFrames) -> dict:
-    config = frames.run.get("config") or {}
-    given = config.get("thresholds") or {}
-    return {
-        "tolerance": float(given.get("tolerance", 0.05)),
-        "alpha": float(given.get("alpha", 0.05)),
-        "min_group_size": int(given.get("min_group_size", 30)),
+    """The run's tolerance and alpha as its tested rows store them (the configuration's where no
+    rate was tested), and its min_group_size; unset settings take schemas.config's defaults."""
+    given = (frames.run.get("config") or {}).get("thresholds") or {}
+    settings = {
+        name: type(field.default)(given.get(name, field.default))
+        for name, field in Thresholds.model_fields.items()
+        if name in ("tolerance", "alpha", "min_group_size")
     }
+    tested = frames.detection
+    if len(tested) and {"tolerance", "alpha"} <= set(tested.columns):
+        settings.update(
+            tolerance=float(tested["tolerance"].iloc[0]), alpha=float(tested["alpha"].iloc[0])
+        )
+    return settings
 
 
 def references(frames: ReportFrames) -> dict[str, str]:

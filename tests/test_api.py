@@ -12,7 +12,7 @@ import pytest
 
 import biasaudit
 from biasaudit.schemas.config import ConfigError
-from biasaudit.schemas.frames import FRAME_SCHEMAS
+from biasaudit.schemas.results import CONTRACTS
 
 from .conftest import COMPAS
 
@@ -83,12 +83,11 @@ def test_undefined_cells_carry_their_reason(compas_result):
 
 @needs_compas
 def test_result_frames_fit_their_schemas(compas_result):
-    """It returns every frame that crosses a stage boundary in the shape of its schema."""
-    for name, schema in FRAME_SCHEMAS.items():
-        if name != "cells":
-            schema.validate(getattr(compas_result, name))
+    """It returns every result frame in the shape of its table's contract."""
+    for name, schema in CONTRACTS.items():
+        schema.validate(getattr(compas_result, name))
     with pytest.raises(pa.errors.SchemaError):
-        FRAME_SCHEMAS["detection"].validate(compas_result.detection.assign(p_value=1.5))
+        CONTRACTS["detection"].validate(compas_result.detection.assign(p_value=1.5))
 
 
 @needs_compas

@@ -1,0 +1,153 @@
+"""One contract per result table (schemas.results): it and the table's model name the same columns,
+of the same kind and nullability, and the store writes exactly what the contract holds."""
+
+import json
+
+import pandas as pd
+import pandera.errors
+import pytest
+from sqlalchemy import BigInteger, Boolean, Float, Integer, SmallInteger, String, select, text
+
+from biasaudit.db.engine import make_engine
+from biasaudit.db.migrate import upgrade
+from biasaudit.db.models import DetectionResult, PlanningResult
+from biasaudit.db.results import TABLES, result_tables
+from biasaudit.schemas.results import CONTRACTS
+from biasaudit.tasks.api import audit_frame
+
+BROKEN = (pandera.errors.SchemaError, pandera.errors.SchemaErrors)
+# Nullable in the table only for rows stored before the column was filled (migration 0009); every
+# run since writes them, so the contract requires them.
+LEGACY_NULLABLE = {("group_counts", "unlabelled_pos"), ("group_counts", "unlabelled_neg")}
+# The pandas dtype a contract gives each kind of SQL column.
+KINDS = {Float: "float64", BigInteger: "int64", Integer: "int64", SmallInteger: "int64"}
+
+
+def _kind(column) -> str:
+    sql = column.type
+    sql = getattr(sql, "impl", sql)  # Real and Moment are TypeDecorators
+    if isinstance(sql, Boolean):
+        return "bool"
+    if isinstance(sql, String):
+        return "str"
+    return next(kind for base, kind in KINDS.items() if isinstance(sql, base))
+
+
+def _contract_kind(column) -> str:
+    if column.dtype is None:  # reasons: text checked value by value
+        return "str"
+    dtype = str(column.dtype)
+    return "str" if dtype in {"object", "str"} or dtype.startswith("string") else dtype
+
+
+@pytest.mark.parametrize("frame_name", sorted(TABLES))
+def test_each_contract_names_its_tables_columns(frame_name):
+    """Same column names, kinds and nullability (run_id is the store's own)."""
+    contract = CONTRACTS[frame_name]
+    table = TABLES[frame_name].__table__
+    model = {c.name: c for c in table.columns if c.name != "run_id"}
+    assert set(contract.columns) == set(model), (
+        f"{table.name}: only in the model {sorted(set(model) - set(contract.columns))}, "
+        f"only in the contract {sorted(set(contract.columns) - set(model))}"
+    )
+    for name, column in contract.columns.items():
+        assert _contract_kind(column) == _kind(model[name]), (table.name, name)
+        if not model[name].primary_key and (table.name, name) not in LEGACY_NULLABLE:
+            assert column.nullable == model[name].nullable, (table.name, name)
+    keys = [c.name for c in table.primary_key.columns if c.name != "run_id"]
+    assert sorted(contract.unique) == sorted(keys), table.name
+    assert contract.strict is True
+
+
+def test_every_result_frame_has_a_contract_and_a_table():
+    """The smoothed metrics share metric_results with the raw ones; nothing else is unmapped."""
+    assert set(CONTRACTS) == set(TABLES) | {"smoothed"}
+    assert CONTRACTS["smoothed"] is CONTRACTS["metrics"]
+
+
+@pytest.fixture(scope="module")
+def result():
+    frame = pd.DataFrame(
+        {
+            "prediction_id": [str(i) for i in range(600)],
+            "sex": ["f", "m", "x"] * 200,
+            "y_true": [(i // 3) % 2 for i in range(600)],
+            "y_pred": [(i // 7) % 2 for i in range(600)],
+        }
+    )
+    return audit_frame(frame, attributes=["sex"], tolerance=0.02, alpha=0.1)
+
+
+def test_the_tested_rows_carry_their_tolerance_and_alpha(result):
+    for frame in (result.detection, result.planning):
+        assert len(frame) > 0
+        assert set(frame["tolerance"]) == {0.02}
+        assert set(frame["alpha"]) == {0.1}
+
+
+def test_the_store_refuses_a_frame_that_breaks_its_contract(result):
+    """A missing column is an error at persist, never a column of NULLs; an extra one too."""
+    assert result_tables(result)[DetectionResult].columns.tolist() == list(
+        CONTRACTS["detection"].columns
+    )
+    missing = result.__class__(**{**vars(result), "detection": result.detection.drop(columns="z")})
+    with pytest.raises(BROKEN, match="z"):
+        result_tables(missing)
+    extra = result.__class__(**{**vars(result), "planning": result.planning.assign(spare=1.0)})
+    with pytest.raises(BROKEN, match="spare"):
+        result_tables(extra)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite", "postgresql"], indirect=["db_url"])
+def test_migration_0014_fills_the_settings_of_rows_stored_before(db_url):
+    """Rows stored under 0013 get their run's configured tolerance and alpha, or the defaults of
+    the time where the configuration left them unset. (MariaDB builds a fresh store at head only,
+    so there is no store of 0013 to upgrade there.)"""
+    engine = make_engine(db_url)
+    with engine.begin() as connection:
+        connection.execute(text("DROP TABLE IF EXISTS alembic_version"))
+        for name in reversed(DetectionResult.metadata.sorted_tables):
+            connection.execute(
+                text(
+                    f"DROP TABLE IF EXISTS {name.name} CASCADE"
+                    if engine.dialect.name == "postgresql"
+                    else f"DROP TABLE IF EXISTS {name.name}"
+                )
+            )
+        for view in ("latest_succeeded_runs", "metric_series"):
+            connection.execute(text(f"DROP VIEW IF EXISTS {view}"))
+    upgrade(db_url, "0013")
+    configs = {1: {"thresholds": {"tolerance": 0.1, "alpha": 0.01}}, 2: {"thresholds": {}}}
+    with engine.begin() as connection:
+        for run_id, config in configs.items():
+            connection.execute(
+                text(
+                    "INSERT INTO audit_runs (id, audit_name, model_id, version, status, as_of, "
+                    "window_start, window_end, config, config_hash, code_version, started_at, finished_at, "
+                    "rows_read, rows_valid, rows_quarantined, rows_unlabelled, timings, summary) "
+                    "VALUES (:id, 'a', 'm', :id, 'succeeded', '2026-01-01', '2025-12-01', "
+                    "'2026-01-01', :config, 'h', 'v', '2026-01-01', '2026-01-01', 0, 0, 0, 0, '{}', '{}')"
+                ),
+                {"id": run_id, "config": json.dumps(config)},
+            )
+            for table in ("detection_results", "planning_results"):
+                extra = (
+                    ("simple_rule, flagged", "0, false")
+                    if table == "detection_results"
+                    else ("size_group, size_reference, verdict", "1, 1, 'v'")
+                )
+                connection.execute(
+                    text(
+                        f"INSERT INTO {table} (run_id, attribute, group_name, reference, metric, "
+                        f"{extra[0]}) VALUES (:id, 'sex', 'f', 'rest', 'tpr', {extra[1]})"
+                    ),
+                    {"id": run_id},
+                )
+    upgrade(db_url)
+    with engine.connect() as connection:
+        for model in (DetectionResult, PlanningResult):
+            rows = connection.execute(
+                select(model.run_id, model.tolerance, model.alpha).order_by(model.run_id)
+            ).all()
+            assert [tuple(r) for r in rows] == [(1, 0.1, 0.01), (2, 0.05, 0.05)]
+    engine.dispose()
