@@ -193,10 +193,10 @@ def late_label_audits(audits_n: int, rng) -> dict:
         y_true[(y_pred == 0) & (rng.random(5000) >= share)] = np.nan
         frame = pd.DataFrame({"race": group, "y_true": y_true, "y_pred": y_pred})
         counts = with_complements(cell_counts(frame, ["race"], []))
-        flagged += bool(detect(comparison_rates(*comparison_pairs(counts, {}), ["ppr"]), 0.0, ALPHA)["flagged"].any())
+        flagged += bool(detect(comparison_rates(*comparison_pairs(counts, {}), ["ppr"]), tolerance=0.0, alpha=ALPHA)["flagged"].any())
         labelled = with_complements(cell_counts(frame.dropna(), ["race"], []))
         flagged_labelled_only += bool(
-            detect(comparison_rates(*comparison_pairs(labelled, {}), ["ppr"]), 0.0, ALPHA)["flagged"].any()
+            detect(comparison_rates(*comparison_pairs(labelled, {}), ["ppr"]), tolerance=0.0, alpha=ALPHA)["flagged"].any()
         )
     return {
         "audits": audits_n,

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import version as package_version
 from pathlib import Path
-from typing import Any
+from typing import ParamSpec, TypeVar
 
 import pandas as pd
 
@@ -44,10 +44,11 @@ from biasaudit.flows.report import write_report
 from biasaudit.schemas.config import Audit, default_config_path, load_audit
 from biasaudit.schemas.quarantine import check_invalid_fraction
 from biasaudit.schemas.report import run_label
-from biasaudit.tasks.core import AuditResult, audit_counts, call
+from biasaudit.tasks.core import AuditResult, Runner, audit_counts, call
 from biasaudit.tasks.counts import group_counts
 
-Runner = Callable[..., Any]
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def new_record(audit: Audit, as_of: datetime, flow_run_id: str | None = None) -> RunRecord:
@@ -177,9 +178,9 @@ def _timed(timings: dict[str, float], stage: str) -> Iterator[None]:
 def _timed_stages(run: Runner, timings: dict[str, float]) -> Runner:
     """The core's ``run`` hook: each pure stage through ``run``, timed."""
 
-    def timed(name: str, function: Callable[..., Any], *args: Any) -> Any:
+    def timed(name: str, function: Callable[P, R], /, *args: P.args, **options: P.kwargs) -> R:
         with _timed(timings, name):
-            return run(name, function, *args)
+            return run(name, function, *args, **options)
 
     return timed
 

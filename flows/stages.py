@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
-from typing import Any
+from typing import Any, ParamSpec, TypeVar, cast
 
 from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
@@ -19,6 +19,9 @@ from prefect.tasks import exponential_backoff
 
 from biasaudit.db.retry import RETRIES, is_transient, retry_base_seconds
 from biasaudit.flows.pipeline import DATABASE_STEPS
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def _transient(task: Task, task_run: Any, state: Any) -> bool:
@@ -44,7 +47,7 @@ def stage_task(name: str, function: Callable[..., Any]) -> Task:
     return task(name=name, cache_policy=NO_CACHE)(function)
 
 
-def as_task(name: str, function: Callable[..., Any], *args: Any) -> Any:
+def as_task(name: str, function: Callable[P, R], /, *args: P.args, **options: P.kwargs) -> R:
     """The pipeline's ``run`` hook inside a flow: the stage as its own Prefect task run."""
     make = database_task if name in DATABASE_STEPS else stage_task
-    return make(name, function)(*args)
+    return cast(R, make(name, function)(*args, **options))  # a sync task returns its value

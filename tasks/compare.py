@@ -25,6 +25,10 @@ KEYS = ["attribute", "group_name", "metric"]
 NUMBERS = ["value_before", "value_after", "change", "p_value", "p_adjusted"]
 
 
+# The previous run's id and group metrics, and optionally whether its window overlaps this one's.
+Previous = tuple[int | None, pd.DataFrame] | tuple[int | None, pd.DataFrame, bool]
+
+
 def windows_overlap(before: tuple, after: tuple) -> bool:
     """Whether two (start, end] windows share time (a start of None is the beginning of time)."""
     (start_1, end_1), (start_2, end_2) = before, after
@@ -83,8 +87,9 @@ def compare_metrics(
 
 
 def compare_with_previous(
-    previous: tuple[int | None, pd.DataFrame] | tuple[int | None, pd.DataFrame, bool],
+    previous: Previous,
     metrics: pd.DataFrame,
+    *,
     alpha: float,
 ) -> pd.DataFrame:
     """This run's group metrics against the previous run's (empty when there is none); untested

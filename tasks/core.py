@@ -17,7 +17,7 @@ import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 import pandas as pd
 
@@ -25,7 +25,7 @@ from biasaudit.schemas.config import Audit
 from biasaudit.schemas.metric_ids import MATCH_METRICS, TESTED_RATES
 from biasaudit.schemas.quarantine import QUARANTINE_COLUMNS
 from biasaudit.schemas.results import validate_result
-from biasaudit.tasks.compare import compare_with_previous
+from biasaudit.tasks.compare import Previous, compare_with_previous
 from biasaudit.tasks.counts import (
     check_reference_groups,
     comparison_pairs,
@@ -40,12 +40,22 @@ from biasaudit.tasks.planning import plan
 from biasaudit.tasks.rates import comparison_rates
 from biasaudit.tasks.smoothing import mark_empty_groups, smoothed_counts
 
-Runner = Callable[..., Any]
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-def call(stage: str, function: Callable[..., Any], *args: Any) -> Any:
+class Runner(Protocol):
+    """The hook each stage runs through: ``run(stage, function, *args, **options)`` returns what
+    ``function(*args, **options)`` returns, checked against the function's own signature."""
+
+    def __call__(
+        self, stage: str, function: Callable[P, R], /, *args: P.args, **options: P.kwargs
+    ) -> R: ...
+
+
+def call(stage: str, function: Callable[P, R], /, *args: P.args, **options: P.kwargs) -> R:
     """The default ``run`` hook: call the stage's function."""
-    return function(*args)
+    return function(*args, **options)
 
 
 @dataclass(frozen=True)
@@ -83,7 +93,7 @@ def group_metrics(counts: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
 
 
 def smoothed_metrics(
-    groups: pd.DataFrame, metrics: list[str], cps_lambda: float, additive_pseudocount: float
+    groups: pd.DataFrame, metrics: list[str], *, cps_lambda: float, additive_pseudocount: float
 ) -> pd.DataFrame:
     """Metrics of the CPS- and additively smoothed groups, with their ``estimator``."""
     names = [m for m in metrics if m in CATALOGUE]
@@ -154,7 +164,7 @@ def audit_counts(
     counts: pd.DataFrame,
     audit: Audit,
     *,
-    previous: tuple[int | None, pd.DataFrame] = (None, pd.DataFrame()),
+    previous: Previous | None = None,
     run: Runner = call,
 ) -> AuditResult:
     """Run every statistical stage of ``audit`` on validated ``counts`` (schemas.results.GROUP_COUNTS).
@@ -164,6 +174,7 @@ def audit_counts(
     runs it as a Prefect task.
     """
     counts = validate_result("counts", counts)
+    previous = previous or (None, pd.DataFrame())
     # Before any stage, so that a flow fails on this one line and not inside a task.
     check_reference_groups(counts, audit.reference_groups, audit.name)
     thresholds, smoothing = audit.thresholds, audit.smoothing
@@ -172,15 +183,15 @@ def audit_counts(
     metrics = run("metrics", group_metrics, counts, audit.metrics)
     two_group = run("two-group metrics", two_group_metrics, group, reference)
     two_group = two_group[two_group["metric"].isin(audit.metrics)].reset_index(drop=True)
-    comparison = run("compare", compare_with_previous, previous, metrics, thresholds.alpha)
+    comparison = run("compare", compare_with_previous, previous, metrics, alpha=thresholds.alpha)
     match = run(
         "match",
         match_test,
         group,
         reference,
         [m for m in audit.metrics if m in MATCH_METRICS],
-        thresholds.match_reference_ratio,
-        thresholds.min_group_size,
+        min_reference_ratio=thresholds.match_reference_ratio,
+        min_group_size=thresholds.min_group_size,
     )
     tested = run(
         "comparison rates",
@@ -188,36 +199,38 @@ def audit_counts(
         group,
         reference,
         rates,
-        thresholds.min_group_size,
+        min_group_size=thresholds.min_group_size,
     )
     planning = run(
         "planning",
         plan,
         tested,
-        thresholds.planning_disparity,
-        thresholds.alpha,
-        thresholds.power,
-        thresholds.tolerance,
+        tau=thresholds.planning_disparity,
+        alpha=thresholds.alpha,
+        power=thresholds.power,
+        tolerance=thresholds.tolerance,
     )
-    detection = run("detection", detect, tested, thresholds.tolerance, thresholds.alpha)
+    detection = run(
+        "detection", detect, tested, tolerance=thresholds.tolerance, alpha=thresholds.alpha
+    )
     smoothed = run(
         "smoothing",
         smoothed_metrics,
         counts[counts["subset"] == "group"],
         audit.metrics,
-        smoothing.cps_lambda,
-        smoothing.additive_pseudocount,
+        cps_lambda=smoothing.cps_lambda,
+        additive_pseudocount=smoothing.additive_pseudocount,
     )
     metametrics = run(
         "meta-metrics",
         attribute_meta_metrics,
         metrics,
         rates,
-        thresholds.bootstrap_replicates,
-        1 - thresholds.alpha,
-        bootstrap_seed(counts),
-        group_sizes(counts),
-        thresholds.min_group_size,
+        n_boot=thresholds.bootstrap_replicates,
+        level=1 - thresholds.alpha,
+        seed=bootstrap_seed(counts),
+        group_sizes=group_sizes(counts),
+        min_group_size=thresholds.min_group_size,
     )
     summary = run_summary(counts, metrics, match, detection, planning, comparison, thresholds.alpha)
     return AuditResult(

@@ -351,6 +351,7 @@ def unfairness_test(x1, n1, x2, n2, u_tol=0.0) -> tuple[np.ndarray, np.ndarray]:
 
 def detect(
     rates: pd.DataFrame,
+    *,
     tolerance: float,
     alpha: float,
 ) -> pd.DataFrame:

@@ -135,6 +135,7 @@ def match_test(
     group: pd.DataFrame,
     reference: pd.DataFrame,
     metrics=MATCH_METRICS,
+    *,
     min_reference_ratio: float = MIN_REFERENCE_RATIO,
     min_group_size: int = 0,
     exact_limit: float = EXACT_LIMIT,

@@ -149,6 +149,7 @@ def bootstrap_variance_interval(
 def attribute_meta_metrics(
     metrics: pd.DataFrame,
     rates: list[str],
+    *,
     n_boot: int,
     level: float,
     seed: int,

@@ -175,6 +175,7 @@ def _verdict(tested: bool, achieved: float, factor: float, power: float) -> str:
 
 def plan(
     rates: pd.DataFrame,
+    *,
     tau: float,
     alpha: float,
     power: float,

@@ -94,7 +94,7 @@ def reason_kind(reason: str) -> str:
 
 
 def comparison_rates(
-    group: pd.DataFrame, reference: pd.DataFrame, metrics, min_group_size: int = 0
+    group: pd.DataFrame, reference: pd.DataFrame, metrics, *, min_group_size: int = 0
 ) -> pd.DataFrame:
     """Long frame, one row per comparison and rate metric (in ``metrics`` order): the keys,
     ``numerator_group``, ``denominator_group``, ``numerator_reference``,

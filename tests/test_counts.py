@@ -117,7 +117,7 @@ def test_fair_model_with_unequal_label_completeness_is_not_flagged():
     audits = 200
     for _ in range(audits):
         counts = group_counts(late_label_audit(rng), ["g"], [])
-        result = detect(comparison_rates(*comparison_pairs(counts, {}), ["ppr"]), 0.0, 0.05)
+        result = detect(comparison_rates(*comparison_pairs(counts, {}), ["ppr"]), tolerance=0.0, alpha=0.05)
         flagged += bool(result["flagged"].any())
     # binomial(200, 0.05) exceeds 17 with probability < 0.01
     assert flagged <= 17

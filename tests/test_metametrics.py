@@ -182,7 +182,9 @@ def test_meta_metric_rows_leave_out_groups_with_reasons():
             "size": [100, 100, 5, 3, 10],
         }
     )
-    row = attribute_meta_metrics(frame, ["tpr"], 200, 0.95, 0, sizes, 20).iloc[0]
+    row = attribute_meta_metrics(
+        frame, ["tpr"], n_boot=200, level=0.95, seed=0, group_sizes=sizes, min_group_size=20
+    ).iloc[0]
     assert row["k"] == 2 and row["k_undefined"] == 3
     assert "1 undefined" in row["reason"] and "denominator 1" in row["reason"]
     assert "1 below min_group_size 20" in row["reason"]
@@ -219,7 +221,7 @@ def test_bootstrap_memory_is_bounded_whatever_the_replicates_and_groups():
     frame = many_groups(3000, 6)
     tracemalloc.start()
     try:
-        row = attribute_meta_metrics(frame, ["tpr"], 4000, 0.95, 0).iloc[0]
+        row = attribute_meta_metrics(frame, ["tpr"], n_boot=4000, level=0.95, seed=0).iloc[0]
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

@@ -213,7 +213,13 @@ def test_plan_rows_follow_the_formulas():
     from biasaudit.tasks.rates import comparison_rates
 
     group, reference = comparison((60, 40, 20, 80), (300, 100, 100, 500))
-    row = plan(comparison_rates(group, reference, ["fpr", "ppr"]), 0.1, 0.05, 0.8, tolerance=0.02).set_index("metric")
+    row = plan(
+        comparison_rates(group, reference, ["fpr", "ppr"]),
+        tau=0.1,
+        alpha=0.05,
+        power=0.8,
+        tolerance=0.02,
+    ).set_index("metric")
     level = 0.05 / 2  # two tests in the family
     fpr_r = (100 + 0.5) / (600 + 1)  # floored reference rate
     z = stats.norm.ppf(1 - level / 2) + stats.norm.ppf(0.8)
@@ -231,9 +237,15 @@ def test_plan_rows_follow_the_formulas():
     assert row.loc["fpr", "ratio"] == pytest.approx((40 / 120) / (100 / 600))
     assert row.loc["fpr", "power_method"] == "exact"  # 120 x 600 tables: enumerated
     with pytest.raises(ValueError):
-        plan(comparison_rates(group, reference, ["fpr"]), None, 0.05, 0.8)
+        plan(comparison_rates(group, reference, ["fpr"]), tau=None, alpha=0.05, power=0.8)
     with pytest.raises(ValueError):
-        plan(comparison_rates(group, reference, ["fpr"]), 0.02, 0.05, 0.8, tolerance=0.05)
+        plan(
+            comparison_rates(group, reference, ["fpr"]),
+            tau=0.02,
+            alpha=0.05,
+            power=0.8,
+            tolerance=0.05,
+        )
 
 
 @pytest.mark.parametrize("cells", [(1, 0, 0, 0), (2, 0, 0, 0), (1, 1, 0, 0), (0, 0, 0, 2)])
@@ -244,7 +256,12 @@ def test_groups_of_one_or_two_are_never_enough_data(cells):
     from biasaudit.tasks.rates import comparison_rates
 
     group, reference = comparison(cells, (300, 100, 100, 500))
-    rows = plan(comparison_rates(group, reference, ["tpr", "fpr", "ppr", "acc"]), 0.1, 0.05, 0.8)
+    rows = plan(
+        comparison_rates(group, reference, ["tpr", "fpr", "ppr", "acc"]),
+        tau=0.1,
+        alpha=0.05,
+        power=0.8,
+    )
     tested = rows[rows["reason"].isna()]
     assert len(tested) and (tested["achieved_power"] < 0.2).all()
     assert not (rows["verdict"] == "enough data").any()

@@ -30,10 +30,10 @@ def test_a_complementary_rate_is_not_tested_twice():
     assert reasons.xs("fnr", level="metric").eq("same test as tpr (= 1 − tpr)").all()
     assert reasons.xs("tnr", level="metric").isna().all()  # listed before fpr: tnr is tested
     assert reasons.xs("fpr", level="metric").eq("same test as tnr (= 1 − tnr)").all()
-    result = detect(both, 0.0, 0.05)
+    result = detect(both, tolerance=0.0, alpha=0.05)
     tested = result[result["p_value"].notna()]
     assert set(tested["metric"]) == {"tpr", "tnr"} and len(tested) == 6
-    alone = detect(comparison_rates(*pairs, ["tpr", "tnr"]), 0.0, 0.05)
+    alone = detect(comparison_rates(*pairs, ["tpr", "tnr"]), tolerance=0.0, alpha=0.05)
     np.testing.assert_allclose(tested["p_adjusted"].to_numpy(), alone["p_adjusted"].to_numpy())
     fnr = result[result["metric"] == "fnr"]
     assert fnr["difference"].notna().all()  # the rate and its interval are still reported
