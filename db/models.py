@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import sys
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from sqlalchemy import (
     JSON,
@@ -30,7 +30,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mysql
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from biasaudit.schemas.names import StoreLimits
 
 Json = JSON().with_variant(JSONB(), "postgresql")
 # SQLite only auto-increments an INTEGER PRIMARY KEY.
@@ -437,3 +440,26 @@ class MonitorResult(GroupVsReference, Base):
     # The increment this run consumed: (previous_as_of, as_of] and the previous run continued.
     previous_run_id: Mapped[int | None] = mapped_column(BigInteger)
     previous_as_of: Mapped[datetime | None] = mapped_column(Moment)
+
+
+def store_limits(dialect: Dialect) -> StoreLimits:
+    """What a result store of ``dialect`` holds of names, read from the key columns above: the
+    shortest group_name/reference and attribute column as the dialect types them (SQLite
+    enforces no declared length), and NUL everywhere but PostgreSQL (its text cannot hold it)."""
+
+    def chars(*names: str) -> int | None:
+        if dialect.name == "sqlite":
+            return None
+        lengths = [
+            cast(String, table.c[name].type.dialect_impl(dialect)).length
+            for table in Base.metadata.tables.values()
+            for name in names
+            if name in table.c
+        ]
+        return min((n for n in lengths if n is not None), default=None)  # None: unbounded
+
+    return StoreLimits(
+        group_chars=chars("group_name", "reference"),
+        attribute_chars=chars("attribute"),
+        nul=dialect.name != "postgresql",
+    )

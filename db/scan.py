@@ -51,7 +51,8 @@ from biasaudit.db.source import (
 from biasaudit.db.source import fingerprint as frame_fingerprint
 from biasaudit.schemas.config import Audit
 from biasaudit.schemas.frames import as_binary, canonical_text, non_empty_text
-from biasaudit.schemas.quarantine import QUARANTINE_COLUMNS, split_valid
+from biasaudit.schemas.names import StoreLimits
+from biasaudit.schemas.quarantine import QUARANTINE_COLUMNS, split_valid, store_failures
 
 OUTCOMES = ["y_true", "y_pred"]
 # Where the push-down enforces each rule of the predictions schema (schemas.frames, the one judge):
@@ -107,14 +108,24 @@ def cells_of(valid: pd.DataFrame, audit: Audit) -> pd.DataFrame:
     return frame.groupby(keys, dropna=False, sort=True, as_index=False)["n"].sum()
 
 
-def _split(frame: pd.DataFrame, audit: Audit, now: datetime):
-    return split_valid(frame, audit.attributes, now, decision=audit.decision is not None)
+def _split(frame: pd.DataFrame, audit: Audit, now: datetime, store: StoreLimits | None):
+    return split_valid(
+        frame,
+        audit.attributes,
+        now,
+        decision=audit.decision is not None,
+        intersections=audit.intersections,
+        store=store,
+    )
 
 
-def memory_cells(engine, audit: Audit, start, end, now: datetime) -> Scanned:
-    """Cells of the window read whole and validated in memory."""
+def memory_cells(
+    engine, audit: Audit, start, end, now: datetime, store: StoreLimits | None = None
+) -> Scanned:
+    """Cells of the window read whole and validated in memory (with a result ``store``, rows
+    with a group name it cannot hold quarantined: schemas.quarantine.store_failures)."""
     frame = read_predictions(engine, audit, start, end)
-    valid, quarantine = _split(frame, audit, now)
+    valid, quarantine = _split(frame, audit, now, store)
     return Scanned(
         cells_of(valid, audit),
         quarantine,
@@ -158,11 +169,19 @@ def _window_and_duplicates(connection, audit: Audit, start, end):
     return window, ([] if unique else _duplicated_ids(connection, window, start, end))
 
 
-def stream_cells(engine, audit: Audit, start, end, now: datetime, chunk_rows: int) -> Scanned:
+def stream_cells(
+    engine,
+    audit: Audit,
+    start,
+    end,
+    now: datetime,
+    chunk_rows: int,
+    store: StoreLimits | None = None,
+) -> Scanned:
     """Cells of the window streamed in chunks of ``chunk_rows`` (db.stream.stream_cells)."""
     from biasaudit.db.stream import stream_cells as streamed
 
-    return streamed(engine, audit, start, end, now, chunk_rows)
+    return streamed(engine, audit, start, end, now, chunk_rows, store)
 
 
 def _decision_expression(window: Window, audit: Audit):
@@ -173,12 +192,17 @@ def _decision_expression(window: Window, audit: Audit):
     return case((score >= literal(audit.decision.threshold), 1), else_=0)
 
 
-def _valid_keys(grouped: pd.DataFrame, audit: Audit) -> pd.Series:
+def _valid_keys(grouped: pd.DataFrame, audit: Audit, store: StoreLimits | None) -> pd.Series:
     """Which grouped keys the Pandera rules accept: the checks of the predictions schema
-    (schemas.frames: non_empty_text, as_binary) on each distinct key instead of each row."""
+    (schemas.frames: non_empty_text, as_binary) on each distinct key instead of each row, and
+    the group names the result ``store`` can hold (schemas.quarantine.store_failures)."""
     ok = pd.Series(True, index=grouped.index)
     for name in audit.attributes:
         ok &= non_empty_text(grouped[f"k_{name}"]).to_numpy(dtype=bool)
+    if store is not None:
+        names = grouped[[f"k_{a}" for a in audit.attributes]].set_axis(audit.attributes, axis=1)
+        unstorable = store_failures(names, audit.attributes, audit.intersections, store)
+        ok.iloc[unstorable["index"].astype("int64").to_numpy()] = False
     truth = grouped["k_y_true"]
     ok &= truth.isna() | as_binary(truth).notna()
     if not audit.decision:
@@ -193,7 +217,9 @@ def _marker(value) -> tuple:
     return (type(value).__name__, repr(value))
 
 
-def pushdown_cells(engine, audit: Audit, start, end, now: datetime) -> Scanned:
+def pushdown_cells(
+    engine, audit: Audit, start, end, now: datetime, store: StoreLimits | None = None
+) -> Scanned:
     """Cells of the window from one GROUP BY in the database, invalid rows quarantined.
 
     One pass counts each key's rows and, as a conditional sum, those a per-row rule does not
@@ -229,7 +255,7 @@ def pushdown_cells(engine, audit: Audit, start, end, now: datetime) -> Scanned:
         grouped = grouped.assign(
             n=grouped["n"].astype("int64"), suspect=grouped["suspect"].astype("int64")
         )
-        good_keys = _valid_keys(grouped, audit)
+        good_keys = _valid_keys(grouped, audit, store)
         bad = grouped[~good_keys & (grouped["suspect"] < grouped["n"])]
         bad_markers = {
             tuple(_marker(v) for v in row) for row in bad[[f"k_{n}" for n in names]].itertuples(
@@ -246,7 +272,7 @@ def pushdown_cells(engine, audit: Audit, start, end, now: datetime) -> Scanned:
             [tuple(_marker(v) for v in row) in bad_markers for row in marks], dtype=bool
         )
         rest = rest[suspect_rows].drop(columns=[*[f"k_{n}" for n in names], "ok"])
-        accepted, quarantine = _split(rest.reset_index(drop=True), audit, now)
+        accepted, quarantine = _split(rest.reset_index(drop=True), audit, now, store)
         parts.append(cells_of(accepted, audit))
         accepted_rows, accepted_unlabelled = len(accepted), int(accepted["y_true"].isna().sum())
     counted_cells = grouped[good_keys].rename(columns={f"k_{n}": n for n in names})
@@ -309,20 +335,25 @@ def _fetch_suspects(
     return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
 
 
-def scan_window(engine, audit: Audit, start, end, now: datetime) -> Scanned:
-    """The configured scan (``audit.scan.mode``: memory, stream or pushdown) of the window."""
+def scan_window(
+    engine, audit: Audit, start, end, now: datetime, store: StoreLimits | None = None
+) -> Scanned:
+    """The configured scan (``audit.scan.mode``: memory, stream or pushdown) of the window; with
+    the result ``store``'s limits, rows with a group name it cannot hold are quarantined."""
     if audit.scan.mode == "pushdown":
-        return pushdown_cells(engine, audit, start, end, now)
+        return pushdown_cells(engine, audit, start, end, now, store)
     if audit.scan.mode == "stream":
-        return stream_cells(engine, audit, start, end, now, audit.scan.chunk_rows)
-    return memory_cells(engine, audit, start, end, now)
+        return stream_cells(engine, audit, start, end, now, audit.scan.chunk_rows, store)
+    return memory_cells(engine, audit, start, end, now, store)
 
 
-def valid_cells(engine, audit: Audit, start, end, now: datetime) -> pd.DataFrame:
+def valid_cells(
+    engine, audit: Audit, start, end, now: datetime, store: StoreLimits | None = None
+) -> pd.DataFrame:
     """The accepted cells (attributes, y_true, y_pred, n) of the configured scan of a window, for
     a part of the history that may hold no predictions (a monitored run's increment): an empty
     window gives no cells instead of EmptyWindow."""
     try:
-        return scan_window(engine, audit, start, end, now).cells
+        return scan_window(engine, audit, start, end, now, store).cells
     except EmptyWindow:
         return pd.DataFrame(columns=[*audit.attributes, *OUTCOMES, "n"])

@@ -50,6 +50,7 @@ from biasaudit.db.source import (
 )
 from biasaudit.schemas.config import Audit
 from biasaudit.schemas.frames import as_binary, as_number, text_of
+from biasaudit.schemas.names import StoreLimits
 from biasaudit.schemas.quarantine import QUARANTINE_COLUMNS, failures, split_valid
 
 SNAPSHOT_ID = re.compile(r"[0-9A-F]+-[0-9A-F]+-[0-9]+")  # pg_export_snapshot's form
@@ -280,9 +281,19 @@ def _set_aside(ids: pd.Series, duplicated: list) -> np.ndarray:
     return (ids.notna() & text_of(ids).isin(texts)).to_numpy(dtype=bool)
 
 
-def stream_cells(engine, audit: Audit, start, end, now: datetime, chunk_rows: int) -> Scanned:
-    """Cells of the window read in batches of ``chunk_rows``, validated batch by batch."""
+def stream_cells(
+    engine,
+    audit: Audit,
+    start,
+    end,
+    now: datetime,
+    chunk_rows: int,
+    store: StoreLimits | None = None,
+) -> Scanned:
+    """Cells of the window read in batches of ``chunk_rows``, validated batch by batch (with a
+    result ``store``, its limits on group names too: schemas.quarantine.store_failures)."""
     decision = audit.decision is not None
+    intersections = audit.intersections
     parts, quarantines, repeated, repeated_numbers = [], [], [], []
     rows = hash_sum = 0
     with one_snapshot(engine) as connection:
@@ -297,13 +308,21 @@ def stream_cells(engine, audit: Audit, start, end, now: datetime, chunk_rows: in
             places = np.flatnonzero(~aside)
             judged = typed.iloc[places].reset_index(drop=True)
             rejected = np.zeros(len(judged), dtype=bool)
-            found = failures(judged, audit.attributes, now, decision)
+            found = failures(
+                judged, audit.attributes, now, decision, intersections=intersections, store=store
+            )
             rejected[found["index"].astype("int64").to_numpy()] = True
             parts.append(_accepted_cells(judged[~rejected], audit))
             if rejected.any():
                 positions = places[rejected]
                 valid, quarantine = split_valid(
-                    _rows(chunk, positions), audit.attributes, now, decision, rows + positions
+                    _rows(chunk, positions),
+                    audit.attributes,
+                    now,
+                    decision,
+                    rows + positions,
+                    intersections=intersections,
+                    store=store,
                 )
                 parts.append(cells_of(valid, audit))
                 quarantines.append(quarantine)
@@ -317,6 +336,8 @@ def stream_cells(engine, audit: Audit, start, end, now: datetime, chunk_rows: in
             now,
             decision,
             np.concatenate(repeated_numbers),
+            intersections=intersections,
+            store=store,
         )
         parts.append(cells_of(valid, audit))
         quarantines.append(quarantine)

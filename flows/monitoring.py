@@ -18,11 +18,12 @@ from functools import cache
 import pandas as pd
 
 from biasaudit.db.engine import engine_scope, make_engine
-from biasaudit.db.models import MonitorResult
+from biasaudit.db.models import MonitorResult, store_limits
 from biasaudit.db.monitor import monitored_as_ofs, previous_monitor_state
 from biasaudit.db.scan import valid_cells
 from biasaudit.db.source import source_url
 from biasaudit.schemas.config import Audit, Monitor
+from biasaudit.schemas.names import StoreLimits
 from biasaudit.tasks.increments import as_of_schedule, increment_windows
 from biasaudit.tasks.monitor import Settings, increment_counts, monitor_update
 from biasaudit.tasks.monitor_frame import replay_counts
@@ -59,8 +60,8 @@ def increment(
     )
 
 
-def _source_cells(engine, audit: Audit, now: datetime) -> Cells:
-    return lambda start, end: valid_cells(engine, audit, start, end, now)
+def _source_cells(engine, audit: Audit, now: datetime, store: StoreLimits | None = None) -> Cells:
+    return lambda start, end: valid_cells(engine, audit, start, end, now, store)
 
 
 def monitor_run(db_url: str, audit: Audit, as_of: datetime, now: datetime) -> pd.DataFrame:
@@ -70,8 +71,9 @@ def monitor_run(db_url: str, audit: Audit, as_of: datetime, now: datetime) -> pd
         previous_id, previous, state = previous_monitor_state(
             store, audit.name, audit.model_id, as_of
         )
+        limits = store_limits(store.dialect)
     with engine_scope(source_url(audit, db_url)) as source:
-        counts = increment(_source_cells(source, audit, now), audit, previous, as_of)
+        counts = increment(_source_cells(source, audit, now, limits), audit, previous, as_of)
     new_state, rows = monitor_update(state, counts, settings_of(audit))
     state_only = [c for c in new_state.columns if c not in rows.columns]
     return rows.join(new_state[state_only]).assign(

@@ -26,8 +26,9 @@ from typing import ParamSpec, TypeVar
 
 import pandas as pd
 
-from biasaudit.db.engine import database_url, engine_scope
+from biasaudit.db.engine import database_url, engine_scope, parse_url
 from biasaudit.db.history import previous_run_metrics
+from biasaudit.db.models import store_limits
 from biasaudit.db.results import result_tables
 from biasaudit.db.runs import (
     RunRecord,
@@ -42,6 +43,7 @@ from biasaudit.db.scan import Scanned, scan_window
 from biasaudit.db.source import window_bounds
 from biasaudit.flows.report import write_report
 from biasaudit.schemas.config import Audit, default_config_path, load_audit
+from biasaudit.schemas.frames import listed
 from biasaudit.schemas.quarantine import check_invalid_fraction
 from biasaudit.schemas.report import run_label
 from biasaudit.tasks.core import AuditResult, Runner, audit_counts, call
@@ -83,11 +85,20 @@ def scan(
     db_url: str, audit: Audit, start: datetime | None, end: datetime, now: datetime
 ) -> Scanned:
     """The audit window as validated cells, quarantine and row accounting (db.scan), read from
-    the audit's source database (``source_db``, else the store)."""
+    the audit's source database (``source_db``, else the store); rows with a group name the
+    store cannot hold are quarantined before any statistic (db.models.store_limits)."""
     from biasaudit.db.source import source_url
 
+    store = store_limits(parse_url(db_url).get_dialect()())
+    limit = store.attribute_chars
+    long = [n for n in [*audit.attributes, *audit.intersection_names] if limit and len(n) > limit]
+    if long:
+        raise ValueError(
+            f"attribute and intersection names longer than {limit} characters, the longest the "
+            f"{parse_url(db_url).get_backend_name()} store keeps: {listed(long)}"
+        )
     with engine_scope(source_url(audit, db_url)) as engine:
-        return scan_window(engine, audit, start, end, now)
+        return scan_window(engine, audit, start, end, now, store)
 
 
 def previous_run(

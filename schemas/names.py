@@ -9,6 +9,7 @@ no value can move the cursor, recolour the screen, set a window title or disguis
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 # C0 and DEL, C1, the line and paragraph separators, and the bidirectional formatting characters
 # (marks, embeddings, overrides, isolates, the Arabic letter mark).
@@ -26,3 +27,14 @@ def printable(text: str) -> str:
     """``text`` with every control and bidirectional formatting character as a visible escape
     (``\\x1b``, ``\\u202e``); everything else unchanged."""
     return _UNSHOWABLE.sub(_escape, text)
+
+
+@dataclass(frozen=True)
+class StoreLimits:
+    """What a result store holds of a name: group names of at most ``group_chars`` characters
+    and attribute names (an intersection's too) of at most ``attribute_chars`` (None: any
+    length), and whether its text holds NUL (U+0000). db.models.store_limits derives them."""
+
+    group_chars: int | None = None
+    attribute_chars: int | None = None
+    nul: bool = True

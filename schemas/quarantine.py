@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pandera.pandas as pa
 
+from biasaudit.schemas.config import INTERSECTION_SEP
 from biasaudit.schemas.frames import (
     as_binary,
     as_number,
@@ -21,9 +22,14 @@ from biasaudit.schemas.frames import (
     listed,
     parse_timestamps,
     predictions_schema,
+    text_of,
 )
+from biasaudit.schemas.names import StoreLimits
 
 QUARANTINE_COLUMNS = ["row_number", "row_ref", "column_name", "value", "rule", "row"]
+FAILURE_COLUMNS = ["column", "check", "failure_case", "index"]
+# Rules of group names the result store cannot hold (as db.load's for the predictions table).
+NO_NUL = "no_nul_byte"
 # Longest row reference and column name a quarantine record keeps (its table's columns).
 MAX_REF_CHARS = 128
 NUL = "\x00"
@@ -76,11 +82,64 @@ def _rows_as_json(frame: pd.DataFrame) -> list[dict]:
     return json.loads(text.to_json(orient="records", date_format="iso", default_handler=str))
 
 
-def failures(frame: pd.DataFrame, attributes: list[str], now: datetime | None = None,
-             decision: bool = False) -> pd.DataFrame:
+def store_failures(
+    frame: pd.DataFrame, attributes: list[str], intersections: list[list[str]], store: StoreLimits
+) -> pd.DataFrame:
+    """Failure cases (as ``failures``) of the group names ``store`` cannot hold: an attribute's
+    value (its canonical text) holding NUL where the store's text cannot (``no_nul_byte``) or
+    longer than its group key (``max_length_N``), and an intersection's label (``race x sex``)
+    longer than that though each of its values fits, under the intersection's name."""
+    text = {a: text_of(frame[a]) for a in attributes}
+    length = {a: text[a].str.len().fillna(-1).to_numpy(dtype="int64") for a in attributes}
+    limit = store.group_chars
+    cases = []
+
+    def case(column: str, rule: str, failed: np.ndarray, values: pd.Series) -> None:
+        rows = np.flatnonzero(failed)
+        if len(rows):
+            found = {"column": column, "check": rule, "failure_case": values.iloc[rows].to_numpy()}
+            cases.append(pd.DataFrame({**found, "index": rows}))
+
+    for attribute in attributes:
+        if not store.nul:
+            nul = text[attribute].str.contains(NUL, regex=False).fillna(False)
+            case(attribute, NO_NUL, nul.to_numpy(dtype=bool), text[attribute])
+        if limit is not None:
+            case(attribute, f"max_length_{limit}", length[attribute] > limit, text[attribute])
+    for combo in intersections if limit is not None else []:
+        parts = np.stack([length[a] for a in combo])
+        label = parts.sum(axis=0) + len(INTERSECTION_SEP) * (len(combo) - 1)
+        failed = (label > limit) & (parts >= 0).all(axis=0) & (parts <= limit).all(axis=0)
+        labels = text[combo[0]].str.cat([text[a] for a in combo[1:]], sep=INTERSECTION_SEP)
+        case(INTERSECTION_SEP.join(combo), f"max_length_{limit}", failed, labels)
+    return pd.concat(cases, ignore_index=True) if cases else pd.DataFrame(columns=FAILURE_COLUMNS)
+
+
+def failures(
+    frame: pd.DataFrame,
+    attributes: list[str],
+    now: datetime | None = None,
+    decision: bool = False,
+    *,
+    intersections: list[list[str]] | None = None,
+    store: StoreLimits | None = None,
+) -> pd.DataFrame:
     """The row-level failures of ``frame`` (index 0..n-1) under the predictions schema: Pandera's
-    failure cases (columns ``column``, ``check``, ``failure_case``, ``index``); a frame-level
-    failure raises SchemaFailure."""
+    failure cases (columns ``column``, ``check``, ``failure_case``, ``index``), and with a
+    ``store`` the group names it cannot hold (``store_failures``); a frame-level failure raises
+    SchemaFailure."""
+    found = _schema_failures(frame, attributes, now, decision)
+    if store is None:
+        return found
+    unstorable = store_failures(frame, attributes, intersections or [], store)
+    parts = [part for part in (found, unstorable) if len(part)]
+    return pd.concat(parts, ignore_index=True) if len(parts) > 1 else (parts or [found])[0]
+
+
+def _schema_failures(
+    frame: pd.DataFrame, attributes: list[str], now: datetime | None, decision: bool
+) -> pd.DataFrame:
+    """Pandera's row-level failure cases of ``frame`` under the predictions schema."""
     schema = predictions_schema(attributes, now, decision)
     try:
         schema.validate(frame, lazy=True)
@@ -100,7 +159,7 @@ def failures(frame: pd.DataFrame, attributes: list[str], now: datetime | None = 
                 f"({len(frame_level)} frame-level failure(s))"
             ) from None
         return found
-    return pd.DataFrame(columns=["column", "check", "failure_case", "index"])
+    return pd.DataFrame(columns=FAILURE_COLUMNS)
 
 
 def split_valid(
@@ -109,6 +168,9 @@ def split_valid(
     now: datetime | None = None,
     decision: bool = False,
     row_numbers: np.ndarray | None = None,
+    *,
+    intersections: list[list[str]] | None = None,
+    store: StoreLimits | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(valid rows with y_true as float 0/1/NaN and y_pred as int8, quarantine records).
 
@@ -121,9 +183,11 @@ def split_valid(
     a streamed window) and by prediction id (``row_ref``).
 
     ``now`` is the moment after which a timestamp counts as in the future (default: the clock).
+    With a result ``store``, rows with a group name it cannot hold (an attribute's value or a
+    label of one of the audit's ``intersections``) are quarantined too (``store_failures``).
     """
     frame = frame.reset_index(drop=True)
-    found = failures(frame, attributes, now, decision)
+    found = failures(frame, attributes, now, decision, intersections=intersections, store=store)
     positions = found["index"].astype("int64").to_numpy()
     numbers = positions if row_numbers is None else np.asarray(row_numbers)[positions]
     bad_index = pd.Index(pd.unique(positions))
