@@ -26,7 +26,7 @@ from sqlalchemy import Engine, Table, bindparam, insert, select, update
 
 from biasaudit.db.models import Prediction, QuarantinedRow
 from biasaudit.schemas.frames import canonical_text
-from biasaudit.schemas.quarantine import QUARANTINE_COLUMNS, split_valid, storable
+from biasaudit.schemas.quarantine import NO_NUL, QUARANTINE_COLUMNS, split_valid, storable
 
 CHUNK_ROWS = 20_000
 TEXT_COLUMNS = ("prediction_id", "model_id", "model_version")
@@ -97,7 +97,7 @@ def _storage_failures(frame: pd.DataFrame, attributes: list[str]) -> pd.DataFram
         text = canonical_text(frame[column]).astype("string")
         too_long = text.str.len() > limit
         nul = text.str.contains("\x00", regex=False)
-        for rule, mask in ((f"max_length_{limit}", too_long), ("no_nul_byte", nul)):
+        for rule, mask in ((f"max_length_{limit}", too_long), (NO_NUL, nul)):
             for position in mask[mask.fillna(False)].index:
                 records.append((position, column, text[position], rule))
     if not records:

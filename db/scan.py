@@ -16,7 +16,8 @@ over cells (tasks.counts.group_counts). Three modes:
   (y_true, y_pred), counting each key's rows and, as a conditional sum, the rows a per-row rule
   (id, timestamp, scores: db.source.Window.row_ok, a sound SQL condition without the rules the
   catalogue or the window already guarantee) does not clear. Attribute and label rules are checked
-  by the Pandera checks themselves on the few grouped keys. Only suspect rows and rows of invalid
+  by the Pandera checks themselves on the few grouped keys, and so are the result store's limits
+  on group names (schemas.quarantine.store_failures). Only suspect rows and rows of invalid
   keys are read again, and judged by the whole Pandera validation: a clean table is read once,
   and nothing invalid is counted and nothing is lost.
 

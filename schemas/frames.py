@@ -242,8 +242,9 @@ def predictions_schema(
     so do timestamps before 1900; a frame without ``predicted_at`` has no timestamps to check. With ``decision`` the decision is derived from a score: the
     column ``decision_score`` must hold a finite number and ``y_pred`` is not read.
 
-    These rules are the only judge of a row: the push-down scan's SQL (db.source.row_ok) only
-    lets through, unchecked, rows these rules are known to accept, and sends every other row here.
+    These rules, with the result store's limits on group names (schemas.quarantine.store_failures),
+    are the only judge of a row: the push-down scan's SQL (db.source.row_ok) only lets through,
+    unchecked, rows these rules are known to accept, and sends every other row here.
     """
     now = now or datetime.now(UTC)
     columns = {

@@ -1,7 +1,8 @@
 """Validation: split predictions into valid rows and quarantined failures with their reasons.
 
-Every failure of the Pandera schema (``schemas.frames.predictions_schema``) becomes one quarantine
-record (row, column, value, rule) with the whole row kept; rows with any failure leave the audit.
+Every failure of the Pandera schema (``schemas.frames.predictions_schema``), and with a result
+store every group name it cannot hold (``store_failures``), becomes one quarantine record (row,
+column, value, rule) with the whole row kept; rows with any failure leave the audit.
 Nothing is dropped silently: accepted + quarantined = read.
 """
 
@@ -110,8 +111,9 @@ def store_failures(
         parts = np.stack([length[a] for a in combo])
         label = parts.sum(axis=0) + len(INTERSECTION_SEP) * (len(combo) - 1)
         failed = (label > limit) & (parts >= 0).all(axis=0) & (parts <= limit).all(axis=0)
-        labels = text[combo[0]].str.cat([text[a] for a in combo[1:]], sep=INTERSECTION_SEP)
-        case(INTERSECTION_SEP.join(combo), f"max_length_{limit}", failed, labels)
+        if failed.any():  # the labels joined only then: most windows have none
+            labels = text[combo[0]].str.cat([text[a] for a in combo[1:]], sep=INTERSECTION_SEP)
+            case(INTERSECTION_SEP.join(combo), f"max_length_{limit}", failed, labels)
     return pd.concat(cases, ignore_index=True) if cases else pd.DataFrame(columns=FAILURE_COLUMNS)
 
 
