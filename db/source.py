@@ -669,17 +669,21 @@ def column_hashes(series: pd.Series) -> np.ndarray:
 
 
 def row_hash_sum(frame: pd.DataFrame) -> int:
-    """Sum (mod 2^64) of the rows' hashes (column_hashes combined in column order):
-    order-independent and additive over chunks."""
+    """Sum (mod 2^64) of the rows' hashes: order-independent and additive over chunks.
+
+    A row's column_hashes are combined in column order, then mixed by pandas' hash_array (the
+    splitmix64 finaliser). Unmixed, the combination is linear, so the sum would be one of
+    per-column sums, blind to values moved between rows (predictions swapped between groups)."""
     rows = np.zeros(len(frame), dtype=np.uint64)
     for name in frame.columns:
         rows = rows * ROW_PRIME + column_hashes(frame[name])
-    return int(rows.sum(dtype=np.uint64))
+    return int(pd.util.hash_array(rows).sum(dtype=np.uint64))
 
 
 def fingerprint(frame: pd.DataFrame | None, hash_sum: int = 0, rows: int = 0) -> str:
     """SHA-256 of the row count and the sum of row hashes: equal inputs (in any order, in any
-    chunks) give equal fingerprints. Pass a frame, or a streamed (hash_sum, rows) pair."""
+    chunks) give equal fingerprints, and any changed row (a value changed, or moved to another
+    row) another one. Pass a frame, or a streamed (hash_sum, rows) pair."""
     if frame is not None:
         hash_sum, rows = row_hash_sum(frame), len(frame)
     return hashlib.sha256(f"{rows}:{hash_sum}".encode()).hexdigest()
