@@ -227,7 +227,13 @@ def pushdown_cells(
     clear (``suspect``); the key rules run on the grouped keys. Only when a key is invalid or a
     row suspect are those rows read again and judged by the Pandera schema. Every statement that
     reads rows reads one snapshot (db.engine.one_snapshot): a label arriving between two of them
-    changes nothing."""
+    changes nothing.
+
+    Its input fingerprint covers the cells (rows per attributes, y_true and y_pred) and the
+    quarantine records with their whole rows, in any order: they determine the run's counts,
+    statistics and quarantine. A change that leaves them equal (a valid row's prediction id,
+    timestamp or score changed, or moved to a row of the same cell) is unchanged input; a row
+    hash in the GROUP BY would see it, at 40-200% of the scan's time (benchmarks/README.md)."""
     names = [*audit.attributes, *OUTCOMES]
     with one_snapshot(engine) as connection:
         window, duplicated = _window_and_duplicates(connection, audit, start, end)
@@ -291,7 +297,7 @@ def pushdown_cells(
     cells = pd.concat([cells_of(counted_cells, audit), *parts], ignore_index=True)
     cells = cells.groupby(names, dropna=False, sort=True, as_index=False)["n"].sum()
     digest = hashlib.sha256(cells.to_csv(index=False).encode())
-    digest.update(quarantine.drop(columns="row").to_csv(index=False).encode())
+    digest.update(_records_text(quarantine).encode())
     valid_counted = int(counted_cells["n"].sum())
     return Scanned(
         cells,
@@ -302,6 +308,14 @@ def pushdown_cells(
         + accepted_unlabelled,
         fingerprint=digest.hexdigest(),
     )
+
+
+def _records_text(quarantine: pd.DataFrame) -> str:
+    """The quarantine records (each with its whole row) as CSV in a fixed order, without row
+    numbers and references: a row read again has the position the database returned it at, in
+    no set order (a row without an id is referred to by it)."""
+    records = quarantine[["column_name", "value", "rule", "row"]].astype(str)
+    return records.sort_values(list(records.columns)).to_csv(index=False)
 
 
 def _fetch_suspects(
