@@ -103,33 +103,34 @@ def _scans(engine, audit) -> dict[str, str]:
     }
 
 
-def test_rows_in_another_order_are_the_same_input(db_url):
-    """It fingerprints a table written again with its rows in reverse order (read back in that
-    order: no key orders them) as before in every scan mode, invalid rows and rows without a
-    prediction id included, whose quarantine records the push-down reads in the table's order."""
+MIXED = Table(
+    "mixed_source",
+    MetaData(),
+    Column("pid", String(10)),
+    Column("label", Integer),
+    Column("pred", Integer),
+    Column("grp", String(10)),
+)
+# Valid rows, and rows quarantined for a prediction of 2 (i % 7 == 0), an empty group or no id.
+MIXED_ROWS = [
+    {"pid": None if i % 17 == 0 else f"p{i}", "label": i % 2,
+     "pred": 2 if i % 7 == 0 else i % 3 % 2, "grp": " " if i % 11 == 0 else "AB"[i % 2]}
+    for i in range(300)
+]
+
+
+def _mixed_fingerprints(engine, rows: list[dict]) -> dict[str, str]:
+    """Each scan mode's fingerprint of MIXED holding ``rows``, in that order (no key orders
+    them)."""
     from biasaudit.schemas.config import parse_config
 
-    engine = make_engine(db_url)
-    table = Table(
-        "ordered_source",
-        MetaData(),
-        Column("pid", String(10)),
-        Column("label", Integer),
-        Column("pred", Integer),
-        Column("grp", String(10)),
-    )
-    rows = [
-        {"pid": None if i % 17 == 0 else f"p{i}", "label": i % 2,
-         "pred": 2 if i % 7 == 0 else i % 3 % 2, "grp": " " if i % 11 == 0 else "AB"[i % 2]}
-        for i in range(300)
-    ]
     audit = parse_config(
         {
             "audits": [
                 {
                     "name": "o",
                     "model": "m",
-                    "source": "ordered_source",
+                    "source": "mixed_source",
                     "attributes": ["grp"],
                     "columns": {"prediction_id": "pid", "y_true": "label", "y_pred": "pred"},
                     "thresholds": {"max_invalid_fraction": 1.0},
@@ -137,15 +138,39 @@ def test_rows_in_another_order_are_the_same_input(db_url):
             ]
         }
     ).audits[0]
-    fingerprints = []
-    for order in (rows, rows[::-1]):
-        table.drop(engine, checkfirst=True)
-        table.create(engine)
-        with engine.begin() as connection:
-            connection.execute(table.insert(), order)
-        fingerprints.append(_scans(engine, audit))
+    MIXED.drop(engine, checkfirst=True)
+    MIXED.create(engine)
+    with engine.begin() as connection:
+        connection.execute(MIXED.insert(), rows)
+    return _scans(engine, audit)
+
+
+def test_rows_in_another_order_are_the_same_input(db_url):
+    """It fingerprints a table written again with its rows in reverse order as before in every
+    scan mode, invalid rows and rows without a prediction id included, whose quarantine records
+    the push-down reads in the order the database returns them."""
+    engine = make_engine(db_url)
+    forward = _mixed_fingerprints(engine, MIXED_ROWS)
+    assert _mixed_fingerprints(engine, MIXED_ROWS[::-1]) == forward
     engine.dispose()
-    assert fingerprints[0] == fingerprints[1]
+
+
+def test_pushdown_fingerprint_covers_cells_and_quarantined_rows(db_url):
+    """It changes every mode's fingerprint when a quarantined row changes where it broke no rule
+    (its group), and only the memory and stream modes' when a valid row changes outside its cell
+    (its prediction id): the push-down's cells and quarantine are then equal."""
+    engine = make_engine(db_url)
+    before = _mixed_fingerprints(engine, MIXED_ROWS)
+    assert MIXED_ROWS[7]["pred"] == 2 and MIXED_ROWS[7]["grp"] == "B"
+    regrouped = [dict(row, grp="A") if i == 7 else row for i, row in enumerate(MIXED_ROWS)]
+    assert all(a != b for a, b in zip(_mixed_fingerprints(engine, regrouped).values(),
+                                      before.values()))
+    assert MIXED_ROWS[1]["pred"] == 1 and MIXED_ROWS[1]["pid"] == "p1"
+    renamed = [dict(row, pid="q1") if i == 1 else row for i, row in enumerate(MIXED_ROWS)]
+    after = _mixed_fingerprints(engine, renamed)
+    engine.dispose()
+    assert after["memory"] != before["memory"] and after["stream"] != before["stream"]
+    assert after["pushdown"] == before["pushdown"]
 
 
 ROWS = st.lists(
