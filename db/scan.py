@@ -232,8 +232,8 @@ def pushdown_cells(
     Its input fingerprint covers the cells (rows per attributes, y_true and y_pred) and the
     quarantine records with their whole rows, in any order: they determine the run's counts,
     statistics and quarantine. A change that leaves them equal (a valid row's prediction id,
-    timestamp or score changed, or moved to a row of the same cell) is unchanged input; a row
-    hash in the GROUP BY would see it, at 20-90% of the scan's time (benchmarks/README.md)."""
+    timestamp or score changed, or moved to another valid row) is unchanged input; a row hash in
+    the GROUP BY would see it, at 20-90% of the scan's time (benchmarks/README.md)."""
     names = [*audit.attributes, *OUTCOMES]
     with one_snapshot(engine) as connection:
         window, duplicated = _window_and_duplicates(connection, audit, start, end)
