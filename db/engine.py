@@ -8,8 +8,11 @@ Every connection has bounded waits, configurable by environment variable:
 ``BIASAUDIT_CONNECT_TIMEOUT_SECONDS`` (default 10) to open a connection, and
 ``BIASAUDIT_STATEMENT_TIMEOUT_SECONDS`` (default 600) for one statement (PostgreSQL's
 ``statement_timeout``, MariaDB's client read/write timeouts, SQLite's busy timeout). On PostgreSQL
-TCP keepalives and ``tcp_user_timeout`` also end a connection whose server went silent on the
-network. A timed-out call raises OperationalError, which the retry policy (db.retry) retries.
+TCP keepalives and ``tcp_user_timeout`` also end a connection whose network went dead, and the
+client gives up on any one call (a statement, a fetch, a commit) that has no answer a second after
+the statement timeout, closing its connection: a server that stopped (SIGSTOP, a frozen VM) keeps
+its TCP connections answering keepalives and would never enforce its own timeout. A timed-out call
+raises OperationalError, which the retry policy (db.retry) retries.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 
 from biasaudit.schemas.urls import hidden, holds_secret
 
@@ -61,6 +64,27 @@ def connect_timeout() -> float:
 def statement_timeout() -> float:
     """Seconds one statement may run (or wait on a lock) before it fails."""
     return _seconds(STATEMENT_TIMEOUT_ENV, 600.0)
+
+
+def answer_deadline() -> float:
+    """Seconds the client waits for the server's answer to one call before it gives up on the
+    connection: the statement timeout, and a second for the server's own timeout error to
+    arrive."""
+    return statement_timeout() + 1.0
+
+
+def libpq_options() -> dict[str, Any]:
+    """libpq's connection options for the engine's limits: connect timeout, server-side statement
+    timeout, TCP keepalives and ``tcp_user_timeout`` (for a dead network)."""
+    return {
+        "connect_timeout": max(1, round(connect_timeout())),
+        "options": f"-cstatement_timeout={round(statement_timeout() * 1000)}",  # as URIs take it
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
+        "tcp_user_timeout": round(min(statement_timeout(), 60.0) * 1000),
+    }
 
 
 def database_url(url: str | None = None) -> str:
@@ -129,15 +153,7 @@ def _connect_args(url: URL) -> dict[str, Any]:
     if backend == "sqlite":
         return {"timeout": min(statement, 60.0)}
     if backend == "postgresql" and driver in ("psycopg", "psycopg2"):
-        return {
-            "connect_timeout": max(1, round(connect)),
-            "options": f"-c statement_timeout={round(statement * 1000)}",
-            "keepalives": 1,
-            "keepalives_idle": 10,
-            "keepalives_interval": 5,
-            "keepalives_count": 3,
-            "tcp_user_timeout": round(min(statement, 60.0) * 1000),
-        }
+        return libpq_options()
     if backend in ("mysql", "mariadb") and driver == "pymysql":
         return {
             "connect_timeout": max(1, round(connect)),
@@ -171,7 +187,15 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
                 cursor.close()
 
             return engine
-        return create_engine(parsed, pool_pre_ping=True, connect_args=_connect_args(parsed))
+        engine = create_engine(parsed, pool_pre_ping=True, connect_args=_connect_args(parsed))
+        if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() == "psycopg":
+            connection_class = _answering_psycopg(answer_deadline())
+
+            @event.listens_for(engine, "do_connect")
+            def _connect(_dialect, _record, cargs, cparams):
+                return connection_class.connect(*cargs, **cparams)
+
+        return engine
     except NoSuchModuleError:
         raise DatabaseUrlError(
             f"unknown database kind {parsed.drivername!r} in {safe_url(str(parsed))}"
@@ -186,6 +210,30 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
             f"cannot use database {safe_url(parsed.render_as_string(hide_password=False))}: "
             f"{type(exc).__name__}"
         ) from None
+
+
+def _answering_psycopg(deadline: float) -> Any:
+    """psycopg's connection class, with every call that waits on the server (``wait``: execute,
+    fetch, commit, rollback) given up after ``deadline`` seconds: the connection is then closed
+    (its state is unknown) and the call raises OperationalError."""
+    import psycopg
+    from psycopg.errors import _WaitTimeout
+
+    class Answering(psycopg.Connection):
+        def wait(self, gen: Any, *args: Any, **kwargs: Any) -> Any:
+            if args[1:] or "timeout" in kwargs:  # the caller's own limit (psycopg's notifies)
+                return super().wait(gen, *args, **kwargs)
+            kwargs["timeout"] = deadline
+            try:
+                return super().wait(gen, *args, **kwargs)
+            except _WaitTimeout:
+                self.pgconn.finish()
+                raise psycopg.OperationalError(
+                    f"no answer within {deadline:g} s "
+                    f"({STATEMENT_TIMEOUT_ENV} + 1 s); connection closed"
+                ) from None
+
+    return Answering
 
 
 @contextmanager
@@ -207,7 +255,13 @@ def one_snapshot(engine: Engine) -> Iterator[Connection]:
             connection.execution_options(isolation_level="REPEATABLE READ")
         elif backend == "sqlite":
             connection.exec_driver_sql("BEGIN")
-        yield connection
+        try:
+            yield connection
+        except OperationalError:
+            # A dropped or silent server: closed, not rolled back (nothing was written), so
+            # that leaving never waits on a server that does not answer.
+            connection.invalidate()
+            raise
 
 
 @contextmanager

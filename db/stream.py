@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
 import re
+import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, TypeAlias
@@ -39,7 +40,7 @@ import pyarrow as pa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from biasaudit.db.engine import connect_timeout, one_snapshot, statement_timeout
+from biasaudit.db.engine import STATEMENT_TIMEOUT_ENV, answer_deadline, libpq_options, one_snapshot
 from biasaudit.db.scan import OUTCOMES, Scanned, _window_and_duplicates, cells_of
 from biasaudit.db.source import (
     EmptyWindow,
@@ -84,12 +85,9 @@ def _postgres_batches(connection: Connection, query) -> Iterator[pa.RecordBatch]
     driver: Any = connection.connection.driver_connection
     sql = psycopg.ClientCursor(driver).mogrify(str(compiled), compiled.params)
     # The engine's limits (db.engine), so that a silent server fails the scan instead of hanging
-    # it; libpq's URI takes no space in ``options``.
+    # it.
     url = connection.engine.url.set(drivername="postgresql").update_query_dict(
-        {
-            "connect_timeout": str(max(1, round(connect_timeout()))),
-            "options": f"-cstatement_timeout={round(statement_timeout() * 1000)}",
-        }
+        {name: str(value) for name, value in libpq_options().items()}
     )
     snapshot = _exported_snapshot(connection)
     if not SNAPSHOT_ID.fullmatch(snapshot):
@@ -157,27 +155,58 @@ def _rebatched(batches: Iterator[pa.RecordBatch], chunk_rows: int) -> Iterator[p
         yield pa.Table.from_batches(pending).combine_chunks().to_batches()[0]
 
 
-def _read_ahead(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _read_ahead(
+    batches: Iterator[pa.RecordBatch], deadline: float | None
+) -> Iterator[pa.RecordBatch]:
     """The batches, the next one read by a thread (the driver releases the GIL) while the caller
-    works on the current one: two batches in memory at most."""
-    with ThreadPoolExecutor(1) as pool:
-        pending = pool.submit(next, batches, None)
-        while (batch := pending.result()) is not None:
-            pending = pool.submit(next, batches, None)
+    works on the current one: two batches in memory at most. A batch that does not come within
+    ``deadline`` seconds (a server gone silent, which TCP keepalives do not notice) fails the
+    scan with OperationalError; the reader, a daemon thread, is left to end when its connection
+    does."""
+    asks: queue.SimpleQueue[bool] = queue.SimpleQueue()
+    answers: queue.SimpleQueue[tuple[pa.RecordBatch | None, Exception | None]]
+    answers = queue.SimpleQueue()
+
+    def reader() -> None:
+        while asks.get():
+            try:
+                answers.put((next(batches, None), None))
+            except Exception as error:  # noqa: BLE001 - re-raised in the caller's thread
+                answers.put((None, error))
+                return
+
+    threading.Thread(target=reader, name="stream-reader", daemon=True).start()
+    try:
+        while True:
+            asks.put(True)
+            try:
+                batch, error = answers.get(timeout=deadline)
+            except queue.Empty:
+                message = (
+                    f"nothing received for {deadline:g} s "
+                    f"({STATEMENT_TIMEOUT_ENV} + 1 s)"
+                )
+                raise OperationalError("stream scan", None, TimeoutError(message)) from None
+            if error is not None:
+                raise error
+            if batch is None:
+                return
             yield batch
+    finally:
+        asks.put(False)
 
 
 def read_batches(connection: Connection, query, chunk_rows: int) -> Iterator[Chunk]:
     """The query's rows in chunks of at most ``chunk_rows``: Arrow record batches where the
     source has an Arrow reader, else frames of driver values (db.source.read_chunks)."""
-    batches = None
+    batches, deadline = None, None
     if connection.dialect.name == "postgresql":
-        batches = _postgres_batches(connection, query)
-    elif connection.dialect.name == "duckdb":
+        batches, deadline = _postgres_batches(connection, query), answer_deadline()
+    elif connection.dialect.name == "duckdb":  # local: no server to go silent
         batches = _duckdb_batches(connection, query, chunk_rows)
     if batches is None:
         return read_chunks(connection, query, chunk_rows)
-    return _read_ahead(_rebatched(batches, chunk_rows))
+    return _read_ahead(_rebatched(batches, chunk_rows), deadline)
 
 
 def _driver_values(column: pa.Array) -> list:

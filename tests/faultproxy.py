@@ -7,6 +7,11 @@ database server, forwards every byte both ways, and, when armed, loses one reply
 are closed. The client sees its connection drop while it waits for the answer, exactly like a
 network cut between the server's commit and its reply. ``fired`` is set when that happened.
 
+``freeze(after=b"...")`` stops forwarding, as a server stopped by SIGSTOP or a silent network
+would: once a connection has sent ``after`` (at once when it is empty), no byte moves on any
+connection any more, new ones included, yet every socket stays open, so TCP keeps acknowledging
+and keepalives keep answering. ``frozen`` is set when that happened.
+
 Everything is bounded: sockets poll with short timeouts, the proxy stops itself after
 ``lifetime`` seconds, and ``close()`` (or leaving the ``with`` block) stops it at once.
 """
@@ -37,6 +42,8 @@ class FaultProxy:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._armed: tuple[bytes, bytes] | None = None
+        self.frozen = threading.Event()
+        self._freeze_after: bytes | None = None
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._listener.settimeout(POLL)
         self.port: int = self._listener.getsockname()[1]
@@ -54,6 +61,18 @@ class FaultProxy:
         with self._lock:
             self._armed = (trigger, after)
         self.fired.clear()
+
+    def freeze(self, after: bytes = b"") -> None:
+        """Stop forwarding on every connection once one has sent ``after``."""
+        with self._lock:
+            self._freeze_after = after
+        if not after:
+            self.frozen.set()
+
+    def _watch_freeze(self, sent: bytes) -> None:
+        with self._lock:
+            if self._freeze_after is not None and self._freeze_after in sent:
+                self.frozen.set()
 
     def _stopped(self) -> bool:
         return self._stop.is_set() or time.monotonic() > self._deadline
@@ -94,11 +113,17 @@ class FaultProxy:
         tail, dropping = b"", False
         with client, server, contextlib.suppress(OSError):  # a reset ends the connection
             while not self._stopped():
+                if self.frozen.is_set():  # nothing read, nothing sent: the sockets stay open
+                    time.sleep(POLL)
+                    continue
                 ready, _, _ = select.select([client, server], [], [], POLL)
                 if client in ready:
                     data = client.recv(65536)
                     if not data:
                         return
+                    self._watch_freeze(tail[-WINDOW:] + data)
+                    if self.frozen.is_set():
+                        continue  # this request is lost in the frozen network
                     server.sendall(data)
                     if not dropping:
                         tail, dropping = self._take(tail + data)
