@@ -229,8 +229,8 @@ def _answering_psycopg(deadline: float) -> Any:
             except _WaitTimeout:
                 self.pgconn.finish()
                 raise psycopg.OperationalError(
-                    f"no answer within {deadline:g} s "
-                    f"({STATEMENT_TIMEOUT_ENV} + 1 s); connection closed"
+                    f"no answer within {deadline:g} s ({STATEMENT_TIMEOUT_ENV} + 1 s); "
+                    "connection closed"
                 ) from None
 
     return Answering

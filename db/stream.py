@@ -182,10 +182,7 @@ def _read_ahead(
             try:
                 batch, error = answers.get(timeout=deadline)
             except queue.Empty:
-                message = (
-                    f"nothing received for {deadline:g} s "
-                    f"({STATEMENT_TIMEOUT_ENV} + 1 s)"
-                )
+                message = f"nothing received for {deadline:g} s ({STATEMENT_TIMEOUT_ENV} + 1 s)"
                 raise OperationalError("stream scan", None, TimeoutError(message)) from None
             if error is not None:
                 raise error

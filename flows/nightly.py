@@ -152,19 +152,27 @@ def serve(
     """Serve the nightly deployment until stopped (Ctrl-C or SIGTERM: both stop it the same,
     quiet way)."""
     import asyncio
+    import contextlib
 
     from prefect.runner import Runner
 
     class Stoppable(Runner):
-        """A runner that SIGTERM stops as Ctrl-C does: by cancelling the serving task, so that
-        the runner's own clean-up runs. Prefect 3.8's SIGTERM handler calls the asynchronous
-        stop without awaiting it and exits from inside the event loop, printing tracebacks."""
+        """A runner that SIGTERM stops through Prefect's own ``astop``, awaited on the runner's
+        loop: every in-flight flow run is cancelled (its process ended and its state Cancelled
+        on the server, not left Running) and the serving loop ends. Prefect 3.8's SIGTERM
+        handler calls the asynchronous stop without awaiting it and exits from inside the event
+        loop, printing tracebacks."""
 
         serving: asyncio.Task | None = None
+        stopping_task: asyncio.Task | None = None
 
         def handle_sigterm(self, *args: Any, **kwargs: Any) -> None:
-            if self.serving is not None:
-                self.serving.get_loop().call_soon_threadsafe(self.serving.cancel)
+            if self.serving is not None and self.stopping_task is None:
+                loop = self.serving.get_loop()
+                loop.call_soon_threadsafe(self._stop_soon, loop)
+
+        def _stop_soon(self, loop: asyncio.AbstractEventLoop) -> None:
+            self.stopping_task = loop.create_task(self.astop())
 
     runner = Stoppable(pause_on_shutdown=False)
     runner.add_deployment(
@@ -174,11 +182,12 @@ def serve(
     async def serving() -> None:
         runner.serving = asyncio.current_task()
         await runner.start()
+        if runner.stopping_task is not None:
+            await runner.stopping_task
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
         asyncio.run(serving())
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        print(f"stopped serving nightly/{name}")
+    print(f"stopped serving nightly/{name}")
 
 
 if __name__ == "__main__":

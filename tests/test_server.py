@@ -81,6 +81,8 @@ def prefect_server(tmp_path_factory):
         # The scheduler's loop (default 60 s) shortened through Prefect's own setting, so a
         # one-minute schedule is seen to fire within a test.
         "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5",
+        # Likewise the clean-up that cancels the subflow runs of a cancelled run (default 20 s).
+        "PREFECT_SERVER_SERVICES_CANCELLATION_CLEANUP_LOOP_SECONDS": "5",
     }
     env.pop("PREFECT_API_URL", None)
     server = subprocess.Popen(
@@ -473,3 +475,60 @@ def test_a_reference_group_typo_is_one_line_naming_the_groups(prefect_server, tm
     # Prefect's own lines stay off the terminal (--verbose shows them, one line each for a handled
     # error: test_a_handled_error_gives_short_logs_and_one_error_line).
     assert [line for line in output.splitlines() if "Whte" in line] == [f"error: {message}"]
+
+
+def test_sigterm_mid_run_ends_the_flow_runs_on_the_server(
+    prefect_server, postgres_server_url, tmp_path
+):
+    """`biasaudit serve` stopped by SIGTERM while an audit runs: serve cancels the in-flight flow
+    run through Prefect (its process ended, its state Cancelled), the server then cancels the
+    audit's subflow run, and serve stops quietly; no flow run is left Running."""
+    engine = make_engine(postgres_server_url)
+    with engine.begin() as connection:
+        connection.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+    _demo_database(postgres_server_url)
+    with engine.begin() as connection:  # 20 ms a row: a minute for the scan
+        connection.execute(
+            text(
+                "CREATE VIEW slow_predictions AS SELECT p.* FROM predictions p "
+                "WHERE length(p.prediction_id || pg_sleep(0.02)::text) > 0"
+            )
+        )
+    config = tmp_path / "slow.toml"
+    config.write_text(SCHEDULED_AUDIT + 'source = "slow_predictions"\n')
+    name, env = "sigterm", _client_env(prefect_server)
+    serve = subprocess.Popen(
+        [str(BIN / "biasaudit"), "serve", "-c", str(config), "--db", postgres_server_url]
+        + ["--name", name],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        cwd=tmp_path,
+    )
+    try:
+        deadline = time.time() + 150
+        command = [str(BIN / "prefect"), "deployment", "run", f"nightly/{name}"]
+        while (
+            run := subprocess.run(command, env=env, capture_output=True, check=False)
+        ).returncode:
+            assert time.time() < deadline, run.stdout + run.stderr  # until serve registered it
+            time.sleep(2)
+        while list_runs(engine).empty:  # the audit has begun its scan
+            assert serve.poll() is None and time.time() < deadline, "no audit began"
+            time.sleep(0.5)
+        os.killpg(serve.pid, signal.SIGTERM)
+        serve.wait(timeout=90)  # Prefect gives a cancelled run's process 30 s to end
+    finally:
+        served = _stop(serve)
+    assert "stopped serving nightly/sigterm" in served, served[-3000:]
+    assert "Traceback" not in served, served[-3000:]
+    deadline = time.time() + 60
+    while True:  # the server's cancellation clean-up reaches the subflow within its loop
+        flow_runs = _post(f"{prefect_server}/flow_runs/filter", {"limit": 50})
+        states = {r["name"]: r["state_type"] for r in flow_runs if r["state_type"] != "SCHEDULED"}
+        if set(states.values()) <= {"CANCELLED", "CRASHED"} or time.time() > deadline:
+            break
+        time.sleep(2)
+    assert len(states) == 2 and "audit-credit-race" in states, states
+    assert set(states.values()) <= {"CANCELLED", "CRASHED"}, states
