@@ -149,8 +149,8 @@ def serve(
     dask_address: str | None = None,
     name: str = "nightly",
 ) -> None:
-    """Serve the nightly deployment until stopped (Ctrl-C or SIGTERM: both stop it the same,
-    quiet way)."""
+    """Serve the nightly deployment until stopped, quietly: SIGTERM (a service manager's stop)
+    first cancels the flow runs in flight through Prefect; Ctrl-C stops serving at once."""
     import asyncio
     import contextlib
 
