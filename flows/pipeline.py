@@ -44,6 +44,7 @@ from biasaudit.db.source import window_bounds
 from biasaudit.flows.report import write_report
 from biasaudit.schemas.config import Audit, default_config_path, load_audit
 from biasaudit.schemas.frames import listed
+from biasaudit.schemas.names import printable
 from biasaudit.schemas.quarantine import check_invalid_fraction
 from biasaudit.schemas.report import run_label
 from biasaudit.tasks.core import AuditResult, Runner, audit_counts, call
@@ -322,4 +323,4 @@ def _print_outcome(audit: Audit, saved: SavedRun, record: RunRecord) -> None:
         f"{len(summary['flagged'])} of {summary['detection_tests']} detection tests flagged"
     )
     for line in summary["flagged"]:
-        print(f"  flagged: {line}")
+        print(f"  flagged: {printable(line)}")  # the line names groups: data, never obeyed

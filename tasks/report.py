@@ -46,6 +46,7 @@ from biasaudit.schemas.metric_ids import (
     rate_cells,
     role,
 )
+from biasaudit.schemas.names import printable
 from biasaudit.schemas.report import ReportFrames, run_label
 from biasaudit.tasks.counts import label_completeness
 from biasaudit.tasks.rates import reason_kind
@@ -106,8 +107,10 @@ def _missing(value) -> bool:
 
 
 def esc(value) -> str:
-    """HTML-escape any value (None and NaN become an empty string)."""
-    return "" if _missing(value) else html.escape(str(value), quote=True)
+    """Any value as HTML text or attribute: control and bidirectional formatting characters as
+    visible escapes (schemas.names.printable: no name turns itself round), then HTML-escaped;
+    None and NaN become an empty string."""
+    return "" if _missing(value) else html.escape(printable(str(value)), quote=True)
 
 
 def sig3(value: float) -> str:
@@ -508,7 +511,9 @@ def tick_label(tick: float, ticks: np.ndarray) -> str:
 
 
 def _shorten(text: str, size: int) -> str:
-    return text if len(text) <= size else text[: size - 1] + "…"
+    """``text`` as shown (schemas.names.printable) in at most ``size`` characters."""
+    shown = printable(text)
+    return shown if len(shown) <= size else shown[: size - 1] + "…"
 
 
 def forest_plot(rows: pd.DataFrame, tolerance: float, title: str, minimum: int) -> str:
@@ -1218,13 +1223,18 @@ def _details(title: str, frame: pd.DataFrame, columns: list[str] | None = None) 
     )
 
 
+def _lines(text: str) -> str:
+    """Text of several lines (an error message) escaped line by line, the lines kept."""
+    return "<br>".join(esc(line) for line in str(text).split("\n"))
+
+
 def render_html(frames: ReportFrames) -> str:
     """The self-contained HTML report of one stored run."""
     run = frames.run
     title = _title(run)
     body = (
         f"<h1>{esc(title)}</h1>{_run_line(frames)}"
-        + (f'<p class="flag">error: {esc(run["error"])}</p>' if run.get("error") else "")
+        + (f'<p class="flag">error: {_lines(run["error"])}</p>' if run.get("error") else "")
         + first_screen(frames)
         + attribute_sections(frames)
         + trend_section(frames)
@@ -1246,11 +1256,11 @@ _MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>:@])")
 
 
 def md(value) -> str:
-    """A data value safe in a markdown table cell: HTML escaped (no tags, no entities), markdown
-    punctuation backslash-escaped (no links, emphasis or column breaks; ``:``, ``.`` and ``@``
-    too, so no bare URL, www. or e-mail autolink forms), line breaks as spaces."""
-    text = "" if _missing(value) else str(value)
-    text = re.sub(r"[\r\n\t\v\f\u2028\u2029]+", " ", text)
+    """A data value safe in a markdown table cell: control and bidirectional formatting
+    characters, line breaks among them, as visible escapes (schemas.names.printable), HTML
+    escaped (no tags, no entities), markdown punctuation backslash-escaped (no links, emphasis or
+    column breaks; ``:``, ``.`` and ``@`` too, so no bare URL, www. or e-mail autolink forms)."""
+    text = "" if _missing(value) else printable(str(value))
     text = html.escape(text, quote=True)
     return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
 
@@ -1333,7 +1343,8 @@ def render_markdown(frames: ReportFrames, report_path: str | None = None) -> str
 
 
 def table_records(frames: ReportFrames) -> list[dict]:
-    """Every comparison (one per hypothesis) as plain records for a Prefect table artifact."""
+    """Every comparison (one per hypothesis) as plain records for a Prefect table artifact, its
+    text as shown (schemas.names.printable): Prefect's UI shows the cells to people."""
     comp = comparisons(frames)
     if comp.empty:
         return []
@@ -1356,4 +1367,7 @@ def table_records(frames: ReportFrames) -> list[dict]:
     }
     frame = comp[list(columns)].rename(columns=columns)
     frame = frame.astype(object).where(frame.notna(), None)
-    return frame.to_dict(orient="records")
+    return [
+        {k: printable(v) if isinstance(v, str) else v for k, v in record.items()}
+        for record in frame.to_dict(orient="records")
+    ]

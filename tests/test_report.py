@@ -4,8 +4,10 @@ older runs; the first screen measured in a real headless Chromium; the Prefect a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import html
+import io
 import json
 import os
 import re
@@ -39,6 +41,8 @@ from biasaudit.tasks.report import (
     points,
     rate_interval,
     render_html,
+    render_markdown,
+    table_records,
     tick_label,
 )
 
@@ -396,7 +400,8 @@ def test_hostile_group_names_are_escaped_in_markdown(hostile):
         lines = table.strip().split("\n")
         assert len({_unescaped_pipes(line) for line in lines}) == 1, lines
     assert markdown.count("alert\\(1\\)") >= 2  # the flagged group is listed, escaped
-    # the table artifact carries the data as data (Prefect renders its cells as text)
+    # the table artifact: names as text (Prefect's UI shows its cells as text), only control
+    # and bidi characters as their escapes
     assert {r["group"] for r in records} >= {HOSTILE[0], HOSTILE[1]}
     json.dumps(records)
 
@@ -427,6 +432,130 @@ def test_two_valued_attribute_is_tested_once(hostile):
     titles = re.findall(r'font-weight="600">(FPR: group − [^<]+)</text>', page)
     # team: against its reference and the rest; sex: once; region (one group): no plot
     assert sorted(titles) == ["FPR: group − plain", *["FPR: group − rest of population"] * 2]
+
+
+# -- names that try to disguise themselves or break the layout ---------------------------------
+
+LONG = "0123456789" * 1000  # a 10 KB group name without a space
+STORED = ["\u202eevil", "\u2066isolate", "\x1b[31mred", "line\u2028break", "a|b\nc", "long"]
+# each name as a reader must see it: every control and bidi character a visible escape
+SHOWN = ["\\u202eevil", "\\u2066isolate", "nul\\x00\\x1b[31mred", "line\\u2028break", "a|b\\x0ac"]
+UNSHOWABLE = ["\x00", "\x1b", "\u202e", "\u2066", "\u2028"]
+
+
+@pytest.fixture(scope="module")
+def spoofed(tmp_path_factory) -> dict:
+    """The frames (and the printed outcome) of one run whose team names hold a bidi override and isolate, an escape
+    sequence, a line separator, a pipe and a newline; the override's team is flagged against the
+    reference team. The store holds neither NUL bytes nor names over 512 characters (loading
+    quarantines them) but the report renders whatever frames it is given: in the frames the
+    escape sequence's team also gets a NUL byte, and the reference team is 10 KB without a
+    space."""
+    folder = tmp_path_factory.mktemp("spoofed-report")
+    url = f"sqlite:///{folder / 'spoofed.db'}"
+    upgrade(url)
+    rng = np.random.default_rng(11)
+    team = np.repeat(STORED, 200)
+    truth = rng.random(len(team)) < 0.5
+    fpr = np.where(team == STORED[0], 0.6, 0.15)
+    predicted = np.where(truth, rng.random(len(team)) < 0.8, rng.random(len(team)) < fpr)
+    frame = pd.DataFrame(
+        {
+            "prediction_id": [f"p{i}" for i in range(len(team))],
+            "model_id": "m",
+            "model_version": "1",
+            "predicted_at": pd.Timestamp("2026-01-01", tz="UTC"),
+            "y_true": truth.astype(float),
+            "y_pred": predicted.astype(int),
+            "team": team,
+        }
+    )
+    load_predictions(make_engine(url), frame, ["team"], "spoofed")
+    config = folder / "spoofed.toml"
+    config.write_text(
+        '[[audits]]\nname = "spoofed"\nmodel = "m"\nattributes = ["team"]\n'
+        'metrics = ["fpr", "tpr"]\nreference_groups = { team = "long" }\n'
+    )
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        run = run_audit("spoofed", str(config), url, pd.Timestamp("2026-02-01", tz="UTC"))
+    engine = make_engine(url)
+    frames = report_frames(engine, run["run_id"])
+    engine.dispose()
+    swap = {"\x1b[31mred": "nul\x00\x1b[31mred", "long": LONG}
+    fields = [f.name for f in dataclasses.fields(frames) if f.init and f.name != "run"]
+    tables = {f: getattr(frames, f).replace(swap) for f in fields}
+    config = {**frames.run["config"], "reference_groups": {"team": LONG}}
+    frames = dataclasses.replace(frames, run={**frames.run, "config": config}, **tables)
+    return {"frames": frames, "printed": printed.getvalue()}
+
+
+def test_control_and_bidi_characters_in_names_are_visible_escapes_in_html(spoofed):
+    """No control or bidi formatting character of a name reaches the page, in text, attributes
+    (tooltips) or SVG: each reads as its escape, so an override cannot show 'evil' as 'live'."""
+    frames = spoofed["frames"]
+    error = "ValueError: team \u202eevil\nsecond line"  # a failed run's error keeps its lines
+    page = render_html(dataclasses.replace(frames, run={**frames.run, "error": error}))
+    parsed = assert_self_contained(page)
+    assert "error: ValueError: team \\u202eevil<br>second line</p>" in page
+    for character in UNSHOWABLE:
+        assert character not in page, repr(character)
+    assert "a|b\nc" not in page
+    groups = [c[0] for a, m, c in parsed.rows if a == "team" and m and m.startswith("FPR") and c]
+    for shown in SHOWN:
+        assert shown in groups, shown
+    assert 'title="\\u202eevil"' in page  # the tooltip of the override's chip
+    # its forest-plot label, with the name in full on hover
+    assert "<title>\\u202eevil</title>\\u202eevil · n=200</text>" in page
+    finding = [c for _, _, c in parsed.rows if c[:2] == ["team", "\\u202eevil"]]
+    assert finding and finding[0][2] == LONG  # flagged against the 10 KB reference, in full
+
+
+def test_flagged_comparisons_printed_by_a_run_show_names_as_escapes(spoofed):
+    """The run's lines on the terminal: the flagged team's override as its escape."""
+    printed = spoofed["printed"]
+    assert "flagged: team=\\u202eevil fpr" in printed
+    assert not any(character in printed for character in UNSHOWABLE)
+
+
+def _markdown_tables(markdown: str) -> list[list[list[str]]]:
+    """The tables of ``markdown`` as CommonMark with GFM tables renders them: rows of cell
+    texts (header row first)."""
+    from markdown_it import MarkdownIt
+
+    rendered = MarkdownIt("commonmark").enable("table").render(markdown)
+    tables = []
+    for table in re.findall(r"<table>.*?</table>", rendered, flags=re.DOTALL):
+        rows = re.findall(r"<tr>(.*?)</tr>", table, flags=re.DOTALL)
+        tables.append(
+            [
+                [
+                    html.unescape(re.sub(r"<[^>]+>", "", cell))
+                    for cell in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row, flags=re.DOTALL)
+                ]
+                for row in rows
+            ]
+        )
+    return tables
+
+
+def test_control_and_bidi_characters_in_names_are_visible_escapes_in_markdown(spoofed):
+    """Markdown (rendered by markdown-it, CommonMark with GFM tables): no control or bidi
+    character; a pipe and a newline in a name keep every row of both tables at its header's
+    width; each name reads as its escape; the table artifact's names are shown the same way."""
+    markdown = render_markdown(spoofed["frames"])
+    for character in UNSHOWABLE:
+        assert character not in markdown, repr(character)
+    verdicts, findings = _markdown_tables(markdown)
+    for table in (verdicts, findings):
+        assert len({len(row) for row in table}) == 1, table
+    team = next(row for row in verdicts if row[0] == "team")
+    for shown in SHOWN:
+        assert f"{shown} 200" in team[3], shown
+    assert findings[1][:3] == ["team", "\\u202eevil", LONG]
+    records = table_records(spoofed["frames"])
+    assert {r["group"] for r in records} >= {*SHOWN, LONG}
+    assert not any(c in str(records) for c in UNSHOWABLE)
 
 
 # -- pure functions ----------------------------------------------------------------------------
