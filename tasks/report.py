@@ -69,7 +69,11 @@ h1{font-size:20px;margin:0 0 2px}h2{font-size:16px;margin:18px 0 6px;border-bott
 h3{font-size:14px;margin:12px 0 4px}p{margin:4px 0}.meta{color:#555;font-size:13px}
 table{border-collapse:collapse;font-size:13px;margin:4px 0}
 td,th{border:1px solid #ddd;padding:2px 6px;text-align:right;vertical-align:top;
-white-space:nowrap}td.l{white-space:normal}
+white-space:nowrap}td.l{white-space:normal}h1,h2,h3,p,summary{overflow-wrap:anywhere}
+.datum{display:inline-block;max-width:32em;max-height:5.4em;overflow-y:auto;
+overflow-wrap:anywhere;white-space:normal;vertical-align:top}
+.clip{display:inline-block;max-width:32em;overflow:hidden;text-overflow:ellipsis;
+vertical-align:top}
 th{background:#f4f4f4;font-weight:600}td.l,th.l{text-align:left}
 .flag{color:#b00020;font-weight:600}.fair{color:#1b5e20}.muted{color:#777}
 .badge{display:inline-block;padding:1px 7px;border-radius:9px;color:#fff;font-size:12px;
@@ -111,6 +115,20 @@ def esc(value) -> str:
     visible escapes (schemas.names.printable: no name turns itself round), then HTML-escaped;
     None and NaN become an empty string."""
     return "" if _missing(value) else html.escape(printable(str(value)), quote=True)
+
+
+def datum(value) -> str:
+    """A value from the data (a name, a reason) in a table cell: escaped (``esc``) in a box
+    (STYLE's ``.datum``) that wraps anywhere, at most 32 em wide and 4 lines tall, scrolling
+    beyond: no value widens or lengthens the page, whatever its length, and all of it stays
+    readable."""
+    return f"<span class=datum>{esc(value)}</span>"
+
+
+def clipped(text: str) -> str:
+    """Text with data in it for a cell that keeps to one line (a column header): at most 32 em
+    wide, cut there by the browser with an ellipsis (STYLE's ``.clip``), whole in the tooltip."""
+    return f'<span class=clip title="{esc(text)}">{esc(text)}</span>'
 
 
 def sig3(value: float) -> str:
@@ -587,7 +605,7 @@ def forest_plot(rows: pd.DataFrame, tolerance: float, title: str, minimum: int) 
     svg = (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" role="img" aria-label="{esc(title)}">'
-        f'<text x="0" y="12" font-size="12" font-weight="600">{esc(title)}</text>'
+        f'<text x="0" y="12" font-size="12" font-weight="600">{esc(_shorten(title, 90))}</text>'
         f"{''.join(parts)}</svg>"
     )
     return f"<figure>{svg}</figure>"
@@ -662,9 +680,9 @@ def _number_format(column: str) -> Callable[[float], str]:
 
 def _format(value, number: Callable[[float], str]) -> str:
     """A stored value for people: a number as its column's ``_number_format`` writes it,
-    anything else escaped as it is."""
+    anything else as it is (``datum``)."""
     if isinstance(value, bool | np.bool_) or not isinstance(value, float | int | np.number):
-        return esc(value)
+        return datum(value)
     return number(float(value))
 
 
@@ -783,9 +801,9 @@ def _finding_rows(comp: pd.DataFrame) -> list[list[str]]:
         vs = "rest" if row.reference == "rest" else f"{row.reference}"
         rows.append(
             [
-                esc(row.attribute),
-                esc(row.group_name) + (' <span class="why">⚠ small</span>' if row.small else ""),
-                esc(vs),
+                datum(row.attribute),
+                datum(row.group_name) + (' <span class="why">⚠ small</span>' if row.small else ""),
+                datum(vs),
                 _metric_abbr(row.metric),
                 (
                     f"{percent(row.rate_group)} <span class=muted>({count(row.x_group)}/"
@@ -850,13 +868,13 @@ def first_screen(frames: ReportFrames) -> str:
     for row in _tuples(verdict):
         part = sizes[sizes["attribute"] == row.attribute]
         ref = (
-            f"<br><span class=muted>reference: {esc(named[row.attribute])}</span>"
+            f"<br><span class=muted>reference: {datum(named[row.attribute])}</span>"
             if (row.attribute in named)
             else ""
         )
         rows.append(
             [
-                f"<b>{esc(row.attribute)}</b>{ref}",
+                f"<b>{datum(row.attribute)}</b>{ref}",
                 f"{_badge(row.verdict)} <span class=muted>{esc(row.why)}</span>",
                 _group_chips(part, limits["min_group_size"])
                 + _completeness_warning(row.completeness_p, limits["alpha"]),
@@ -893,13 +911,13 @@ def first_screen(frames: ReportFrames) -> str:
 def _rate_rows(part: pd.DataFrame, has_ref: bool) -> list[list[str]]:
     rows = []
     for row in _tuples(part):
-        name = esc(row.group_name)
+        name = datum(row.group_name)
         if row.is_reference:
             name += " <span class=muted>(reference)</span>"
         if row.small:
             name += ' <span class="why">⚠ small</span>'
         if _missing(row.value):
-            rate = f'<span class="why">undefined: {esc(row.reason)}</span>'
+            rate = f'<span class="why">undefined: {datum(row.reason)}</span>'
         else:
             rate = (
                 f"<b>{percent(row.value)}</b><br><span class=muted>[{percent(row.low)}, "
@@ -924,7 +942,7 @@ def _comparison_cells(row, prefix: str) -> list[str]:
     difference = get("difference")
     if _missing(difference):
         why = get("undefined_reason")
-        return ["–", "–", f'<span class="why">{esc(why or "not compared")}</span>']
+        return ["–", "–", f'<span class="why">{datum(why or "not compared")}</span>']
     p = p_text(get("p_adjusted"))
     if not bool(get("tested")):
         why = get("undefined_reason")
@@ -980,8 +998,8 @@ def attribute_sections(frames: ReportFrames) -> str:
         for metric, rows in part.groupby("metric", sort=True) if not part.empty else []:
             header = ["group", "labelled", "tp", "fp", "fn", "tn", f"rate<br>[{level}% interval]"]
             for name in ([ref] if ref else []) + ["rest"]:
-                label = esc(name) if name == "rest" else f"ref. {esc(name)}"
-                header += [f"vs {label}:<br>difference [HDI]", "ratio,<br>4/5 rule", "verdict"]
+                label = "vs rest:" if name == "rest" else clipped(f"vs ref. {name}:")
+                header += [f"{label}<br>difference [HDI]", "ratio,<br>4/5 rule", "verdict"]
             mine = kept.get((attribute, metric))
             flagged = 0 if mine is None else int(mine["flagged"].sum())
             note = f'<span class="flag">{flagged} flagged</span>' if flagged else "none flagged"
@@ -1016,7 +1034,7 @@ def _context_table(part: pd.DataFrame, level: float) -> str:
         columns.append((part[metric], x, n, *rate_interval(x, n, level)))
     rows = []
     for i, (group, labelled) in enumerate(zip(part["group_name"], part["labelled"])):
-        cells = [esc(group), count(labelled)]
+        cells = [datum(group), count(labelled)]
         for value, x, n, low, high in columns:
             cells.append(
                 f"<b>{percent(value.iloc[i])}</b> [{percent(low[i])}, {percent(high[i])}]"
@@ -1085,7 +1103,11 @@ def trend_section(frames: ReportFrames) -> str:
         blocks = []
         for metric, wide in mine.groupby(level="metric", sort=True):
             rows = [
-                [esc(group), *(percent(v) for v in values), sparkline(values, f"{metric} {group}")]
+                [
+                    datum(group),
+                    *(percent(v) for v in values),
+                    sparkline(values, f"{metric} {group}"),
+                ]
                 for group, values in zip(
                     wide.index.get_level_values("group_name"), wide.to_numpy().tolist()
                 )
@@ -1122,7 +1144,7 @@ def monitor_section(frames: ReportFrames) -> str:
     rows = []
     for record in monitor.to_dict(orient="records"):
         record["nights"] = int(record["nights"])  # stored as a real number
-        cells = [esc(record[c]) if c != "difference" else points(record[c]) for c in header]
+        cells = [datum(record[c]) if c != "difference" else points(record[c]) for c in header]
         if "cs_low" in record:
             cells.append(f"[{sig3(100 * record['cs_low'])}, {sig3(100 * record['cs_high'])}]")
         if "e_process" in record:

@@ -509,6 +509,7 @@ def test_control_and_bidi_characters_in_names_are_visible_escapes_in_html(spoofe
     assert "<title>\\u202eevil</title>\\u202eevil · n=200</text>" in page
     finding = [c for _, _, c in parsed.rows if c[:2] == ["team", "\\u202eevil"]]
     assert finding and finding[0][2] == LONG  # flagged against the 10 KB reference, in full
+    assert f'title="vs ref. {LONG}:"' in page  # a column header cut on one line, whole on hover
 
 
 def test_flagged_comparisons_printed_by_a_run_show_names_as_escapes(spoofed):
@@ -688,6 +689,50 @@ def test_compas_report_in_headless_chromium(compas, tmp_path):
     result = chromium(f"--screenshot={shot}", page.as_uri(), profile=tmp_path / "profile")
     assert result.returncode == 0 and shot.stat().st_size > 50_000
     assert shot.read_bytes()[16:24] == (1400).to_bytes(4, "big") + (1000).to_bytes(4, "big")
+
+
+WIDTH = """<script>
+const out = document.createElement("pre");
+out.id = "measure";
+out.textContent = JSON.stringify({width: document.documentElement.scrollWidth,
+  text: document.body.innerText});
+document.body.appendChild(out);
+</script>"""
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None and not REQUIRE_CHROMIUM,
+    reason="Debian's chromium is not installed (apt-get install -y chromium)",
+)
+
+
+def laid_out_open(page: str, folder: Path) -> dict:
+    """Chromium's layout of ``page`` at 1,400 px with every section and detail open: the
+    document's width (``width``) and its rendered text (``text``)."""
+    assert CHROMIUM is not None, "BIASAUDIT_REQUIRE_CHROMIUM=1 but chromium is not installed"
+    opened = re.sub(r"<details(?! open)", "<details open", page)
+    probe = folder / "probe.html"
+    probe.write_text(opened.replace("</body>", WIDTH + "</body>"))
+    dom = chromium("--dump-dom", probe.as_uri(), profile=folder / "profile")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    found = re.search(r'<pre id="measure">(.*?)</pre>', dom.stdout, flags=re.DOTALL)
+    assert found, dom.stdout[-2000:]
+    return json.loads(html.unescape(found.group(1)))
+
+
+@needs_chromium
+def test_a_10_kb_name_wraps_within_the_window_in_headless_chromium(spoofed, tmp_path):
+    """Every section and detail open, a 10 KB name without a space (the reference group, so
+    also in column headers and plot titles) keeps the page within Chromium's 1,400 px window,
+    and the page still shows the whole name."""
+    measure = laid_out_open(render_html(spoofed["frames"]), tmp_path)
+    assert measure["width"] <= 1400, measure["width"]
+    assert LONG in re.sub(r"\s", "", measure["text"])  # wrapped, not cut
+
+
+@needs_compas
+@needs_chromium
+def test_compas_report_with_every_detail_open_fits_the_window(compas, tmp_path):
+    """The details' tables (planning, smoothing, ...) wrap their text within 1,400 px."""
+    assert laid_out_open(compas["page"], tmp_path)["width"] <= 1400
 
 
 @pytest.mark.usefixtures("prefect_harness")
