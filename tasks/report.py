@@ -15,7 +15,9 @@ Rendered from the frames of one stored run (``schemas.report.ReportFrames``, gat
 4. every metric of the run in words with its formula (schemas.metric_ids.GLOSSARY);
 5. details, collapsed: planning, MATCH, meta-metrics, smoothing, changes, other metrics, run facts.
 
-Inline CSS and SVG only: no scripts, no external resources. Every value from the data is escaped.
+Inline CSS and SVG only: no scripts, no external resources. Every value from the data is escaped,
+its control and bidirectional formatting characters as visible escapes (``esc``), and in a table
+wraps within a bounded box (``datum``) or is cut on one line, whole on hover (``clipped``).
 """
 
 from __future__ import annotations
