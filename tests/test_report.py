@@ -447,10 +447,9 @@ UNSHOWABLE = ["\x00", "\x1b", "\u202e", "\u2066", "\u2028"]
 def spoofed(tmp_path_factory) -> dict:
     """The frames (and the printed outcome) of one run whose team names hold a bidi override and isolate, an escape
     sequence, a line separator, a pipe and a newline; the override's team is flagged against the
-    reference team. The store holds neither NUL bytes nor names over 512 characters (loading
-    quarantines them) but the report renders whatever frames it is given: in the frames the
-    escape sequence's team also gets a NUL byte, and the reference team is 10 KB without a
-    space."""
+    reference team. Loading quarantines names with a NUL byte or over 512 characters, but the
+    report renders whatever frames it is given: in the frames the escape sequence's team also
+    gets a NUL byte, and the reference team is 10 KB without a space."""
     folder = tmp_path_factory.mktemp("spoofed-report")
     url = f"sqlite:///{folder / 'spoofed.db'}"
     upgrade(url)
