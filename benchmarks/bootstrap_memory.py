@@ -77,7 +77,7 @@ def measure(module, frame: pd.DataFrame, replicates: int) -> tuple[pd.DataFrame,
     tracemalloc.start()
     start = time.perf_counter()
     try:
-        table = module.attribute_meta_metrics(frame, ["tpr"], n_boot=replicates, level=0.95, seed=0)
+        table = module.attribute_meta_metrics(frame, ["tpr"], n_boot=replicates, confidence=0.95, seed=0)
         return table, time.perf_counter() - start, tracemalloc.get_traced_memory()[1] / 2**20
     finally:
         tracemalloc.stop()

@@ -38,7 +38,7 @@ def main() -> None:
     )
     counts = group_counts(predictions, ["race", "age_cat", "sex"], [["race", "sex"]])
     metrics = compute_metrics(counts, ["fpr", "tpr", "ppr"])
-    table = attribute_meta_metrics(metrics, ["fpr", "tpr", "ppr"], n_boot=args.boot, level=0.95, seed=0)
+    table = attribute_meta_metrics(metrics, ["fpr", "tpr", "ppr"], n_boot=args.boot, confidence=0.95, seed=0)
     table = table[table["attribute"] != "sex"]
     columns = META_COLUMNS
     print(f"B = {args.boot}; var = naive variance; interval = double-corrected 95% bootstrap\n")

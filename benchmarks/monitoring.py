@@ -126,10 +126,10 @@ def part_c() -> None:
         keys = ["attribute", "group_name", "reference", "metric"]
         last = result.sort_values("as_of").groupby(keys).tail(1).set_index(keys)
         first = result[result["alarm"]].groupby(keys)["as_of"].min().dt.date
-        table = last[["nights", "n_group", "e_process", "cs_low", "cs_high"]].assign(
+        table = last[["nights", "denominator_group", "e_process", "cs_low", "cs_high"]].assign(
             first_alarm=first
         )
-        table = table.drop(columns="n_group").sort_index()
+        table = table.drop(columns="denominator_group").sort_index()
         print(
             f"\n(c) COMPAS by screening date, nightly, label delay 730 days, tolerance {tolerance}:"
             f" {result['as_of'].nunique()} runs in {seconds:.1f} s"

@@ -167,18 +167,19 @@ def run_match(engine: Engine, run_id: int, below: float = 1.0) -> pd.DataFrame:
         return pd.read_sql(query, connection)
 
 
-def comparison_rates(
+def rates_by_run(
     engine: Engine, run_ids: list[int], attribute: str, group: str, reference: str, metric: str
 ) -> pd.DataFrame:
-    """Per run: one comparison's rates (e1 = reference, e2 = group) from the planning results."""
+    """Per run: one comparison's rates, ``value_group`` and ``value_reference``, from the
+    planning results."""
     query = (
         select(
             AuditRun.id.label("run_id"),
             AuditRun.audit_name,
             AuditRun.model_id,
             AuditRun.version,
-            PlanningResult.value_reference.label("e1"),
-            PlanningResult.value_group.label("e2"),
+            PlanningResult.value_group,
+            PlanningResult.value_reference,
         )
         .join(PlanningResult, PlanningResult.run_id == AuditRun.id)
         .where(

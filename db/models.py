@@ -376,7 +376,8 @@ class MetaMetricResult(Base):
     corrected_var: Mapped[float | None] = mapped_column(Real)
     interval_low: Mapped[float | None] = mapped_column(Real)
     interval_high: Mapped[float | None] = mapped_column(Real)
-    level: Mapped[float] = mapped_column(Real)
+    # the interval's confidence level (1 - alpha)
+    confidence: Mapped[float] = mapped_column(Real)
     # groups left out and values left undefined, with why
     reason: Mapped[str | None] = mapped_column(Text)
 
@@ -406,10 +407,10 @@ class MonitorResult(GroupVsReference, Base):
 
     __tablename__ = "monitor_results"
 
-    x_group: Mapped[float] = mapped_column(Real)
-    n_group: Mapped[float] = mapped_column(Real)
-    x_reference: Mapped[float] = mapped_column(Real)
-    n_reference: Mapped[float] = mapped_column(Real)
+    numerator_group: Mapped[float] = mapped_column(Real)
+    denominator_group: Mapped[float] = mapped_column(Real)
+    numerator_reference: Mapped[float] = mapped_column(Real)
+    denominator_reference: Mapped[float] = mapped_column(Real)
     unlabelled_group: Mapped[float] = mapped_column(Real)
     unlabelled_reference: Mapped[float] = mapped_column(Real)
     pairs: Mapped[float] = mapped_column(Real)

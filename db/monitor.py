@@ -39,8 +39,8 @@ TRAJECTORY_COLUMNS = [
     "crossed",
     "alarm",
     "difference",
-    "n_group",
-    "n_reference",
+    "denominator_group",
+    "denominator_reference",
 ]
 
 

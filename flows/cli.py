@@ -1224,7 +1224,7 @@ def rank(
     db: DbOption = None,
 ) -> None:
     """Rank models for bias by N, difference and ratio, and show where the rankings disagree."""
-    from biasaudit.db.history import comparison_rates
+    from biasaudit.db.history import rates_by_run
     from biasaudit.schemas.metric_ids import BASE_RATES, GLOSSARY, TESTED_RATES
     from biasaudit.tasks.planning import rank_bias
 
@@ -1234,7 +1234,7 @@ def rank(
             f"--metric {metric} ({GLOSSARY[metric][0]}) is the outcome's base rate, context that "
             f"is never tested, so no model is ranked by it; rank by one of {', '.join(TESTED_RATES)}"
         )
-    rates = comparison_rates(_engine(db), run_ids, attribute, group, reference, metric)
+    rates = rates_by_run(_engine(db), run_ids, attribute, group, reference, metric)
     missing = sorted(set(run_ids) - set(rates["run_id"]))
     if missing:
         _fail(f"runs {missing} have no {metric} of {attribute}={group} against {reference}")
@@ -1244,14 +1244,14 @@ def rank(
         "audit_name",
         "model_id",
         "version",
-        "e1",
-        "e2",
+        "value_group",
+        "value_reference",
         "difference",
         "ratio",
-        "n",
+        "bias_n",
         "rank_difference",
         "rank_ratio",
-        "rank_n",
+        "rank_bias_n",
         "disagree",
     ]
     _print_frame(

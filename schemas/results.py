@@ -188,7 +188,7 @@ METAMETRIC_RESULTS = _contract(
         "interval_low": _real(),
         "interval_high": _real(),
         # the interval's confidence level (1 - alpha)
-        "level": _real(_PROBABILITY, nullable=False),
+        "confidence": _real(_PROBABILITY, nullable=False),
         "reason": _reason(),
     },
     ["attribute", "metric"],

@@ -227,7 +227,7 @@ def audit_counts(
         metrics,
         rates,
         n_boot=thresholds.bootstrap_replicates,
-        level=1 - thresholds.alpha,
+        confidence=1 - thresholds.alpha,
         seed=bootstrap_seed(counts),
         group_sizes=group_sizes(counts),
         min_group_size=thresholds.min_group_size,

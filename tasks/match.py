@@ -33,6 +33,7 @@ from biasaudit.schemas.metric_ids import (
     UNLABELLED_COLUMNS,
     rate_cells,
 )
+from biasaudit.tasks.metrics import COUNT_FIELDS
 from biasaudit.tasks.multiplicity import bh_adjust
 from biasaudit.tasks.rates import comparison_reasons
 
@@ -41,7 +42,6 @@ EXACT_LIMIT = 20_000  # expected denominator count above which MB and JRMs use t
 # MATCH runs where the reference has at least this many times the group's predictions
 # (benchmarks/calibration.py: size <= 0.0525 at α = 0.05 there, 0.18 at a ratio of 0.8).
 MIN_REFERENCE_RATIO = 50.0
-COUNT_FIELDS = [*COUNT_COLUMNS, *UNLABELLED_COLUMNS, "n_unlabelled"]
 
 
 def _cells(frame: pd.DataFrame) -> dict[str, np.ndarray]:

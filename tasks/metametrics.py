@@ -120,7 +120,7 @@ def bootstrap_variance_interval(
     *,
     method: Method = "double",
     n_boot: int = 1000,
-    level: float = 0.95,
+    confidence: float = 0.95,
     seed=None,
 ) -> tuple[float, float, float]:
     """(point estimate, low, high): percentile bootstrap interval of the between-group variance.
@@ -141,7 +141,7 @@ def bootstrap_variance_interval(
     y = x / n
     resample = np.where((x == 0) | (x == n), (x + 0.5) / (n + 1), y)
     replicates = _replicate_estimates(n, resample, n_boot, method, np.random.default_rng(seed))
-    low, high = np.quantile(replicates, [(1 - level) / 2, (1 + level) / 2])
+    low, high = np.quantile(replicates, [(1 - confidence) / 2, (1 + confidence) / 2])
     point = _estimate(y, n, "corrected" if method == "double" else method)
     return float(point), float(low), float(high)
 
@@ -151,7 +151,7 @@ def attribute_meta_metrics(
     rates: list[str],
     *,
     n_boot: int,
-    level: float,
+    confidence: float,
     seed: int,
     group_sizes: pd.DataFrame | None = None,
     min_group_size: int = 0,
@@ -194,15 +194,15 @@ def attribute_meta_metrics(
             reasons += meta_metric_reasons(defined["value"])
             row["corrected_var"] = corrected_variance(defined["value"], sizes)
             _, row["interval_low"], row["interval_high"] = bootstrap_variance_interval(
-                defined["numerator"], sizes, n_boot=n_boot, level=level, seed=seed
+                defined["numerator"], sizes, n_boot=n_boot, confidence=confidence, seed=seed
             )
             row.update(n_min=sizes.min(), n_median=float(np.median(sizes)), n_max=sizes.max())
         else:
             reasons.append("fewer than two groups to compare")
         row["reason"] = "; ".join(reasons) or None
         rows.append(row)
-    columns = [c for c in METAMETRIC_RESULTS.columns if c != "level"]
+    columns = [c for c in METAMETRIC_RESULTS.columns if c != "confidence"]
     frame = pd.DataFrame(rows, columns=columns)  # every column, NaN where not estimable
     kinds = {c: "float64" for c in columns} | {"attribute": str, "metric": str, "reason": object}
     kinds |= {"k": "int64", "k_undefined": "int64"}
-    return frame.astype(kinds).assign(level=level)
+    return frame.astype(kinds).assign(confidence=confidence)

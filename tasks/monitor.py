@@ -245,7 +245,7 @@ def e_bh(e_values, alpha: float) -> np.ndarray:
 KEYS = ["attribute", "group_name", "reference", "metric"]
 LABEL_FREE = ("ppr", "pnr")  # decisions only: counted from every prediction of the period
 DEFAULT_METRICS = ("ppr", "tpr", "fpr")
-COUNT_FIELDS = ["x_group", "n_group", "x_reference", "n_reference"]
+RATE_COUNTS = ["numerator_group", "denominator_group", "numerator_reference", "denominator_reference"]
 UNLABELLED_FIELDS = ["unlabelled_group", "unlabelled_reference"]
 
 
@@ -282,7 +282,7 @@ def _pair_rates(
     from biasaudit.tasks.counts import cell_counts, comparison_pairs, with_complements
     from biasaudit.tasks.metrics import CATALOGUE
 
-    columns = ["increment", *KEYS, *COUNT_FIELDS, *UNLABELLED_FIELDS]
+    columns = ["increment", *KEYS, *RATE_COUNTS, *UNLABELLED_FIELDS]
     if valid.empty or not metrics:
         return pd.DataFrame(columns=columns)
     tagged = valid.assign(**{_NIGHT: np.asarray(increment)})
@@ -322,10 +322,10 @@ def _pair_rates(
         blocks.append(
             keys.assign(
                 metric=metric,
-                x_group=x_g,
-                n_group=n_g,
-                x_reference=x_r,
-                n_reference=n_r,
+                numerator_group=x_g,
+                denominator_group=n_g,
+                numerator_reference=x_r,
+                denominator_reference=n_r,
                 unlabelled_group=group["n_unlabelled"].to_numpy(),
                 unlabelled_reference=reference["n_unlabelled"].to_numpy(),
             )
@@ -364,7 +364,7 @@ def increment_counts(
     outcome_increment=None,
 ) -> pd.DataFrame:
     """Counts of increments per comparison and metric (columns ``increment``, KEYS,
-    COUNT_FIELDS and UNLABELLED_FIELDS): label-free metrics from ``decisions`` (every prediction
+    RATE_COUNTS and UNLABELLED_FIELDS): label-free metrics from ``decisions`` (every prediction
     of the period, outcome ignored), the others from ``outcomes`` (matured predictions; y_true
     missing where the label had not arrived, counted as unlabelled). Rows are predictions, or
     cells of predictions with their number in a column ``n`` (a scan's cells, db.scan): the
@@ -393,9 +393,9 @@ def increment_counts(
     ]
     parts = [p for p in parts if not p.empty]
     if not parts:
-        return pd.DataFrame(columns=["increment", *KEYS, *COUNT_FIELDS, *UNLABELLED_FIELDS])
+        return pd.DataFrame(columns=["increment", *KEYS, *RATE_COUNTS, *UNLABELLED_FIELDS])
     frame = pd.concat(parts, ignore_index=True)
-    fields_ = COUNT_FIELDS + UNLABELLED_FIELDS
+    fields_ = RATE_COUNTS + UNLABELLED_FIELDS
     frame[fields_] = frame[fields_].fillna(0).astype(float)
     return frame
 
@@ -462,14 +462,14 @@ def monitor_update(
     rows: counts, difference, e-values, e-process, confidence sequence, ``crossed`` (M ≥ 1/α)
     and ``alarm`` (e-BH across all the run's comparisons and metrics at level α).
     """
-    increment = increment[KEYS + COUNT_FIELDS + UNLABELLED_FIELDS]
+    increment = increment[KEYS + RATE_COUNTS + UNLABELLED_FIELDS]
     merged = state[KEYS + STATE_COLUMNS].merge(increment, on=KEYS, how="outer", sort=True)
     fresh = merged["nights"].isna().to_numpy()
     start = initial_state(len(merged))
     arrays = {c: np.where(fresh, start[c], merged[c].to_numpy(dtype=float)) for c in STATE_COLUMNS}
-    counts = merged[COUNT_FIELDS + UNLABELLED_FIELDS].fillna(0).to_numpy(dtype=float)
+    counts = merged[RATE_COUNTS + UNLABELLED_FIELDS].fillna(0).to_numpy(dtype=float)
     keys = merged[KEYS].reset_index(drop=True)
     new, out = advance(arrays, counts, np.ones(len(merged), bool), settings, mirrors(keys))
-    fields_ = COUNT_FIELDS + UNLABELLED_FIELDS
+    fields_ = RATE_COUNTS + UNLABELLED_FIELDS
     rows = keys.assign(**{c: counts[:, i] for i, c in enumerate(fields_)}, **out)
     return keys.assign(**new), rows

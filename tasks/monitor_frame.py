@@ -13,9 +13,9 @@ import pandas as pd
 
 from biasaudit.tasks.increments import as_of_schedule
 from biasaudit.tasks.monitor import (
-    COUNT_FIELDS,
     KEYS,
     OUTPUT_FIELDS,
+    RATE_COUNTS,
     UNLABELLED_FIELDS,
     Settings,
     advance,
@@ -107,7 +107,7 @@ def replay_counts(counts: pd.DataFrame, schedule, settings: Settings) -> pd.Data
     ``schedule``): the loop of tasks.monitor.advance that nightly monitor_update calls make,
     on arrays. A comparison joins the monitor (and the e-BH family) the first night it has rows.
     """
-    fields_ = COUNT_FIELDS + UNLABELLED_FIELDS
+    fields_ = RATE_COUNTS + UNLABELLED_FIELDS
     keys = counts[KEYS].drop_duplicates().sort_values(KEYS).reset_index(drop=True)
     nights, size = len(schedule), len(keys)
     row = counts[KEYS].merge(keys.reset_index(), on=KEYS, how="left")["index"].to_numpy()

@@ -319,18 +319,21 @@ def plan_from_rates(
 def rank_bias(table: pd.DataFrame, alpha: float = 0.05, power: float = 0.90) -> pd.DataFrame:
     """Rank models for bias by difference, ratio and N, as the bias-measure paper's tables do.
 
-    ``table`` has one row per model with error rates ``e1`` and ``e2`` of the two groups. Adds
-    D = |e2 − e1| and R = max/min (rank 1 = least biased: smallest D, smallest R) and the bias
-    measure N (rank 1 = largest N), and ``disagree`` where the three ranks are not all equal.
+    ``table`` has one row per model with the rates ``value_group`` and ``value_reference`` (the
+    paper's e2 and e1). Adds D = |e2 − e1| and R = max/min (rank 1 = least biased: smallest D,
+    smallest R) and the bias measure N, ``bias_n`` (rank 1 = largest N), and ``disagree`` where
+    the three ranks are not all equal.
     """
-    e1, e2 = table["e1"].to_numpy(float), table["e2"].to_numpy(float)
+    e2, e1 = table["value_group"].to_numpy(float), table["value_reference"].to_numpy(float)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.maximum(e1, e2) / np.minimum(e1, e2)
     out = table.assign(
-        difference=np.abs(e2 - e1), ratio=ratio, n=arcsine_sample_size(e1, e2, alpha, power)
+        difference=np.abs(e2 - e1),
+        ratio=ratio,
+        bias_n=arcsine_sample_size(e1, e2, alpha, power),
     )
     out["rank_difference"] = out["difference"].rank(method="min").astype(int)
     out["rank_ratio"] = out["ratio"].rank(method="min").astype(int)
-    out["rank_n"] = out["n"].rank(method="min", ascending=False).astype(int)
-    ranks = out[["rank_difference", "rank_ratio", "rank_n"]]
+    out["rank_bias_n"] = out["bias_n"].rank(method="min", ascending=False).astype(int)
+    ranks = out[["rank_difference", "rank_ratio", "rank_bias_n"]]
     return out.assign(disagree=ranks.nunique(axis=1) > 1)

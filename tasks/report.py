@@ -69,7 +69,7 @@ STYLE = """
 body{font:14px/1.35 system-ui,sans-serif;margin:12px 20px;color:#222;max-width:1360px}
 h1{font-size:20px;margin:0 0 2px}h2{font-size:16px;margin:18px 0 6px;border-bottom:1px solid #ccc}
 h3{font-size:14px;margin:12px 0 4px}p{margin:4px 0}.meta{color:#555;font-size:13px}
-table{border-collapse:collapse;font-size:13px;margin:4px 0}
+details{max-width:100%;overflow-x:auto}table{border-collapse:collapse;font-size:13px;margin:4px 0}
 td,th{border:1px solid #ddd;padding:2px 6px;text-align:right;vertical-align:top;
 white-space:nowrap}td.l{white-space:normal}h1,h2,h3,p,summary{overflow-wrap:anywhere}
 .datum{display:inline-block;max-width:32em;max-height:5.4em;overflow-y:auto;
@@ -225,14 +225,6 @@ def four_fifths(ratio) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 
 
-def _col(frame: pd.DataFrame, *names: str, default=np.nan) -> pd.Series:
-    """The first of ``names`` that the frame has (columns are renamed by other stages' issues)."""
-    for name in names:
-        if name in frame.columns:
-            return frame[name]
-    return pd.Series(default, index=frame.index)
-
-
 def thresholds(frames: ReportFrames) -> dict:
     """The run's tolerance and alpha as its tested rows store them (the configuration's where no
     rate was tested), and its min_group_size; unset settings take schemas.config's defaults."""
@@ -284,7 +276,7 @@ def groups(frames: ReportFrames) -> pd.DataFrame:
         return pd.DataFrame(columns=["attribute", "group_name", "n", "labelled", "completeness"])
     own = counts[counts["subset"] == "group"].copy()
     own["labelled"] = own[CELLS].sum(axis=1)
-    unlabelled = _col(own, "n_unlabelled", default=0).fillna(0)
+    unlabelled = own["n_unlabelled"]
     own["n"] = own["labelled"] + unlabelled
     with np.errstate(invalid="ignore", divide="ignore"):
         own["completeness"] = np.where(own["n"] > 0, own["labelled"] / own["n"], np.nan)
@@ -316,23 +308,21 @@ def comparisons(frames: ReportFrames, deduplicate: bool = True) -> pd.DataFrame:
     if det.empty:
         return pd.DataFrame()
     out = det[["attribute", "group_name", "reference", "metric"]].copy()
-    out["x_group"] = _col(det, "x_group", "numerator_group")
-    out["n_group"] = _col(det, "n_group", "denominator_group")
-    out["x_reference"] = _col(det, "x_reference", "numerator_reference")
-    out["n_reference"] = _col(det, "n_reference", "denominator_reference")
+    rate = ["numerator_group", "denominator_group", "numerator_reference", "denominator_reference"]
+    out[rate] = det[rate]
     with np.errstate(invalid="ignore", divide="ignore"):
-        out["rate_group"] = out["x_group"] / out["n_group"]
-        out["rate_reference"] = out["x_reference"] / out["n_reference"]
+        out["rate_group"] = out["numerator_group"] / out["denominator_group"]
+        out["rate_reference"] = out["numerator_reference"] / out["denominator_reference"]
         out["ratio"] = np.where(
             out["rate_reference"] > 0, out["rate_group"] / out["rate_reference"], np.nan
         )
-    out["difference"] = _col(det, "difference", "disparity").astype(float)
-    out["low"] = _col(det, "hdi_low").astype(float)
-    out["high"] = _col(det, "hdi_high").astype(float)
-    out["p_adjusted"] = _col(det, "p_adjusted").astype(float)
-    out["decision"] = _col(det, "decision", default=None)
-    out["flagged"] = _col(det, "flagged", default=False).fillna(False).astype(bool)
-    out["undefined_reason"] = _col(det, "undefined_reason", "reason", default=None)
+    out["difference"] = det["difference"].astype(float)
+    out["low"] = det["hdi_low"].astype(float)
+    out["high"] = det["hdi_high"].astype(float)
+    out["p_adjusted"] = det["p_adjusted"].astype(float)
+    out["decision"] = det["decision"]
+    out["flagged"] = det["flagged"].fillna(False).astype(bool)
+    out["undefined_reason"] = det["reason"]  # why there is no test (drawn as on the metric rows)
     # tested: a p-value exists (not: a zero denominator, a group below min_group_size, the
     # repeat of a two-valued attribute's comparison)
     out["tested"] = out["p_adjusted"].notna()
@@ -444,7 +434,7 @@ def undefined_metrics(frames: ReportFrames) -> pd.Series:
     metrics = frames.metrics
     if metrics.empty:
         return pd.Series(dtype="int64")
-    raw = metrics[(metrics["subset"] == "group") & (_col(metrics, "estimator") == "raw")]
+    raw = metrics[(metrics["subset"] == "group") & (metrics["estimator"] == "raw")]
     return raw["undefined_reason"].dropna().astype(str).value_counts()
 
 
@@ -475,12 +465,12 @@ def rate_table(frames: ReportFrames) -> pd.DataFrame:
     metrics = frames.metrics
     if metrics.empty:
         return pd.DataFrame()
-    raw = metrics[(metrics["subset"] == "group") & (_col(metrics, "estimator") == "raw")]
+    raw = metrics[(metrics["subset"] == "group") & (metrics["estimator"] == "raw")]
     raw = raw[raw["metric"].isin(tested_metrics(frames))]
     level = 1 - thresholds(frames)["alpha"]
     low, high = rate_interval(raw["numerator"], raw["denominator"], level)
     table = raw[["attribute", "group_name", "metric", "value", "numerator", "denominator"]].assign(
-        low=low, high=high, reason=_col(raw, "undefined_reason", default=None)
+        low=low, high=high, reason=raw["undefined_reason"]
     )
     size = groups(frames)
     keep = ["attribute", "group_name", "n", "labelled", "completeness", "small", *CELLS]
@@ -808,12 +798,12 @@ def _finding_rows(comp: pd.DataFrame) -> list[list[str]]:
                 datum(vs),
                 _metric_abbr(row.metric),
                 (
-                    f"{percent(row.rate_group)} <span class=muted>({count(row.x_group)}/"
-                    f"{count(row.n_group)})</span>"
+                    f"{percent(row.rate_group)} <span class=muted>({count(row.numerator_group)}/"
+                    f"{count(row.denominator_group)})</span>"
                 ),
                 (
-                    f"{percent(row.rate_reference)} <span class=muted>({count(row.x_reference)}/"
-                    f"{count(row.n_reference)})</span>"
+                    f"{percent(row.rate_reference)} <span class=muted>({count(row.numerator_reference)}/"
+                    f"{count(row.denominator_reference)})</span>"
                 ),
                 (
                     f"<b>{esc(points(row.difference))}</b> [{esc(sig3(100 * row.low))}, "
@@ -1199,12 +1189,10 @@ def details_sections(frames: ReportFrames) -> str:
     planning = frames.planning
     if not planning.empty:
         plan = planning.copy()
-        have = _col(plan, "n_group", "size_group").fillna(0) + _col(
-            plan, "n_reference", "size_reference"
-        ).fillna(0)
-        plan["data"] = [needs_more(n, a) for n, a in zip(_col(plan, "needed"), have)]
+        have = plan["size_group"].fillna(0) + plan["size_reference"].fillna(0)
+        plan["data"] = [needs_more(n, a) for n, a in zip(plan["needed"], have)]
         cols = ["attribute", "group_name", "reference", "metric", "value_group"]
-        cols += ["value_reference", "tau", "n_group", "n_reference", "size_group"]
+        cols += ["value_reference", "tau", "size_group"]
         cols += ["size_reference", "level", "achieved_power", "data", "reason"]
         parts.append(
             _details("Planning: predictions needed for the disparity to detect", plan, cols)

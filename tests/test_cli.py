@@ -565,3 +565,21 @@ def test_a_report_page_has_the_mode_open_gives_a_file(tmp_path):
         os.umask(previous)
     assert page.stat().st_mode & 0o777 == 0o644
     assert page.read_text() == "<p>two</p>" and [p.name for p in page.parent.iterdir()] == [page.name]
+
+
+def test_rank_orders_runs_by_difference_ratio_and_bias_n(store):
+    """`rank` prints each run's rates of one comparison (group first), D, R and the bias measure
+    N with their ranks: the rates equal the FPR of Black and of White computed from the rows."""
+    url, credit = store["url"], store["credit"]
+    out = runner.invoke(
+        app,
+        ["rank", "2", "3", "--metric", "fpr", "--attribute", "race", "--group", "Black",
+         "--reference", "White", "--db", url],
+    )  # fmt: skip
+    assert out.exit_code == 0, out.output
+    assert "value_group" in out.output and "bias_n" in out.output
+    row = next(line for line in out.output.splitlines() if line.startswith("│ 3 "))
+    cells = [cell.strip() for cell in row.strip("│").split("│")]
+    negatives = credit[credit["y_true"] == 0]  # window "all": every row of the model
+    fpr = negatives.groupby("race")["y_pred"].mean()
+    assert cells[4:6] == [f"{fpr['Black']:.4g}", f"{fpr['White']:.4g}"]  # group first

@@ -16,6 +16,19 @@ from biasaudit.schemas.results import CONTRACTS
 from biasaudit.tasks.api import audit_frame
 
 BROKEN = (pandera.errors.SchemaError, pandera.errors.SchemaErrors)
+# monitor_results' non-null numbers at 0013, and the names 0015 gives some of them.
+MONITOR_COLUMNS_0013 = [
+    "x_group", "n_group", "x_reference", "n_reference", "unlabelled_group",
+    "unlabelled_reference", "pairs", "e_value_up", "e_value_down", "e_value", "e_process",
+    "cs_low", "cs_high", "nights", "log_m_up", "log_m_down", "w_k", "w_d", "w_v", "n_pairs",
+    "s_d", "s_v", "cs_a", "cs_b", "cs_c", "cs_dq", "cs_eq",
+]  # fmt: skip
+RENAMED = {
+    "x_group": "numerator_group",
+    "n_group": "denominator_group",
+    "x_reference": "numerator_reference",
+    "n_reference": "denominator_reference",
+}
 # Nullable in the table only for rows stored before the column was filled (migration 0009); every
 # run since writes them, so the contract requires them.
 LEGACY_NULLABLE = {("group_counts", "unlabelled_pos"), ("group_counts", "unlabelled_neg")}
@@ -99,9 +112,10 @@ def test_the_store_refuses_a_frame_that_breaks_its_contract(result):
 
 
 @pytest.mark.parametrize("db_url", ["sqlite", "postgresql"], indirect=["db_url"])
-def test_migration_0014_fills_the_settings_of_rows_stored_before(db_url):
-    """Rows stored under 0013 get their run's configured tolerance and alpha, or the defaults of
-    the time where the configuration left them unset. (MariaDB builds a fresh store at head only,
+def test_rows_stored_under_0013_keep_their_values_at_head(db_url):
+    """0014: detection and planning rows get their run's configured tolerance and alpha, or the
+    defaults of the time where the configuration left them unset. 0015: monitor and meta-metric
+    values move to their renamed columns unchanged. (MariaDB builds a fresh store at head only,
     so there is no store of 0013 to upgrade there.)"""
     engine = make_engine(db_url)
     with engine.begin() as connection:
@@ -143,8 +157,28 @@ def test_migration_0014_fills_the_settings_of_rows_stored_before(db_url):
                     ),
                     {"id": run_id},
                 )
+        connection.execute(
+            text(
+                "INSERT INTO metametric_results (run_id, attribute, metric, k, k_undefined, level) "
+                "VALUES (1, 'sex', 'tpr', 3, 0, 0.99)"
+            )
+        )
+        names = ", ".join(MONITOR_COLUMNS_0013)
+        connection.execute(
+            text(
+                f"INSERT INTO monitor_results (run_id, attribute, group_name, reference, metric, "
+                f"crossed, alarm, {names}) VALUES (1, 'sex', 'f', 'rest', 'tpr', false, false, "
+                + ", ".join(str(i) for i in range(len(MONITOR_COLUMNS_0013)))
+                + ")"
+            )
+        )
     upgrade(db_url)
     with engine.connect() as connection:
+        meta = connection.execute(text("SELECT confidence FROM metametric_results")).scalar()
+        assert meta == 0.99
+        renamed = [RENAMED.get(c, c) for c in MONITOR_COLUMNS_0013]
+        row = connection.execute(text(f"SELECT {', '.join(renamed)} FROM monitor_results")).one()
+        assert list(row) == list(range(len(MONITOR_COLUMNS_0013)))
         for model in (DetectionResult, PlanningResult):
             rows = connection.execute(
                 select(model.run_id, model.tolerance, model.alpha).order_by(model.run_id)

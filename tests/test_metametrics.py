@@ -95,7 +95,7 @@ def test_double_correction_formula():
     """It subtracts the mean of Y*(1−Y*)(2n−1)/(n−1)² in each replicate (section 5.3 with the
     unbiased n − 1), drawing a group observed at 0 from (x + 1/2)/(n + 1)."""
     successes, totals = np.array([0, 9, 14]), np.array([10, 20, 30])
-    _, low, high = bootstrap_variance_interval(successes, totals, n_boot=1, level=0.5, seed=4)
+    _, low, high = bootstrap_variance_interval(successes, totals, n_boot=1, confidence=0.5, seed=4)
     p = np.array([0.5 / 11, 9 / 20, 14 / 30])
     y = np.random.default_rng(4).binomial(totals, p, size=(1, 3))[0] / totals
     n = totals
@@ -183,7 +183,7 @@ def test_meta_metric_rows_leave_out_groups_with_reasons():
         }
     )
     row = attribute_meta_metrics(
-        frame, ["tpr"], n_boot=200, level=0.95, seed=0, group_sizes=sizes, min_group_size=20
+        frame, ["tpr"], n_boot=200, confidence=0.95, seed=0, group_sizes=sizes, min_group_size=20
     ).iloc[0]
     assert row["k"] == 2 and row["k_undefined"] == 3
     assert "1 undefined" in row["reason"] and "denominator 1" in row["reason"]
@@ -221,7 +221,7 @@ def test_bootstrap_memory_is_bounded_whatever_the_replicates_and_groups():
     frame = many_groups(3000, 6)
     tracemalloc.start()
     try:
-        row = attribute_meta_metrics(frame, ["tpr"], n_boot=4000, level=0.95, seed=0).iloc[0]
+        row = attribute_meta_metrics(frame, ["tpr"], n_boot=4000, confidence=0.95, seed=0).iloc[0]
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

@@ -134,7 +134,7 @@ def test_backtest_equals_nightly_monitored_runs(db_url, tmp_path):
 def _same_numbers(stored: pd.DataFrame, replay: pd.DataFrame) -> None:
     stored = stored.assign(as_of=pd.to_datetime(stored["as_of"], utc=True))
     replay = replay.assign(as_of=pd.to_datetime(replay["as_of"], utc=True))
-    columns = ["e_value", "e_process", "cs_low", "cs_high", "crossed", "alarm", "n_group"]
+    columns = ["e_value", "e_process", "cs_low", "cs_high", "crossed", "alarm", "denominator_group"]
     a = stored[KEYS + columns].sort_values(KEYS).reset_index(drop=True)
     b = replay[KEYS + columns].sort_values(KEYS).reset_index(drop=True)
     pd.testing.assert_frame_equal(a, b, check_dtype=False, rtol=1e-9)
@@ -223,7 +223,7 @@ def test_overlapping_runs_are_not_tested():
 # from a score, scan mode, validation and quarantine (flows.monitoring, db.scan.valid_cells).
 
 NUMBERS = ["e_value", "e_process", "cs_low", "cs_high", "crossed", "alarm", "difference"]
-COUNTED = ["n_group", "n_reference"]
+COUNTED = ["denominator_group", "denominator_reference"]
 
 
 def two_audits(tmp_path, first: str, second: str) -> str:
@@ -354,7 +354,7 @@ def test_increment_counts_agree_in_every_scan_mode(source_db_url):
             attributes=["race", "sex"],
             reference_groups={"race": "a"},
         )
-        assert expected["n_group"].sum() > 0
+        assert expected["denominator_group"].sum() > 0
         for mode, audit in audits.items():
             counted = increment(partial(valid_cells, engine, audit, now=now), audit, previous, as_of)
             pd.testing.assert_frame_equal(

@@ -157,8 +157,8 @@ def test_named_pairs_follow_comparison_pairs():
     group, reference = comparison_pairs(group_counts(frame, ["race", "sex"], []), {"race": "b"})
     named = group["reference"] == "b"
     expected_n = (group["tp"] + group["fn"])[named].to_numpy()
-    assert mine["n_group"].tolist() == expected_n.tolist()
-    assert mine["x_reference"].tolist() == reference["tp"][named].tolist()
+    assert mine["denominator_group"].tolist() == expected_n.tolist()
+    assert mine["numerator_reference"].tolist() == reference["tp"][named].tolist()
     assert callable(_named_pairs)
 
 
@@ -171,11 +171,11 @@ def test_selection_rates_use_every_decision_and_error_rates_labelled_rows():
     )
     for name, rows in frame.groupby("race"):
         rest = frame[frame["race"] != name]
-        assert counts.loc[(name, "ppr"), "n_group"] == len(rows)
-        assert counts.loc[(name, "ppr"), "x_reference"] == rest["y_pred"].sum()
+        assert counts.loc[(name, "ppr"), "denominator_group"] == len(rows)
+        assert counts.loc[(name, "ppr"), "numerator_reference"] == rest["y_pred"].sum()
         positives = rows[rows["y_true"] == 1]
-        assert counts.loc[(name, "tpr"), "n_group"] == len(positives)
-        assert counts.loc[(name, "tpr"), "x_group"] == positives["y_pred"].sum()
+        assert counts.loc[(name, "tpr"), "denominator_group"] == len(positives)
+        assert counts.loc[(name, "tpr"), "numerator_group"] == positives["y_pred"].sum()
         assert counts.loc[(name, "tpr"), "unlabelled_group"] == rows["y_true"].isna().sum()
 
 
@@ -264,4 +264,4 @@ def test_selection_rates_count_every_decision_with_the_audits_catalogue():
     )
     nights = biasaudit.monitor_frame(frame, attributes=["g"], metrics=["ppr"])
     ppr = nights[(nights["metric"] == "ppr") & (nights["group_name"] == "a")]
-    assert ppr["n_group"].sum() == (frame["g"] == "a").sum()  # every decision, labelled or not
+    assert ppr["denominator_group"].sum() == (frame["g"] == "a").sum()  # every decision, labelled or not

@@ -316,13 +316,13 @@ def test_rank_bias_reproduces_table_1_rankings(race):
     table = pd.DataFrame(
         {
             "model": [f"alg.{i}" for i in range(1, 6)],
-            "e1": [1 - f / 100 for f, _, _ in rows],
-            "e2": [1 - m / 100 for _, m, _ in rows],
+            "value_reference": [1 - f / 100 for f, _, _ in rows],
+            "value_group": [1 - m / 100 for _, m, _ in rows],
         }
     )
     ranked = rank_bias(table)
     by_d, by_r, by_n = PAPER_RANKS[race]
     assert ranked["rank_difference"].tolist() == by_d
     assert ranked["rank_ratio"].tolist() == by_r
-    assert ranked["rank_n"].tolist() == by_n
+    assert ranked["rank_bias_n"].tolist() == by_n
     assert ranked["disagree"].any()

@@ -319,8 +319,8 @@ def test_failure_at_any_stage_leaves_no_results(db_url, tmp_path, monkeypatch, s
     def boom(*_):
         raise RuntimeError(f"injected failure in {stage}")
 
-    def failing_stage(name, function, *args):
-        return boom() if name == stage else function(*args)
+    def failing_stage(name, function, *args, **options):
+        return boom() if name == stage else function(*args, **options)
 
     monkeypatch.setattr(biasaudit.flows.pipeline, "call", failing_stage)
     with pytest.raises(RuntimeError, match="injected"):
