@@ -59,7 +59,7 @@ def stream(engine, folder: Path) -> None:
     audit = load_audit(config_file("stream", folder), "bench-stream")
     start, end = window_bounds(audit, AS_OF)
     scan = best(lambda: scan_window(engine, audit, start, end, AS_OF), 2)
-    query = window_of(engine, audit).query(start, end)
+    query = window_of(engine, audit).query(start, end, AS_OF)
     with one_snapshot(engine) as connection:
         frames = [typed_frame(chunk) for chunk in read_batches(connection, query, 500_000)]
     hashing = best(lambda: [row_hash_sum(f) for f in frames], 5)
@@ -87,12 +87,12 @@ def pushdown(engine, folder: Path) -> None:
     with engine.connect() as connection:
         window = window_of(connection, audit)
         keys = [window.key(n).label(f"k_{n}") for n in names]
-        suspect = case((window.row_ok(AS_OF, end), 0), else_=1).label("suspect")
+        suspect = case((window.row_ok(AS_OF), 0), else_=1).label("suspect")
         hashed = row_hash(window, engine.dialect.name).label("h")
 
         def query(with_hash: bool):
             extra = [hashed] if with_hash else []
-            inner = select(*keys, suspect, *extra).where(window.where(start, end)).subquery()
+            inner = select(*keys, suspect, *extra).where(window.where(start, end, AS_OF)).subquery()
             grouping = [inner.c[f"k_{n}"] for n in names]
             sums = [func.sum(c) for c in inner.c if c.name in {"suspect", "h"}]
             return select(*grouping, func.count(), *sums).group_by(*grouping)

@@ -125,7 +125,7 @@ def memory_cells(
 ) -> Scanned:
     """Cells of the window read whole and validated in memory (with a result ``store``, rows
     with a group name it cannot hold quarantined: schemas.quarantine.store_failures)."""
-    frame = read_predictions(engine, audit, start, end)
+    frame = read_predictions(engine, audit, start, end, now)
     valid, quarantine = _split(frame, audit, now, store)
     return Scanned(
         cells_of(valid, audit),
@@ -156,18 +156,18 @@ def ids_are_unique(connection, table, audit: Audit) -> bool:
     return any(key and ident in key and set(key) <= allowed for key in keys)
 
 
-def _duplicated_ids(connection, window: Window, start, end) -> list:
+def _duplicated_ids(connection, window: Window, start, end, now: datetime) -> list:
     """Prediction ids occurring more than once in the window (exact text comparison)."""
     ident = window.key("prediction_id").label("pid")
-    inner = select(ident).where(window.where(start, end)).subquery()
+    inner = select(ident).where(window.where(start, end, now)).subquery()
     query = select(inner.c.pid).group_by(inner.c.pid).having(func.count() > 1)
     return list(connection.execute(query).scalars())
 
 
-def _window_and_duplicates(connection, audit: Audit, start, end):
+def _window_and_duplicates(connection, audit: Audit, start, end, now: datetime):
     window = window_of(connection, audit)
     unique = ids_are_unique(connection, window.table, audit)
-    return window, ([] if unique else _duplicated_ids(connection, window, start, end))
+    return window, ([] if unique else _duplicated_ids(connection, window, start, end, now))
 
 
 def stream_cells(
@@ -236,8 +236,8 @@ def pushdown_cells(
     the GROUP BY would see it, at 20-90% of the scan's time (benchmarks/README.md)."""
     names = [*audit.attributes, *OUTCOMES]
     with one_snapshot(engine) as connection:
-        window, duplicated = _window_and_duplicates(connection, audit, start, end)
-        ok = window.row_ok(now, end)
+        window, duplicated = _window_and_duplicates(connection, audit, start, end, now)
+        ok, in_window = window.row_ok(now), window.where(start, end, now)
         if duplicated:
             ok = and_(ok, not_(window.key("prediction_id").in_(duplicated)))
         flag = case((ok, 1), else_=0)  # a rule that is NULL (a NULL value) fails
@@ -248,7 +248,7 @@ def pushdown_cells(
         }
         keys = [expressions[n].label(f"k_{n}") for n in names]
         suspect = case((ok, 0), else_=1).label("suspect")
-        inner = select(*keys, suspect).where(window.where(start, end)).subquery()
+        inner = select(*keys, suspect).where(in_window).subquery()
         grouping = [inner.c[f"k_{n}"] for n in names]
         result = connection.execute(
             select(
@@ -270,7 +270,7 @@ def pushdown_cells(
             )
         }
         any_suspect = bool(grouped["suspect"].any())
-        rest = _fetch_suspects(connection, window, start, end, flag, keys, bad, names, any_suspect)
+        rest = _fetch_suspects(connection, window, in_window, flag, keys, bad, names, any_suspect)
     parts, accepted_rows, accepted_unlabelled = [], 0, 0
     quarantine = pd.DataFrame(columns=QUARANTINE_COLUMNS)
     if len(rest):  # rows read again: the schema judges them
@@ -319,7 +319,7 @@ def _records_text(quarantine: pd.DataFrame) -> str:
 
 
 def _fetch_suspects(
-    connection, window: Window, start, end, flag, keys, bad, names, any_suspect: bool
+    connection, window: Window, in_window, flag, keys, bad, names, any_suspect: bool
 ):
     """The rows that failed a per-row rule (read only if ``any_suspect``) or belong to a group
     with an invalid key, with their flag and keys (to drop rows a loose SQL key comparison
@@ -345,7 +345,7 @@ def _fetch_suspects(
     frames = [pd.DataFrame(columns=[c.name for c in columns])]
     # A row is fetched once: for its failed rule, or (passing every per-row rule) for its key.
     for condition in [flag == 0] * any_suspect + [and_(flag == 1, c) for c in conditions]:
-        result = connection.execute(select(*columns).where(and_(window.where(start, end), condition)))
+        result = connection.execute(select(*columns).where(and_(in_window, condition)))
         frames.append(rows_frame(result, list(result.keys())))
     return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
 

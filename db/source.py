@@ -11,8 +11,9 @@ none is of a type whose values would all fail their rule; each problem is one li
 The SQL here does three things on every dialect (PostgreSQL, SQLite, MariaDB/MySQL, DuckDB):
 
 - decides the window on the *parsed* timestamp (``parsed_timestamp``: typed columns as UTC, text in
-  the ISO_TIMESTAMP grammar with its offset honoured); rows whose timestamp is NULL, unparseable or
-  before 1900 belong to every window, so they are read and quarantined, never silently left out.
+  the ISO_TIMESTAMP grammar with its offset honoured); rows whose timestamp is NULL, unparseable,
+  before 1900 or in the future (after the audit's clock plus the skew) belong to every window, so
+  they are read and quarantined, never silently left out.
   A source without a timestamp column (allowed for window "all" without monitoring) has rows
   without a time, all in the window;
 - gives ``row_ok``: a condition true only for rows the Pandera rules accept on the per-row rules
@@ -510,9 +511,11 @@ class Window:
             return collate(expression, MYSQL_EXACT)
         return expression
 
-    def where(self, start: datetime | None, end: datetime):
-        """The model (and version) filter and the window on the parsed timestamp; rows with no
-        plausible timestamp are in every window (to be quarantined)."""
+    def where(self, start: datetime | None, end: datetime, now: datetime):
+        """The model (and version) filter and the window on the parsed timestamp. Rows with no
+        plausible timestamp and rows in the future (later than ``now`` plus the clock skew) are
+        in every window, to be quarantined; rows before ``start``, or after ``end`` but not in
+        the future, are outside it."""
         conditions = []
         if self.model is not None:
             conditions.append(self.model == self.audit.model_id)
@@ -520,10 +523,16 @@ class Window:
             conditions.append(self.version == self.audit.model_version)
         if self.time is not None:  # rows without a timestamp are in the window "all"
             t, aware = self._filter_time()
-            inside = t <= bound(end, self.dialect, aware)
+            d = self.dialect
+            inside = t <= bound(end, d, aware)
             if start is not None:
-                inside = and_(t > bound(start, self.dialect, aware), inside)
-            conditions.append(or_(inside, t.is_(None), t < bound(EARLIEST, self.dialect, aware)))
+                inside = and_(t > bound(start, d, aware), inside)
+            # SQLite rounds times to the millisecond: its bound is lowered so that no future row
+            # escapes (a row a few milliseconds short of the future may be read, and accepted).
+            future = max(end, now + CLOCK_SKEW) - (MARGIN if d == "sqlite" else timedelta(0))
+            conditions.append(
+                or_(inside, t > bound(future, d, aware), t.is_(None), t < bound(EARLIEST, d, aware))
+            )
         return and_(true(), *conditions)
 
     def _filter_time(self):
@@ -540,18 +549,17 @@ class Window:
         SQLite's declared types do not bind its values)."""
         return [type_coerce(e, NullType()).label(name) for name, e in self.raw.items()]
 
-    def query(self, start: datetime | None, end: datetime):
-        return select(*self.selected()).where(self.where(start, end))
+    def query(self, start: datetime | None, end: datetime, now: datetime):
+        return select(*self.selected()).where(self.where(start, end, now))
 
-    def row_ok(self, now: datetime, end: datetime | None = None):
+    def row_ok(self, now: datetime):
         """True only for rows the Pandera rules accept on the per-row rules (a sound filter: a
         row it does not pass is judged by Pandera). Attribute and label rules are checked on the
         grouped keys instead (db.scan).
 
-        Rules that the catalogue or the window filter already guarantee are left out, so the scan
-        pays per row only for what can fail: a NOT NULL (or primary key) id needs no null check,
-        a non-text id no text check, the model filter implies a model id, and a window ending
-        (``end``) before ``now`` plus the clock skew implies no timestamp in the future. A text id
+        Rules that the catalogue or the model filter already guarantee are left out, so the
+        scan pays per row only for what can fail: a NOT NULL (or primary key) id needs no null
+        check, a non-text id no text check, and the model filter implies a model id. A text id
         holds more than spaces if it sorts at or after ``'!'`` byte by byte (its first byte is
         above the space): one comparison, no TRIM; ids that sort before (tabs, leading spaces)
         are merely fetched and judged by Pandera."""
@@ -564,10 +572,8 @@ class Window:
             rules.append(ident.is_not(None))
         if self.time is not None:
             t, aware = self._filter_time()
-            latest = now + CLOCK_SKEW - MARGIN
             rules.append(t >= bound(EARLIEST + MARGIN, d, aware))
-            if end is None or end > latest:
-                rules.append(t <= bound(latest, d, aware))
+            rules.append(t <= bound(now + CLOCK_SKEW - MARGIN, d, aware))  # future rows are read
         if self.has_score:
             score, number = c["score"], parsed_number(c["score"], d)
             rules.append(or_(score.is_(None), and_(number >= 0, number <= 1)))
@@ -605,14 +611,17 @@ def read_chunks(connection, query, chunk_rows: int) -> Iterator[pd.DataFrame]:
         yield rows_frame(part, columns)
 
 
-def read_predictions(engine: Engine, audit: Audit, start: datetime | None, end: datetime):
-    """The audit window as a frame with canonical columns, as the source holds them.
+def read_predictions(
+    engine: Engine, audit: Audit, start: datetime | None, end: datetime, now: datetime
+):
+    """The audit window (with the rows in the future at ``now``) as a frame with canonical
+    columns, as the source holds them.
 
     An empty window is an error that says whether the model has predictions at all.
     """
     window = window_of(engine, audit)
     with engine.connect() as connection:
-        result = connection.execute(window.query(start, end))
+        result = connection.execute(window.query(start, end, now))
         frame = rows_frame(result, list(result.keys()))
         if frame.empty:
             raise EmptyWindow(empty_window_message(connection, window.table, audit, start, end))

@@ -323,8 +323,8 @@ def stream_cells(
     parts, quarantines, repeated, repeated_numbers = [], [], [], []
     rows = hash_sum = 0
     with one_snapshot(engine) as connection:
-        window, duplicated = _window_and_duplicates(connection, audit, start, end)
-        for chunk in read_batches(connection, window.query(start, end), chunk_rows):
+        window, duplicated = _window_and_duplicates(connection, audit, start, end, now)
+        for chunk in read_batches(connection, window.query(start, end, now), chunk_rows):
             typed = typed_frame(chunk)
             hash_sum = (hash_sum + row_hash_sum(typed)) % 2**64
             aside = _set_aside(typed["prediction_id"], duplicated)

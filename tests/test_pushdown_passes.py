@@ -97,7 +97,8 @@ def test_clean_typed_table_is_read_once(source_db_url):
         ({"score": 1.5}, 1),
         ({"made_at": None}, 1),
         ({"made_at": datetime(1850, 1, 1)}, 1),
-        ({"made_at": NOW + timedelta(days=3)}, None),  # after the window's end: not read at all
+        ({"made_at": NOW + timedelta(days=3)}, 1),  # in the future: read and quarantined
+        ({"made_at": NOW + timedelta(minutes=3)}, None),  # after the end, not future: not read
     ],
 )
 def test_suspect_rows_are_read_again_and_judged_like_memory(source_db_url, change, quarantined):

@@ -83,7 +83,7 @@ AUDIT = parse_config(
 def test_stream_and_pushdown_match_memory(db_url):
     """It gives identical counts, the same quarantined rows and row accounting in all three modes."""
     engine = write_source(db_url)
-    frame = read_predictions(engine, AUDIT, None, NOW)
+    frame = read_predictions(engine, AUDIT, None, NOW, NOW)
     valid, quarantine = split_valid(frame, AUDIT.attributes, NOW)
     memory = group_counts(valid, AUDIT.attributes, AUDIT.intersections)
     assert len(frame) - len(valid) > 80  # the fixture really holds invalid rows

@@ -96,7 +96,7 @@ def test_a_window_a_monitor_or_a_mapping_needs_timestamps(tmp_path, fields, line
     audit = audit_of(source="untimed", **fields)
     assert source_problems(engine, audit) == [f"source 'untimed': {line}; {HAS}"]
     with pytest.raises(SourceError, match="no column"):
-        read_predictions(engine, audit, None, NOW)
+        read_predictions(engine, audit, None, NOW, NOW)
     engine.dispose()
 
 

@@ -158,7 +158,7 @@ def test_typed_columns_give_identical_results_in_every_mode(source_db_url, kind)
 
 
 TEXT_TIMES = {
-    "a": ("2026-05-31T23:30:00-01:00", "outside"),  # 2026-06-01 00:30 UTC: after the end
+    "a": ("2026-05-31T23:30:00-01:00", "not_in_future"),  # 2026-06-01 00:30 UTC: future
     "b": ("2026-06-01T00:30:00+02:00", "valid"),  # 2026-05-31 22:30 UTC
     "c": ("2026-05-20 12:00", "valid"),
     "d": ("2026-04-01", "outside"),  # before the start
@@ -170,6 +170,7 @@ TEXT_TIMES = {
     "j": ("2026-05-10T10:00:00.123456Z", "valid"),
     "k": ("2026-05-10t10:00:00", "timestamp"),  # outside the grammar
     "l": ("2024-02-29", "plausible_window"),  # a real leap day, before the start
+    "m": ("2026-06-01T01:03:00+01:00", "outside"),  # after the end, within the clock skew
 }
 
 
@@ -194,8 +195,9 @@ def _text_time_table(engine):
 @pytest.mark.parametrize("window", ["last_30_days", "all"])
 def test_text_timestamps_are_parsed_with_their_zone_and_the_window_balances(source_db_url, window):
     """It decides the window on parsed time with offsets honoured, and reads and quarantines
-    (with the reason) every row without a plausible timestamp, in every mode: read = valid +
-    quarantined; with window "all", read = the rows in the table."""
+    (with the reason) every row without a plausible timestamp or in the future, in every mode:
+    read = valid + quarantined; with window "all", read = the rows in the table but one after
+    the end that is not in the future (within the clock skew)."""
     engine = make_engine(source_db_url)
     _text_time_table(engine)
     audit = audit_of(
@@ -209,7 +211,7 @@ def test_text_timestamps_are_parsed_with_their_zone_and_the_window_balances(sour
         },
     )
     start, end = window_bounds(audit, NOW)
-    outside = {"a", "d", "l"} if window != "all" else {"a"}  # "a" is after the end
+    outside = {"m", "d", "l"} if window != "all" else {"m"}  # "m" is after the end
     valid = {"b", "c", "j"} | ({"d", "l"} if window == "all" else set())
     reasons = {
         k: r
@@ -414,7 +416,8 @@ def test_decision_on_the_score_column_takes_it_on_the_thresholds_scale(source_db
 
 
 def test_date_column_counts_as_midnight_utc(source_db_url):
-    """It takes a DATE as midnight UTC: the day of the window's end is inside, the next not."""
+    """It takes a DATE as midnight UTC: the day of the window's end is inside, the next is not
+    (in the future at the window's end: read and quarantined as such)."""
     engine = make_engine(source_db_url)
     table = Table(
         "src",
@@ -435,7 +438,9 @@ def test_date_column_counts_as_midnight_utc(source_db_url):
     start, end = window_bounds(audit, NOW)
     for mode, scanned in all_modes(engine, audit, start, end).items():
         # 2026-06-01 00:00 UTC is the end itself (inside); 2026-05-01 00:00 is before 05-02.
-        assert scanned.rows_read == 2 and scanned.rows_valid == 2, mode
+        assert scanned.rows_read == 3 and scanned.rows_valid == 2, mode
+        quarantined = scanned.quarantine[["row_ref", "rule"]].to_numpy().tolist()
+        assert quarantined == [["p2", "not_in_future"]], mode
     engine.dispose()
 
 
