@@ -258,7 +258,7 @@ def pushdown_cells(
         grouped = rows_frame(result, list(result.keys()))
         rows = int(grouped["n"].sum()) if len(grouped) else 0
         if not rows:
-            raise EmptyWindow(empty_window_message(connection, window.table, audit, start, end))
+            raise EmptyWindow(empty_window_message(connection, window, start, end, now))
         grouped = grouped.assign(
             n=grouped["n"].astype("int64"), suspect=grouped["suspect"].astype("int64")
         )

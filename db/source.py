@@ -511,15 +511,15 @@ class Window:
             return collate(expression, MYSQL_EXACT)
         return expression
 
-    def where(self, start: datetime | None, end: datetime, now: datetime):
-        """The model (and version) filter and the window on the parsed timestamp. Rows with no
-        plausible timestamp and rows in the future (later than ``now`` plus the clock skew) are
-        in every window, to be quarantined; rows before ``start``, or after ``end`` but not in
-        the future, are outside it."""
+    def where(self, start: datetime | None, end: datetime, now: datetime, version: bool = True):
+        """The model (and, with ``version``, version) filter and the window on the parsed
+        timestamp. Rows with no plausible timestamp and rows in the future (later than ``now``
+        plus the clock skew) are in every window, to be quarantined; rows before ``start``, or
+        after ``end`` but not in the future, are outside it."""
         conditions = []
         if self.model is not None:
             conditions.append(self.model == self.audit.model_id)
-        if self.version is not None and self.audit.model_version is not None:
+        if version and self.version is not None and self.audit.model_version is not None:
             conditions.append(self.version == self.audit.model_version)
         if self.time is not None:  # rows without a timestamp are in the window "all"
             t, aware = self._filter_time()
@@ -624,20 +624,42 @@ def read_predictions(
         result = connection.execute(window.query(start, end, now))
         frame = rows_frame(result, list(result.keys()))
         if frame.empty:
-            raise EmptyWindow(empty_window_message(connection, window.table, audit, start, end))
+            raise EmptyWindow(empty_window_message(connection, window, start, end, now))
     return frame
 
 
-def empty_window_message(connection, table: Table, audit: Audit, start, end) -> str:
-    """Why a window is empty: an unknown model (naming the known ones) or no rows in the window."""
-    window = f"window ({start or '-inf'}, {end}]"
-    column = audit.source_column("model_id")
-    if column not in table.c:
-        return f"no predictions in {audit.source!r} for {window}"
-    models = connection.execute(select(table.c[column]).distinct().limit(20)).scalars().all()
-    if audit.model_id not in models:
-        return f"unknown model {audit.model_id!r}: {audit.source!r} holds predictions of {sorted(map(str, models))}"
-    return f"no predictions of model {audit.model_id!r} in {audit.source!r} for {window}"
+def empty_window_message(connection, window: Window, start, end, now: datetime) -> str:
+    """Why a window is empty, in one line: an unknown model (naming known ones), rows of the model
+    in the window but none of the configured model_version (naming the versions there), or no
+    rows in the window."""
+    audit = window.audit
+    span = f"window ({start or '-inf'}, {end}]"
+    if window.model is not None:
+        known = select(window.model).where(window.model == audit.model_id).limit(1)
+        if connection.execute(known).first() is None:
+            models = connection.execute(select(window.model).distinct().limit(20)).scalars()
+            return (
+                f"unknown model {audit.model_id!r}: {audit.source!r} holds predictions of "
+                f"{sorted(map(str, models))}"
+            )
+    of_model = f" of model {audit.model_id!r}" if window.model is not None else ""
+    version = audit.model_version
+    if window.version is not None and version is not None:
+        versions = dict(
+            connection.execute(
+                select(window.version, func.count())
+                .where(window.where(start, end, now, version=False))
+                .group_by(window.version)
+            ).all()
+        )
+        if versions:
+            present = _listing(sorted("NULL" if v is None else repr(str(v)) for v in versions))
+            return (
+                f"{sum(versions.values())} predictions{of_model} in {audit.source!r} for {span}, "
+                f"but none of model_version {version!r}; versions present: {present}"
+            )
+        of_model += f" (model_version {version!r})"
+    return f"no predictions{of_model} in {audit.source!r} for {span}"
 
 
 # The hash of a missing value (None, NaN, NaT, NA), whatever the column's type.

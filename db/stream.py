@@ -354,7 +354,7 @@ def stream_cells(
                 quarantines.append(quarantine)
             rows += len(typed)
         if rows == 0:
-            raise EmptyWindow(empty_window_message(connection, window.table, audit, start, end))
+            raise EmptyWindow(empty_window_message(connection, window, start, end, now))
     if repeated:
         valid, quarantine = split_valid(
             pd.concat(repeated, ignore_index=True),
