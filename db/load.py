@@ -8,7 +8,9 @@ Rows that fail the predictions schema, or that the table cannot store (a value l
 column, a NUL byte, a ragged CSV line), go to ``quarantined_rows`` with their original text and the
 file they came from, row by row; the rest of the file loads. A row already present (same model and
 prediction id) is not inserted again; if its label was unknown and is known now (late labels are
-normal) the label is updated, and the report says how many were.
+normal) the label is updated, and the report says how many were. A row already present whose
+decision, score or known label differs from the stored one keeps the stored values: a prediction
+is never overwritten, and the report counts those rows and names the columns that differed.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from biasaudit.schemas.frames import canonical_text
 from biasaudit.schemas.quarantine import NO_NUL, QUARANTINE_COLUMNS, split_valid, storable
 
 CHUNK_ROWS = 20_000
+# Columns of a row already present compared with the stored prediction (the outcome and decision).
+COMPARED = ("y_true", "y_pred", "score")
 TEXT_COLUMNS = ("prediction_id", "model_id", "model_version")
 # Attribute values longer than this are refused (the JSON column has no limit, reports do).
 MAX_ATTRIBUTE_CHARS = 512
@@ -41,6 +45,9 @@ class LoadReport:
     already_present: int
     quarantined: int
     labels_updated: int = 0
+    # Rows already present whose values differ from the stored ones (kept), and in which columns.
+    differing: int = 0
+    differing_columns: tuple[str, ...] = ()
 
 
 def read_predictions_file(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -180,6 +187,8 @@ def load_predictions(
     quarantine = pd.concat(parts, ignore_index=True) if parts else quarantine
     naive = engine.dialect.name in {"mysql", "mariadb"}
     inserted = updated = present = 0
+    differing = 0  # rows already present whose values differ from the stored ones
+    differing_columns: set[str] = set()
     table = cast(Table, Prediction.__table__)
     with engine.begin() as connection:
         if not quarantine.empty:
@@ -194,22 +203,25 @@ def load_predictions(
             )
         for start in range(0, len(valid), CHUNK_ROWS):
             chunk = _prediction_rows(valid.iloc[start : start + CHUNK_ROWS], attributes, naive)
-            existing: dict[tuple[str, str], tuple[int, int | None]] = {}
+            existing: dict[tuple[str, str], dict] = {}
             for model in {r["model_id"] for r in chunk}:
                 ids = [r["prediction_id"] for r in chunk if r["model_id"] == model]
-                query = select(table.c.id, table.c.prediction_id, table.c.y_true).where(
-                    table.c.model_id == model, table.c.prediction_id.in_(ids)
-                )
-                for key, ident, truth in connection.execute(query):
-                    existing[(model, ident)] = (key, truth)
+                query = select(
+                    table.c.id, table.c.prediction_id, *(table.c[c] for c in COMPARED)
+                ).where(table.c.model_id == model, table.c.prediction_id.in_(ids))
+                for row in connection.execute(query):
+                    existing[(model, row.prediction_id)] = row._asdict()
             new = [r for r in chunk if (r["model_id"], r["prediction_id"]) not in existing]
-            labels = [
-                {"key": existing[(r["model_id"], r["prediction_id"])][0], "label": r["y_true"]}
-                for r in chunk
-                if (r["model_id"], r["prediction_id"]) in existing
-                and existing[(r["model_id"], r["prediction_id"])][1] is None
-                and r["y_true"] is not None
-            ]
+            labels = []
+            for r in chunk:
+                stored = existing.get((r["model_id"], r["prediction_id"]))
+                if stored is None:
+                    continue
+                if stored["y_true"] is None and r["y_true"] is not None:
+                    labels.append({"key": stored["id"], "label": r["y_true"]})
+                changed = _differing(stored, r)
+                differing += bool(changed)
+                differing_columns.update(changed)
             if new:
                 connection.execute(insert(Prediction), new)
             if labels:
@@ -231,4 +243,16 @@ def load_predictions(
         already_present=present,
         quarantined=read - len(valid),
         labels_updated=updated,
+        differing=differing,
+        differing_columns=tuple(c for c in COMPARED if c in differing_columns),
     )
+
+
+def _differing(stored: dict, row: dict) -> list[str]:
+    """The columns of COMPARED in which a loaded row differs from the stored prediction of the
+    same model and id (a label unknown in either is no difference: a late label updates it)."""
+    return [
+        c
+        for c in COMPARED
+        if stored[c] != row[c] and not (c == "y_true" and None in (stored[c], row[c]))
+    ]

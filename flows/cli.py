@@ -531,9 +531,14 @@ def load(
         report = load_predictions(
             engine, frame, attribute, str(path), lambda n: progress.advance(bar, n), ragged
         )
+    differing = ""
+    if report.differing:
+        *others, last = report.differing_columns
+        columns = f"{', '.join(others)} or {last}" if others else last
+        differing = f" ({report.differing} with a different {columns}: the stored values kept)"
     _say(
-        f"read {report.read}, inserted {report.inserted}, already present {report.already_present}, "
-        f"quarantined {report.quarantined}, labels updated {report.labels_updated}"
+        f"read {report.read}, inserted {report.inserted}, already present {report.already_present}"
+        f"{differing}, quarantined {report.quarantined}, labels updated {report.labels_updated}"
     )
     share = report.quarantined / report.read if report.read else 0.0
     if share > max_invalid_fraction:

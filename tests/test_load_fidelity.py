@@ -139,3 +139,51 @@ def test_parquet_strings_stay_strings(db_url, tmp_path):
     load(db_url, path)
     frame, _ = stored(db_url)
     assert sorted(frame["prediction_id"]) == ["007", "7"]
+
+
+def test_reloading_a_row_with_another_decision_says_the_stored_one_was_kept(db_url, tmp_path):
+    """It counts apart, naming the columns, the rows already present whose y_pred, score or known
+    label differ from the stored ones, and keeps the stored values; a late label is an update,
+    an identical row merely present."""
+    header = HEADER.replace("\n", ",score\n")
+    first = tmp_path / "a.csv"
+    first.write_text(
+        header
+        + "same,m,1,2026-05-01,1,1,1,A,0.25\n"
+        + "late,m,1,2026-05-01,,1,1,A,0.25\n"
+        + "flip,m,1,2026-05-01,1,1,1,A,0.25\n"
+        + "rescored,m,1,2026-05-01,1,1,1,A,0.25\n"
+        + "relabelled,m,1,2026-05-01,1,1,1,A,0.25\n"
+    )
+    load(db_url, first)
+    second = tmp_path / "b.csv"
+    second.write_text(
+        header
+        + "same,m,1,2026-05-01,1,1,1,A,0.25\n"
+        + "late,m,1,2026-05-01,0,1,1,A,0.25\n"
+        + "flip,m,1,2026-05-01,1,0,1,A,0.25\n"
+        + "rescored,m,1,2026-05-01,1,1,1,A,0.75\n"
+        + "relabelled,m,1,2026-05-01,0,1,1,A,0.25\n"
+        + "new,m,1,2026-05-01,1,1,1,A,0.5\n"
+    )
+    output = load(db_url, second)
+    assert (
+        "read 6, inserted 1, already present 5 (3 with a different y_true, y_pred or score: the "
+        "stored values kept), quarantined 0, labels updated 1"
+    ) in output, output
+    engine = make_engine(db_url)
+    with engine.connect() as connection:
+        rows = connection.execute(
+            text("SELECT prediction_id, y_true, y_pred, score FROM predictions")
+        ).all()
+    engine.dispose()
+    assert sorted(map(tuple, rows)) == [
+        ("flip", 1, 1, 0.25),
+        ("late", 0, 1, 0.25),
+        ("new", 1, 1, 0.5),
+        ("relabelled", 1, 1, 0.25),
+        ("rescored", 1, 1, 0.25),
+        ("same", 1, 1, 0.25),
+    ]
+    again = load(db_url, second)
+    assert "already present 6 (3 with a different y_true, y_pred or score: " in again, again
