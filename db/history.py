@@ -6,11 +6,25 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pandas as pd
-from sqlalchemy import Engine, select
+from sqlalchemy import Connection, Engine, Executable, select
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from biasaudit.db.models import AuditRun, GroupCount, MatchResult, MetricResult, PlanningResult
 from biasaudit.schemas.metric_ids import BASE_RATES
+
+
+def read_frame(query: Executable, connection: Connection) -> pd.DataFrame:
+    """``pandas.read_sql`` failing with the database's own error: pandas wraps it in a DatabaseError
+    whose message is the whole statement with its parameters, and which the retry policy
+    (db.retry) would not know as transient."""
+    try:
+        return pd.read_sql(query, connection)
+    except pd.errors.DatabaseError as exc:
+        if isinstance(exc.__cause__, SQLAlchemyError):
+            raise exc.__cause__ from None
+        raise
+
 
 # Columns shown of each stage's results, by the CLI and the HTML report alike.
 FLAGGED_COLUMNS = [
@@ -96,7 +110,7 @@ def list_runs(
     if until:
         query = query.where(AuditRun.as_of <= until)
     with engine.connect() as connection:
-        runs = pd.read_sql(query, connection)
+        runs = read_frame(query, connection)
     return runs.astype({"version": "Int64"})
 
 
@@ -145,7 +159,7 @@ def run_metrics(
     if metric:
         query = query.where(MetricResult.metric == metric)
     with engine.connect() as connection:
-        return pd.read_sql(query, connection)
+        return read_frame(query, connection)
 
 
 def run_match(engine: Engine, run_id: int, below: float = 1.0) -> pd.DataFrame:
@@ -164,7 +178,7 @@ def run_match(engine: Engine, run_id: int, below: float = 1.0) -> pd.DataFrame:
         .order_by(MatchResult.p_value)
     )
     with engine.connect() as connection:
-        return pd.read_sql(query, connection)
+        return read_frame(query, connection)
 
 
 def rates_by_run(
@@ -192,7 +206,7 @@ def rates_by_run(
         .order_by(AuditRun.id)
     )
     with engine.connect() as connection:
-        return pd.read_sql(query, connection)
+        return read_frame(query, connection)
 
 
 def run_results(
@@ -209,7 +223,7 @@ def run_results(
     if metric:
         query = query.where(table.metric == metric)
     with engine.connect() as connection:
-        return pd.read_sql(query, connection).drop(columns="run_id")
+        return read_frame(query, connection).drop(columns="run_id")
 
 
 def flagged_detections(detection: pd.DataFrame) -> pd.DataFrame:
@@ -301,7 +315,7 @@ def metric_series(
     if until:
         query = query.where(AuditRun.as_of <= until)
     with engine.connect() as connection:
-        return pd.read_sql(query, connection)
+        return read_frame(query, connection)
 
 
 def previous_run_metrics(

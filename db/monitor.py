@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pandas as pd
 from sqlalchemy import Engine, select
 
+from biasaudit.db.history import read_frame
 from biasaudit.db.models import AuditRun, MonitorResult
 
 # The same names as tasks.monitor.KEYS and STATE_COLUMNS (db does not import tasks; a test checks).
@@ -68,7 +69,7 @@ def previous_monitor_state(
         previous = connection.execute(query).first()
         if previous is None:
             return None, None, pd.DataFrame(columns=KEYS + STATE_COLUMNS)
-        state = pd.read_sql(select(*columns).where(MonitorResult.run_id == previous.id), connection)
+        state = read_frame(select(*columns).where(MonitorResult.run_id == previous.id), connection)
     as_of_previous = pd.Timestamp(previous.as_of)
     if as_of_previous.tzinfo is None:  # SQLite returns naive UTC
         as_of_previous = as_of_previous.tz_localize("UTC")
@@ -111,7 +112,7 @@ def monitor_trajectory(
         if value is not None:
             query = query.where(column == value)
     with engine.connect() as connection:
-        rows = pd.read_sql(query, connection)
+        rows = read_frame(query, connection)
     # A backfill re-runs later as-ofs as new versions: the trajectory is the latest chain.
     latest = rows.groupby(["audit_name", "model_id", "as_of"])["version"].transform("max")
     return rows[rows["version"] == latest].reset_index(drop=True)

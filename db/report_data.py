@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 from sqlalchemy import Engine, or_, select
 
-from biasaudit.db.history import get_run
+from biasaudit.db.history import get_run, read_frame
 from biasaudit.db.models import (
     AuditRun,
     ComparisonResult,
@@ -49,7 +49,7 @@ RUN_FIELDS = (
 
 def _rows(engine: Engine, table, run_id: int) -> pd.DataFrame:
     with engine.connect() as connection:
-        frame = pd.read_sql(select(table).where(table.c.run_id == run_id), connection)
+        frame = read_frame(select(table).where(table.c.run_id == run_id), connection)
     return frame.drop(columns="run_id")
 
 
@@ -62,7 +62,7 @@ def trend_runs(engine: Engine, run: AuditRun, limit: int) -> pd.DataFrame:
         or_(AuditRun.status == "succeeded", AuditRun.id == run.id),
     )
     with engine.connect() as connection:
-        runs = pd.read_sql(query, connection)
+        runs = read_frame(query, connection)
     # SQLite returns naive datetimes (stored as UTC), PostgreSQL aware ones: compare in UTC.
     runs["as_of"] = _utc(runs["as_of"])
     as_of = _utc(pd.Series([run.as_of])).iloc[0]
@@ -97,7 +97,7 @@ def trend_metrics(engine: Engine, runs: pd.DataFrame) -> pd.DataFrame:
         MetricResult.estimator == "raw",
     )
     with engine.connect() as connection:
-        values = pd.read_sql(query, connection)
+        values = read_frame(query, connection)
     return values.merge(runs, on="run_id")
 
 

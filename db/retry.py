@@ -1,18 +1,32 @@
 """The retry policy of every database step: which errors are worth retrying, how often, how long.
 
 A database that is unreachable, restarting or dropping connections raises SQLAlchemy's
-OperationalError or InterfaceError: those are retried with exponential backoff (base
-``BIASAUDIT_RETRY_BASE_SECONDS``, default 2 s: waits of 2, 4 and 8 s) before the run fails with the
-cause. Bad data and bad configuration are never retried.
+OperationalError or InterfaceError, and so does a statement that waited on another session's lock
+or ran past its timeout: those are retried with exponential backoff (base
+``BIASAUDIT_RETRY_BASE_SECONDS``, default 2 s: waits of 2, 4 and 8 s) before the run fails with
+``StepFailed``, one line saying which step, on which database, and what to do. Bad data and bad
+configuration are never retried.
 """
 
 from __future__ import annotations
 
 import os
 
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+
+from biasaudit.db.engine import STATEMENT_TIMEOUT_ENV, statement_timeout
 
 RETRIES = 3
+# Errors of a statement held up by another session rather than of an unreachable database:
+# PostgreSQL's SQLSTATEs (statement or lock timeout, lock not available, deadlock, serialization
+# failure), MariaDB's error numbers (lock wait timeout, deadlock), SQLite's message.
+HELD_UP_SQLSTATES = frozenset({"57014", "55P03", "40P01", "40001"})
+HELD_UP_MARIADB_ERRORS = frozenset({1205, 1213})
+HELD_UP_SQLITE = "database is locked"
+
+
+class StepFailed(RuntimeError):
+    """A database step that still failed on a transient error after its retries."""
 
 
 def retry_base_seconds() -> float:
@@ -23,3 +37,34 @@ def retry_base_seconds() -> float:
 def is_transient(error: BaseException | None) -> bool:
     """Whether ``error`` says the database could not be reached or answered operationally."""
     return isinstance(error, (OperationalError, InterfaceError))
+
+
+def _cause(error: BaseException) -> BaseException:
+    """The database driver's error under SQLAlchemy's wrapper (whose text adds the SQL)."""
+    return error.orig if isinstance(error, DBAPIError) and error.orig is not None else error
+
+
+def held_up(error: BaseException) -> bool:
+    """Whether a transient ``error`` is a statement held up by a lock or its timeout."""
+    cause = _cause(error)
+    code = cause.args[0] if cause.args else None
+    return (
+        getattr(cause, "sqlstate", None) in HELD_UP_SQLSTATES
+        or code in HELD_UP_MARIADB_ERRORS
+        or HELD_UP_SQLITE in str(cause)
+    )
+
+
+def step_failed(what: str, where: str, error: BaseException) -> StepFailed:
+    """The one line for a step that ``error`` (transient) still ended after its retries: what
+    was being done, on which database, why, and what to do."""
+    why = " ".join(str(_cause(error)).split())[:300]
+    if held_up(error):
+        advice = (
+            f"another session may hold a lock on the tables it needs, or the statement ran past "
+            f"{STATEMENT_TIMEOUT_ENV} ({statement_timeout():g} s): run it again once that "
+            f"session has finished (PostgreSQL: see pg_locks and pg_stat_activity)"
+        )
+    else:
+        advice = "check that the database is up and reachable, then run it again"
+    return StepFailed(f"{what} on {where} failed ({why}); {advice}")

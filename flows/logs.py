@@ -29,6 +29,7 @@ def handled_errors() -> tuple[type[BaseException], ...]:
 
     from biasaudit.db.engine import DatabaseMissing, DatabaseUrlError
     from biasaudit.db.migrate import UpgradeError
+    from biasaudit.db.retry import StepFailed
     from biasaudit.db.runs import RunInProgress, RunLost
     from biasaudit.db.source import EmptyWindow, SourceError
     from biasaudit.schemas.config import ConfigError
@@ -46,6 +47,7 @@ def handled_errors() -> tuple[type[BaseException], ...]:
         DatabaseUrlError,
         DatabaseMissing,
         UpgradeError,
+        StepFailed,
         DBAPIError,
         SQLAlchemyError,
     )

@@ -26,10 +26,11 @@ from typing import ParamSpec, TypeVar
 
 import pandas as pd
 
-from biasaudit.db.engine import database_url, engine_scope, parse_url
+from biasaudit.db.engine import database_url, engine_scope, parse_url, safe_url
 from biasaudit.db.history import previous_run_metrics
 from biasaudit.db.models import store_limits
 from biasaudit.db.results import result_tables
+from biasaudit.db.retry import is_transient, step_failed
 from biasaudit.db.runs import (
     RunRecord,
     SavedRun,
@@ -40,7 +41,7 @@ from biasaudit.db.runs import (
     start_run,
 )
 from biasaudit.db.scan import Scanned, scan_window
-from biasaudit.db.source import window_bounds
+from biasaudit.db.source import source_url, window_bounds
 from biasaudit.flows.report import write_report
 from biasaudit.schemas.config import Audit, default_config_path, load_audit
 from biasaudit.schemas.frames import listed
@@ -88,8 +89,6 @@ def scan(
     """The audit window as validated cells, quarantine and row accounting (db.scan), read from
     the audit's source database (``source_db``, else the store); rows with a group name the
     store cannot hold are quarantined before any statistic (db.models.store_limits)."""
-    from biasaudit.db.source import source_url
-
     store = store_limits(parse_url(db_url).get_dialect()())
     limit = store.attribute_chars
     long = [n for n in [*audit.attributes, *audit.intersection_names] if limit and len(n) > limit]
@@ -163,18 +162,17 @@ def report(db_url: str, run_id: int, audit_name: str, version: int) -> str:
     return write_report(db_url, run_id, audit_name, version)
 
 
-DATABASE_STEPS = frozenset(
-    {
-        "begin",
-        "scan",
-        "previous_run",
-        "identical_run",
-        "monitor",
-        "persist",
-        "record_failure",
-        "report",
-    }
-)
+# Each database step: what it does, for the one line of a step that transient errors still end.
+DATABASE_STEPS = {
+    "begin": "recording the run's start",
+    "scan": "reading the audit's source",
+    "previous_run": "reading the previous run's results (for comparison)",
+    "identical_run": "looking for a stored run of identical input",
+    "monitor": "reading the monitored audit's increment and state",
+    "persist": "writing the run's results",
+    "record_failure": "recording the run's failure",
+    "report": "reading the run's results for its report",
+}
 
 
 # ---- the body --------------------------------------------------------------------------------
@@ -185,6 +183,22 @@ def _timed(timings: dict[str, float], stage: str) -> Iterator[None]:
     start = time.perf_counter()
     yield
     timings[stage] = round(time.perf_counter() - start, 4)
+
+
+def _explained(run: Runner, url: str, audit: Audit) -> Runner:
+    """``run`` with a database step that a transient error still ends (its retries spent) failing
+    as one line: the step, its database (the source's for the scan), what to do (db.retry)."""
+
+    def explained(name: str, function: Callable[P, R], /, *args: P.args, **options: P.kwargs) -> R:
+        try:
+            return run(name, function, *args, **options)
+        except Exception as exc:
+            if name not in DATABASE_STEPS or not is_transient(exc):
+                raise
+            where = safe_url(source_url(audit, url) if name == "scan" else url)
+            raise step_failed(DATABASE_STEPS[name], where, exc) from exc
+
+    return explained
 
 
 def _timed_stages(run: Runner, timings: dict[str, float]) -> Runner:
@@ -220,6 +234,7 @@ def execute_audit(
     """begin -> scan -> counts -> core stages -> persist -> report, each through ``run``."""
     audit = load_audit(Path(config_path or default_config_path()), audit_name)
     url = database_url(db_url)
+    run = _explained(run, url, audit)
     record = new_record(audit, as_of or datetime.now(UTC), flow_run_id)
     thresholds, timings = audit.thresholds, record.timings
     run_id = run("begin", begin, url, record, timedelta(hours=thresholds.stale_run_hours))

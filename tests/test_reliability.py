@@ -22,6 +22,7 @@ from biasaudit.db.engine import make_engine
 from biasaudit.db.history import list_runs
 from biasaudit.db.load import load_predictions
 from biasaudit.db.models import AuditRun, GroupCount, MetricResult, Prediction, QuarantinedRow
+from biasaudit.db.retry import StepFailed
 from biasaudit.db.runs import ABANDONED, abandon_stale_runs, release_run, start_run
 from biasaudit.db.source import EmptyWindow, SourceError
 from biasaudit.flows.audit import audit_flow, run_audit
@@ -513,10 +514,15 @@ def test_parallel_runs_get_distinct_gap_free_versions(postgres_server_url, force
 @pytest.mark.usefixtures("prefect_harness")
 @on_databases("sqlite")  # the unreachable database is a fixed PostgreSQL URL whatever db_url is
 def test_database_unreachable_then_a_later_run_succeeds(db_url):
-    """It retries, then fails with the cause when the database is down; a later run succeeds."""
+    """It retries, then fails with the step, the database, the cause and what to do when the
+    database is down; a later run succeeds."""
     load_small(db_url)
     down = "postgresql://postgres@127.0.0.1:1/none"
-    with pytest.raises(OperationalError, match="127.0.0.1"):
+    with pytest.raises(
+        StepFailed,
+        match=r"^recording the run's start on postgresql://postgres@127\.0\.0\.1:1/none "
+        r"failed \(.*127\.0\.0\.1.*\); check that the database is up and reachable",
+    ):
         audit_flow("credit-race", str(DEMO_CONFIG), down, END)
     assert audit_flow("credit-race", str(DEMO_CONFIG), db_url, END)["new"]
 
@@ -759,7 +765,7 @@ def test_a_silent_server_fails_the_run_after_retries(silent_server, monkeypatch)
     monkeypatch.setenv("BIASAUDIT_CONNECT_TIMEOUT_SECONDS", "1")
     url = f"postgresql://postgres@127.0.0.1:{silent_server}/none"
     started = time.monotonic()
-    with pytest.raises(OperationalError, match="timeout|timed out"):
+    with pytest.raises(StepFailed, match="timeout|timed out"):
         audit_flow("credit-race", str(DEMO_CONFIG), url, END)
     elapsed = time.monotonic() - started
     # 1 + RETRIES connection attempts of about a second each, plus short backoffs (conftest)

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from sqlalchemy import text
 
-from biasaudit.db.engine import make_engine
+from biasaudit.db.engine import make_engine, safe_url
 from biasaudit.db.history import list_runs
 from biasaudit.db.load import load_predictions
 from biasaudit.db.migrate import upgrade
@@ -532,3 +532,117 @@ def test_sigterm_mid_run_ends_the_flow_runs_on_the_server(
         time.sleep(2)
     assert len(states) == 2 and "audit-credit-race" in states, states
     assert set(states.values()) <= {"CANCELLED", "CRASHED"}, states
+
+
+# ---- a lock on the results the run compares itself with --------------------------------------
+
+
+@pytest.fixture
+def audited_once(tmp_path):
+    """A private PostgreSQL store with the demo's credit-scorer predictions, audited once (run 1)
+    as of a day before the end: the next run compares itself with run 1's stored results."""
+    from datetime import timedelta
+
+    from biasaudit.flows.pipeline import run_audit
+
+    from .conftest import separate_database
+
+    with separate_database("postgresql", tmp_path) as url:
+        _demo_database(url)
+        run_audit("credit-race", str(DEMO_CONFIG), url, END - timedelta(days=1))
+        yield url
+
+
+def _run_beside_a_lock(api: str, url: str, folder: Path, release_after_attempts: int | None):
+    """`biasaudit run` of credit-race as of END (forced, so it reads run 1's results to compare)
+    while another connection holds an ACCESS EXCLUSIVE lock on metric_results, released once
+    ``release_after_attempts`` of the run's reads have timed out waiting for it (never: None).
+    Returns the finished process and how many waits of the run's sessions on it were seen."""
+    environment = _client_env(
+        api,
+        BIASAUDIT_STATEMENT_TIMEOUT_SECONDS="1",
+        BIASAUDIT_RETRY_BASE_SECONDS="1",
+        BIASAUDIT_REPORTS_DIR=str(folder / "reports"),
+    )
+    waiting = text(
+        "SELECT a.pid, a.query_start, a.query FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+        "WHERE NOT l.granted AND l.relation = 'metric_results'::regclass"
+    )
+    holder, watcher = make_engine(url), make_engine(url)
+    seen: dict[tuple, str] = {}
+    with holder.connect() as lock, watcher.connect() as watch:
+        lock.execute(text("LOCK TABLE metric_results IN ACCESS EXCLUSIVE MODE"))
+        cli = subprocess.Popen(
+            [str(BIN / "biasaudit"), "run", "credit-race", "-c", str(DEMO_CONFIG), "--db", url]
+            + ["--as-of", END.isoformat(), "--force"],
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        deadline = time.time() + 240
+        while cli.poll() is None and time.time() < deadline:
+            waits = {(r.pid, r.query_start): r.query for r in watch.execute(waiting)}
+            ended = set(seen) - set(waits)  # a wait that is over: that attempt timed out
+            seen.update(waits)
+            if release_after_attempts is not None and len(ended) >= release_after_attempts:
+                lock.rollback()  # releases the lock; the next attempt reads
+                release_after_attempts = None
+            time.sleep(0.05)
+            watch.rollback()  # a fresh snapshot of pg_stat_activity next time
+        lock.rollback()
+    holder.dispose()
+    watcher.dispose()
+    if cli.poll() is None:
+        os.killpg(cli.pid, signal.SIGKILL)
+    cli.wait()
+    return cli.returncode, cli.stdout.read() if cli.stdout else "", seen
+
+
+def _rows_of_run(url: str, run_id: int) -> dict[str, int]:
+    with make_engine(url).connect() as connection:
+        return {
+            table: connection.scalar(text(f"SELECT count(*) FROM {table} WHERE run_id = {run_id}"))
+            for table in ("group_counts", "metric_results", "comparison_results")
+        }
+
+
+def test_a_lock_released_within_the_retries_lets_the_run_finish(
+    prefect_server, audited_once, tmp_path
+):
+    """It retries reading the previous run's results when another session's lock on
+    metric_results makes the read time out (BIASAUDIT_STATEMENT_TIMEOUT_SECONDS), and the run
+    completes, compared with run 1, once the lock is released."""
+    code, output, waits = _run_beside_a_lock(prefect_server, audited_once, tmp_path, 1)
+    assert code == 0, output
+    # the first read waited on the lock until its timeout (the lock was released after that)
+    assert waits and all("metric_results" in q for q in waits.values()), waits
+    runs = list_runs(make_engine(audited_once)).sort_values("id")
+    assert runs["status"].tolist() == ["succeeded", "succeeded"], runs
+    stored = _rows_of_run(audited_once, int(runs["id"].max()))
+    assert all(stored.values()), stored  # its comparison with run 1 included
+
+
+def test_a_lock_held_throughout_ends_the_run_in_one_line(prefect_server, audited_once, tmp_path):
+    """It tries the read once and retries it RETRIES times while the lock is held throughout,
+    then fails with one line (what, where, what to do; no SQL, no traceback), exit code 1, the
+    run recorded as failed with that line and none of its results kept."""
+    from biasaudit.db.retry import RETRIES
+
+    code, output, waits = _run_beside_a_lock(prefect_server, audited_once, tmp_path, None)
+    assert code == 1, output
+    assert len(waits) == 1 + RETRIES, waits
+    lines = output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), output
+    (line,) = lines
+    shown = safe_url(audited_once)
+    assert f"reading the previous run's results (for comparison) on {shown} failed" in line
+    assert "statement timeout" in line and "BIASAUDIT_STATEMENT_TIMEOUT_SECONDS (1 s)" in line
+    assert "SELECT" not in line and "Traceback" not in output and len(line) < 500, line
+    runs = list_runs(make_engine(audited_once)).sort_values("id")
+    assert runs["status"].tolist() == ["succeeded", "failed"], runs
+    with make_engine(audited_once).connect() as connection:
+        error = connection.scalar(text("SELECT error FROM audit_runs WHERE status = 'failed'"))
+    assert error == "StepFailed: " + line.removeprefix("error: ")
+    assert set(_rows_of_run(audited_once, int(runs["id"].max())).values()) == {0}
