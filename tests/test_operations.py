@@ -86,7 +86,9 @@ def test_compare_flags_only_real_changes(db_url, tmp_path):
     assert {(r["group_name"], r["metric"]) for r in rows} == set(
         zip(flagged["group_name"], flagged["metric"])
     )
-    config.write_text(config.read_text() + '\n[[audits]]\nname = "b"\nmodel = "m"\nattributes = ["sex"]\n')
+    config.write_text(
+        config.read_text() + '\n[[audits]]\nname = "b"\nmodel = "m"\nattributes = ["sex"]\n'
+    )
     other = run_audit("b", str(config), db_url, START + timedelta(days=90))["run_id"]
     cli = CliRunner().invoke(app, ["compare", str(other), str(run_ids[2]), "--db", db_url])
     assert cli.exit_code == 1 and "compare runs of the same audit and model" in cli.output
@@ -201,6 +203,95 @@ def test_docker_compose_structure():
     assert "postgres-data" in compose["volumes"]
     assert any(v.startswith("postgres-data:") for v in services["postgres"]["volumes"])
     assert (ROOT / "Dockerfile").exists() and (ROOT / "db" / "docker-init").is_dir()
+
+
+AUDIT_OWNER_SCRIPT = ROOT / "db" / "docker-init" / "02-audit-owner.sh"
+
+
+def test_docker_compose_worker_connects_as_the_audit_databases_owner():
+    """The worker reaches the audit database as the role the init script creates and makes its
+    owner (BIASAUDIT_DB_USER), never as the image's superuser (POSTGRES_USER); the script gets
+    that role's name, password and database from the postgres service's environment."""
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    store = services["postgres"]["environment"]
+    url = services["worker"]["environment"]["BIASAUDIT_DATABASE_URL"]
+    assert url == (
+        "postgresql+psycopg://${BIASAUDIT_DB_USER:-biasaudit}:${BIASAUDIT_DB_PASSWORD}"
+        "@postgres:5432/${BIASAUDIT_DB:-biasaudit}"
+    )
+    assert store["BIASAUDIT_DB_USER"] == "${BIASAUDIT_DB_USER:-biasaudit}"
+    assert store["BIASAUDIT_DB_PASSWORD"].startswith("${BIASAUDIT_DB_PASSWORD:?")
+    assert store["BIASAUDIT_DB"] == "${BIASAUDIT_DB:-biasaudit}"
+    assert store["POSTGRES_USER"] == "${POSTGRES_USER:-postgres}" and "POSTGRES_DB" not in store
+    assert AUDIT_OWNER_SCRIPT.stat().st_mode & 0o111  # executed by the image, not sourced
+    script = AUDIT_OWNER_SCRIPT.read_text()
+    for name in ("BIASAUDIT_DB_USER", "BIASAUDIT_DB_PASSWORD", "BIASAUDIT_DB"):
+        assert f'"${name}"' in script
+
+
+def test_the_docker_init_owner_is_no_superuser_and_runs_the_store(postgres_server_url):
+    """The init script's SQL, run with psql as the image runs it (a private role and database),
+    makes a role without superuser, role or database creation rights that owns the audit
+    database: it migrates it, and cannot read the role passwords (pg_shadow, pg_authid)."""
+    import re
+    import shutil
+    import subprocess
+    import uuid
+
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ProgrammingError
+
+    psql = shutil.which("psql")
+    assert psql, "the psql client is needed to run the init script's SQL"
+    sql = re.search(
+        r"<<'SQL'\n(.*?)^SQL$", AUDIT_OWNER_SCRIPT.read_text(), re.DOTALL | re.MULTILINE
+    )
+    assert sql is not None
+    server = make_url(postgres_server_url)
+    suffix = uuid.uuid4().hex[:10]
+    owner, database, password = f"biasaudit_owner_{suffix}", f"biasaudit_{suffix}", "pw-" + suffix
+    admin = create_engine(server.set(drivername="postgresql+psycopg"), isolation_level="AUTOCOMMIT")
+    try:
+        done = subprocess.run(
+            [psql, "-X", "-v", "ON_ERROR_STOP=1", "-h", server.host or "127.0.0.1"]
+            + ["-p", str(server.port or 5432), "-U", server.username or "postgres"]
+            + ["--dbname", "postgres", "-v", f"owner={owner}", "-v", f"password={password}"]
+            + ["-v", f"database={database}"],
+            input=sql.group(1),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        with admin.connect() as connection:
+            role = connection.execute(
+                text(
+                    "SELECT rolsuper, rolcreaterole, rolcreatedb, rolreplication, rolbypassrls, "
+                    "rolcanlogin FROM pg_roles WHERE rolname = :r"
+                ),
+                {"r": owner},
+            ).one()
+            owned_by = connection.scalar(
+                text("SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = :d"),
+                {"d": database},
+            )
+        assert tuple(role) == (False, False, False, False, False, True) and owned_by == owner
+        url = server.set(
+            drivername="postgresql+psycopg", username=owner, password=password, database=database
+        ).render_as_string(hide_password=False)
+        upgrade(url)  # the owner migrates its database
+        engine = make_engine(url)
+        for catalogue in ("pg_catalog.pg_shadow", "pg_catalog.pg_authid"):
+            with pytest.raises(ProgrammingError, match="permission denied"), engine.connect() as c:
+                c.execute(text(f"SELECT * FROM {catalogue}"))
+        engine.dispose()
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
+            connection.execute(text(f'DROP ROLE IF EXISTS "{owner}"'))
+        admin.dispose()
 
 
 def test_nightly_deployment_schedule_and_parameters():
@@ -368,7 +459,7 @@ def test_result_values_are_stored_exactly(db_url):
 
     from .conftest import DEMO_CONFIG
 
-    text_values = ["a\tb", "line\nbreak", "back\\slash", "quote's \"q\"", "Ünïcødé ✓", "\\N"]
+    text_values = ["a\tb", "line\nbreak", "back\\slash", 'quote\'s "q"', "Ünïcødé ✓", "\\N"]
     metrics = pd.DataFrame(
         {
             "attribute": "race",
@@ -400,7 +491,9 @@ def test_result_values_are_stored_exactly(db_url):
     record = new_record(load_audit(DEMO_CONFIG, "credit-race"), datetime(2026, 1, 1, tzinfo=UTC))
     run_id = start_run(engine, record)
     try:
-        save_run(engine, run_id, record, {MetricResult: metrics, GroupCount: counts}, pd.DataFrame())
+        save_run(
+            engine, run_id, record, {MetricResult: metrics, GroupCount: counts}, pd.DataFrame()
+        )
     finally:
         release_run(run_id)
     with engine.connect() as connection:
