@@ -23,6 +23,9 @@ RETRIES = 3
 HELD_UP_SQLSTATES = frozenset({"57014", "55P03", "40P01", "40001"})
 HELD_UP_MARIADB_ERRORS = frozenset({1205, 1213})
 HELD_UP_SQLITE = "database is locked"
+# MariaDB errors that PyMySQL raises as OperationalError but that no retry mends: access denied to
+# the database, the user, a table, a column or an operation, and a failed CHECK constraint.
+REFUSED_MARIADB_ERRORS = frozenset({1044, 1045, 1142, 1143, 1227, 4025})
 
 
 class StepFailed(RuntimeError):
@@ -35,8 +38,11 @@ def retry_base_seconds() -> float:
 
 
 def is_transient(error: BaseException | None) -> bool:
-    """Whether ``error`` says the database could not be reached or answered operationally."""
-    return isinstance(error, (OperationalError, InterfaceError))
+    """Whether ``error`` says the database could not be reached or answered operationally (not
+    a refusal: a missing privilege is not mended by waiting)."""
+    return isinstance(error, (OperationalError, InterfaceError)) and (
+        _code(error) not in REFUSED_MARIADB_ERRORS
+    )
 
 
 def _cause(error: BaseException) -> BaseException:
@@ -44,13 +50,18 @@ def _cause(error: BaseException) -> BaseException:
     return error.orig if isinstance(error, DBAPIError) and error.orig is not None else error
 
 
+def _code(error: BaseException) -> object:
+    """The driver's error code (MariaDB's error number; PostgreSQL's message)."""
+    cause = _cause(error)
+    return cause.args[0] if cause.args else None
+
+
 def held_up(error: BaseException) -> bool:
     """Whether a transient ``error`` is a statement held up by a lock or its timeout."""
     cause = _cause(error)
-    code = cause.args[0] if cause.args else None
     return (
         getattr(cause, "sqlstate", None) in HELD_UP_SQLSTATES
-        or code in HELD_UP_MARIADB_ERRORS
+        or _code(error) in HELD_UP_MARIADB_ERRORS
         or HELD_UP_SQLITE in str(cause)
     )
 

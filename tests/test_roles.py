@@ -19,6 +19,7 @@ from sqlalchemy.exc import DBAPIError
 from biasaudit.db.engine import make_engine, parse_url
 from biasaudit.db.history import list_runs
 from biasaudit.db.load import load_predictions
+from biasaudit.db.retry import is_transient
 from biasaudit.flows.cli import app
 from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
 
@@ -117,13 +118,19 @@ def _mariadb_passwords(blocks: list[tuple[str, str]]) -> None:
 
 
 def _refused(url: URL, statement: str) -> bool:
-    """Whether the database refuses ``statement`` to the role of ``url`` for lack of privilege."""
+    """Whether the database refuses ``statement`` to the role of ``url`` for lack of privilege
+    (an error the retry policy does not retry)."""
     engine = make_engine(url.render_as_string(hide_password=False))
     try:
         with engine.begin() as connection:
             connection.execute(text(statement))
     except DBAPIError as exc:
-        return bool(re.search(r"permission denied|command denied|must be owner", str(exc.orig), re.IGNORECASE))
+        assert not is_transient(exc), exc  # a refusal is not retried
+        return bool(
+            re.search(
+                r"permission denied|command denied|must be owner", str(exc.orig), re.IGNORECASE
+            )
+        )
     finally:
         engine.dispose()
     return False
