@@ -11,6 +11,7 @@ test: $(VENV)/.installed lint typecheck
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 # mypy over the installed package: .typecheck/biasaudit points at the repository root.
 typecheck: $(VENV)/.installed

@@ -31,31 +31,29 @@ With a ``decision`` from a score, y_pred is whether the score reaches the audit'
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import and_, case, func, inspect, literal, not_, or_, select
+from sqlalchemy import and_, case, func, literal, not_, or_, select
 
+from biasaudit.db.cells import OUTCOMES, Scanned, cells_of, window_and_duplicates
 from biasaudit.db.engine import one_snapshot
 from biasaudit.db.source import (
     EmptyWindow,
     Window,
-    duckdb_unique_keys,
     empty_window_message,
     parsed_number,
     read_predictions,
     rows_frame,
-    window_of,
 )
 from biasaudit.db.source import fingerprint as frame_fingerprint
+from biasaudit.db.stream import stream_cells
 from biasaudit.schemas.config import Audit
 from biasaudit.schemas.frames import as_binary, canonical_text, non_empty_text
 from biasaudit.schemas.names import StoreLimits
 from biasaudit.schemas.quarantine import QUARANTINE_COLUMNS, split_valid, store_failures
 
-OUTCOMES = ["y_true", "y_pred"]
 # Where the push-down enforces each rule of the predictions schema (schemas.frames, the one judge):
 # "row" in the per-row condition (db.source.Window.row_ok, left out where the catalogue or the
 # window filter guarantees it), "key" on the grouped keys (_valid_keys), "ids" by the duplicate
@@ -78,35 +76,6 @@ PUSHDOWN_RULES = {
 }
 # Bad key groups fetched per query (an OR of this many conjunctions).
 FETCH_GROUPS = 200
-
-
-@dataclass(frozen=True)
-class Scanned:
-    """What a scan leaves of the window: cells, quarantine, and the row accounting."""
-
-    cells: pd.DataFrame
-    quarantine: pd.DataFrame
-    rows_read: int
-    rows_valid: int
-    rows_unlabelled: int
-    fingerprint: str
-
-
-def cells_of(valid: pd.DataFrame, audit: Audit) -> pd.DataFrame:
-    """Valid rows (or weighted cells with a column ``n``) summed per (attributes, y_true, y_pred):
-    y_pred as read (or decided in SQL), else whether ``decision_score`` reaches the threshold."""
-    keys = [*audit.attributes, *OUTCOMES]
-    if "y_pred" in valid or audit.decision is None:
-        y_pred = valid["y_pred"].astype("int64").to_numpy()
-    else:
-        scores = valid["decision_score"].astype("float64").to_numpy()
-        y_pred = (scores >= audit.decision.threshold).astype("int64")
-    weight = valid["n"] if "n" in valid else pd.Series(1, index=valid.index, dtype="int64")
-    frame = valid[[*audit.attributes, "y_true"]].astype({a: str for a in audit.attributes})
-    frame = frame.assign(
-        y_true=valid["y_true"].astype("float64"), y_pred=y_pred, n=weight.astype("int64")
-    )
-    return frame.groupby(keys, dropna=False, sort=True, as_index=False)["n"].sum()
 
 
 def _split(frame: pd.DataFrame, audit: Audit, now: datetime, store: StoreLimits | None):
@@ -135,54 +104,6 @@ def memory_cells(
         rows_unlabelled=int(valid["y_true"].isna().sum()),
         fingerprint=frame_fingerprint(frame),
     )
-
-
-def ids_are_unique(connection, table, audit: Audit) -> bool:
-    """Whether a primary key or unique constraint/index of the source guarantees unique prediction
-    ids within a model (then no duplicate scan is needed)."""
-    ident = audit.source_column("prediction_id")
-    allowed = {ident, audit.source_column("model_id")}
-    if connection.dialect.name == "duckdb":  # duckdb-engine reflects no keys: its own catalogue
-        keys = duckdb_unique_keys(connection, table)
-    else:
-        inspector = inspect(connection)
-        schema = table.schema
-        keys = [inspector.get_pk_constraint(table.name, schema).get("constrained_columns") or []]
-        keys += [u["column_names"] for u in inspector.get_unique_constraints(table.name, schema)]
-        keys += [
-            i["column_names"] for i in inspector.get_indexes(table.name, schema) if i.get("unique")
-        ]
-    # A key unique under a looser text equality (MariaDB's default collations) is unique too.
-    return any(key and ident in key and set(key) <= allowed for key in keys)
-
-
-def _duplicated_ids(connection, window: Window, start, end, now: datetime) -> list:
-    """Prediction ids occurring more than once in the window (exact text comparison)."""
-    ident = window.key("prediction_id").label("pid")
-    inner = select(ident).where(window.where(start, end, now)).subquery()
-    query = select(inner.c.pid).group_by(inner.c.pid).having(func.count() > 1)
-    return list(connection.execute(query).scalars())
-
-
-def _window_and_duplicates(connection, audit: Audit, start, end, now: datetime):
-    window = window_of(connection, audit)
-    unique = ids_are_unique(connection, window.table, audit)
-    return window, ([] if unique else _duplicated_ids(connection, window, start, end, now))
-
-
-def stream_cells(
-    engine,
-    audit: Audit,
-    start,
-    end,
-    now: datetime,
-    chunk_rows: int,
-    store: StoreLimits | None = None,
-) -> Scanned:
-    """Cells of the window streamed in chunks of ``chunk_rows`` (db.stream.stream_cells)."""
-    from biasaudit.db.stream import stream_cells as streamed
-
-    return streamed(engine, audit, start, end, now, chunk_rows, store)
 
 
 def _decision_expression(window: Window, audit: Audit):
@@ -236,7 +157,7 @@ def pushdown_cells(
     the GROUP BY would see it, at 20-90% of the scan's time (benchmarks/README.md)."""
     names = [*audit.attributes, *OUTCOMES]
     with one_snapshot(engine) as connection:
-        window, duplicated = _window_and_duplicates(connection, audit, start, end, now)
+        window, duplicated = window_and_duplicates(connection, audit, start, end, now)
         ok, in_window = window.row_ok(now), window.where(start, end, now)
         if duplicated:
             ok = and_(ok, not_(window.key("prediction_id").in_(duplicated)))
@@ -265,9 +186,8 @@ def pushdown_cells(
         good_keys = _valid_keys(grouped, audit, store)
         bad = grouped[~good_keys & (grouped["suspect"] < grouped["n"])]
         bad_markers = {
-            tuple(_marker(v) for v in row) for row in bad[[f"k_{n}" for n in names]].itertuples(
-                index=False
-            )
+            tuple(_marker(v) for v in row)
+            for row in bad[[f"k_{n}" for n in names]].itertuples(index=False)
         }
         any_suspect = bool(grouped["suspect"].any())
         rest = _fetch_suspects(connection, window, in_window, flag, keys, bad, names, any_suspect)

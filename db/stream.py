@@ -40,8 +40,8 @@ import pyarrow as pa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from biasaudit.db.cells import OUTCOMES, Scanned, cells_of, window_and_duplicates
 from biasaudit.db.engine import STATEMENT_TIMEOUT_ENV, answer_deadline, libpq_options, one_snapshot
-from biasaudit.db.scan import OUTCOMES, Scanned, _window_and_duplicates, cells_of
 from biasaudit.db.source import (
     EmptyWindow,
     empty_window_message,
@@ -287,7 +287,7 @@ def _rows(chunk: Chunk, positions: np.ndarray) -> pd.DataFrame:
 
 def _accepted_cells(typed: pd.DataFrame, audit: Audit) -> pd.DataFrame:
     """Rows the schema accepted, summed per (attributes, y_true, y_pred) as split_valid and
-    db.scan.cells_of would: attributes as canonical text, labels and decisions as 0/1."""
+    db.cells.cells_of would: attributes as canonical text, labels and decisions as 0/1."""
     frame = pd.DataFrame(
         {a: text_of(typed[a]).astype(str) for a in audit.attributes}, index=typed.index
     ).assign(y_true=as_binary(typed["y_true"]))
@@ -323,7 +323,7 @@ def stream_cells(
     parts, quarantines, repeated, repeated_numbers = [], [], [], []
     rows = hash_sum = 0
     with one_snapshot(engine) as connection:
-        window, duplicated = _window_and_duplicates(connection, audit, start, end, now)
+        window, duplicated = window_and_duplicates(connection, audit, start, end, now)
         for chunk in read_batches(connection, window.query(start, end, now), chunk_rows):
             typed = typed_frame(chunk)
             hash_sum = (hash_sum + row_hash_sum(typed)) % 2**64

@@ -26,6 +26,7 @@ from typing import ParamSpec, TypeVar
 
 import pandas as pd
 
+from biasaudit.db.cells import Scanned
 from biasaudit.db.engine import database_url, engine_scope, parse_url, safe_url
 from biasaudit.db.history import previous_run_metrics
 from biasaudit.db.models import store_limits
@@ -40,7 +41,7 @@ from biasaudit.db.runs import (
     save_run,
     start_run,
 )
-from biasaudit.db.scan import Scanned, scan_window
+from biasaudit.db.scan import scan_window
 from biasaudit.db.source import source_url, window_bounds
 from biasaudit.flows.report import write_report
 from biasaudit.schemas.config import Audit, default_config_path, load_audit

@@ -145,7 +145,7 @@ def test_audit_in_each_scan_mode_stores_the_memory_results(db_url, tmp_path, mod
 
 def test_unique_key_on_ids_is_recognised(db_url):
     """It trusts a unique key on (model, prediction id) and skips the duplicate scan, not otherwise."""
-    from biasaudit.db.scan import ids_are_unique
+    from biasaudit.db.cells import ids_are_unique
     from biasaudit.db.source import reflect_source
 
     engine = write_source(db_url)

@@ -1,0 +1,79 @@
+"""What every scan mode shares (db.scan's memory and push-down, db.stream): the cells a scan
+leaves, how rows become cells, and which prediction ids the window repeats."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import pandas as pd
+from sqlalchemy import func, inspect, select
+
+from biasaudit.db.source import Window, duckdb_unique_keys, window_of
+from biasaudit.schemas.config import Audit
+
+OUTCOMES = ["y_true", "y_pred"]
+
+
+@dataclass(frozen=True)
+class Scanned:
+    """What a scan leaves of the window: cells, quarantine, and the row accounting."""
+
+    cells: pd.DataFrame
+    quarantine: pd.DataFrame
+    rows_read: int
+    rows_valid: int
+    rows_unlabelled: int
+    fingerprint: str
+
+
+def cells_of(valid: pd.DataFrame, audit: Audit) -> pd.DataFrame:
+    """Valid rows (or weighted cells with a column ``n``) summed per (attributes, y_true, y_pred):
+    y_pred as read (or decided in SQL), else whether ``decision_score`` reaches the threshold."""
+    keys = [*audit.attributes, *OUTCOMES]
+    if "y_pred" in valid or audit.decision is None:
+        y_pred = valid["y_pred"].astype("int64").to_numpy()
+    else:
+        scores = valid["decision_score"].astype("float64").to_numpy()
+        y_pred = (scores >= audit.decision.threshold).astype("int64")
+    weight = valid["n"] if "n" in valid else pd.Series(1, index=valid.index, dtype="int64")
+    frame = valid[[*audit.attributes, "y_true"]].astype({a: str for a in audit.attributes})
+    frame = frame.assign(
+        y_true=valid["y_true"].astype("float64"), y_pred=y_pred, n=weight.astype("int64")
+    )
+    return frame.groupby(keys, dropna=False, sort=True, as_index=False)["n"].sum()
+
+
+def ids_are_unique(connection, table, audit: Audit) -> bool:
+    """Whether a primary key or unique constraint/index of the source guarantees unique prediction
+    ids within a model (then no duplicate scan is needed)."""
+    ident = audit.source_column("prediction_id")
+    allowed = {ident, audit.source_column("model_id")}
+    if connection.dialect.name == "duckdb":  # duckdb-engine reflects no keys: its own catalogue
+        keys = duckdb_unique_keys(connection, table)
+    else:
+        inspector = inspect(connection)
+        schema = table.schema
+        keys = [inspector.get_pk_constraint(table.name, schema).get("constrained_columns") or []]
+        keys += [u["column_names"] for u in inspector.get_unique_constraints(table.name, schema)]
+        keys += [
+            i["column_names"] for i in inspector.get_indexes(table.name, schema) if i.get("unique")
+        ]
+    # A key unique under a looser text equality (MariaDB's default collations) is unique too.
+    return any(key and ident in key and set(key) <= allowed for key in keys)
+
+
+def duplicated_ids(connection, window: Window, start, end, now: datetime) -> list:
+    """Prediction ids occurring more than once in the window (exact text comparison)."""
+    ident = window.key("prediction_id").label("pid")
+    inner = select(ident).where(window.where(start, end, now)).subquery()
+    query = select(inner.c.pid).group_by(inner.c.pid).having(func.count() > 1)
+    return list(connection.execute(query).scalars())
+
+
+def window_and_duplicates(connection, audit: Audit, start, end, now: datetime):
+    """The source's window and the prediction ids it holds more than once (none where a key of
+    the source guarantees unique ids)."""
+    window = window_of(connection, audit)
+    unique = ids_are_unique(connection, window.table, audit)
+    return window, ([] if unique else duplicated_ids(connection, window, start, end, now))
