@@ -10,9 +10,9 @@ from sqlalchemy import Engine, select
 
 from biasaudit.db.history import read_frame
 from biasaudit.db.models import AuditRun, MonitorResult
+from biasaudit.schemas.results import COMPARISON_KEY
 
-# The same names as tasks.monitor.KEYS and STATE_COLUMNS (db does not import tasks; a test checks).
-KEYS = ["attribute", "group_name", "reference", "metric"]
+# The same names as tasks.monitor.COMPARISON_KEY and STATE_COLUMNS (db does not import tasks; a test checks).
 STATE_COLUMNS = [
     "nights",
     "log_m_up",
@@ -64,11 +64,11 @@ def previous_monitor_state(
         .order_by(AuditRun.as_of.desc(), AuditRun.version.desc())
         .limit(1)
     )
-    columns = [getattr(MonitorResult, c) for c in KEYS + STATE_COLUMNS]
+    columns = [getattr(MonitorResult, c) for c in COMPARISON_KEY + STATE_COLUMNS]
     with engine.connect() as connection:
         previous = connection.execute(query).first()
         if previous is None:
-            return None, None, pd.DataFrame(columns=KEYS + STATE_COLUMNS)
+            return None, None, pd.DataFrame(columns=COMPARISON_KEY + STATE_COLUMNS)
         state = read_frame(select(*columns).where(MonitorResult.run_id == previous.id), connection)
     as_of_previous = pd.Timestamp(previous.as_of)
     if as_of_previous.tzinfo is None:  # SQLite returns naive UTC
@@ -94,7 +94,7 @@ def monitor_trajectory(
             AuditRun.model_id,
             AuditRun.version,
             AuditRun.as_of,
-            *[getattr(MonitorResult, c) for c in KEYS + TRAJECTORY_COLUMNS],
+            *[getattr(MonitorResult, c) for c in COMPARISON_KEY + TRAJECTORY_COLUMNS],
         )
         .join(MonitorResult, MonitorResult.run_id == AuditRun.id)
         .where(AuditRun.status == "succeeded")

@@ -49,6 +49,12 @@ _METRIC = _text(pa.Check.isin(list(METRIC_IDS)))
 _GROUP = {"attribute": _text(), "group_name": _text()}
 _VERSUS = {**_GROUP, "reference": _text(), "metric": _METRIC}
 
+# The keys results are joined on: a group against its reference (PAIR_KEY), one metric of that
+# comparison (COMPARISON_KEY), one metric of a group (GROUP_METRIC_KEY).
+PAIR_KEY = ["attribute", "group_name", "reference"]
+COMPARISON_KEY = [*PAIR_KEY, "metric"]
+GROUP_METRIC_KEY = ["attribute", "group_name", "metric"]
+
 
 def _contract(
     table: str, columns: dict[str, pa.Column], key: list[str], checks=None

@@ -1,1 +1,2 @@
-"""One module per audit stage: pure, vectorised functions plus one thin Prefect task each."""
+"""The statistics: one module per audit stage, pure vectorised functions of frames (no database,
+no Prefect; flows.stages runs them as Prefect tasks)."""

@@ -18,10 +18,10 @@ import numpy as np
 import pandas as pd
 
 from biasaudit.schemas.metric_ids import RATE_METRICS
+from biasaudit.schemas.results import GROUP_METRIC_KEY
 from biasaudit.tasks.detection import unfairness_test
 from biasaudit.tasks.multiplicity import bh_adjust
 
-KEYS = ["attribute", "group_name", "metric"]
 NUMBERS = ["value_before", "value_after", "change", "p_value", "p_adjusted"]
 
 
@@ -45,12 +45,16 @@ def _utc(moment):
 def compare_metrics(
     before: pd.DataFrame, after: pd.DataFrame, alpha: float, overlapping: bool = False
 ) -> pd.DataFrame:
-    """Outer comparison of two runs' per-group metrics (columns KEYS, value, numerator,
+    """Outer comparison of two runs' per-group metrics (columns GROUP_METRIC_KEY, value, numerator,
     denominator); ``status`` is 'both', 'appeared' or 'vanished'. With ``overlapping`` (the
     runs share data) nothing is tested."""
-    columns = KEYS + ["value", "numerator", "denominator"]
+    columns = GROUP_METRIC_KEY + ["value", "numerator", "denominator"]
     merged = before[columns].merge(
-        after[columns], on=KEYS, how="outer", suffixes=("_before", "_after"), indicator=True
+        after[columns],
+        on=GROUP_METRIC_KEY,
+        how="outer",
+        suffixes=("_before", "_after"),
+        indicator=True,
     )
     status = merged.pop("_merge").map(
         {"both": "both", "left_only": "vanished", "right_only": "appeared"}
@@ -73,7 +77,7 @@ def compare_metrics(
     adjusted = bh_adjust(p)
     return pd.DataFrame(
         {
-            **{k: merged[k] for k in KEYS},
+            **{k: merged[k] for k in GROUP_METRIC_KEY},
             "status": status.astype(str),
             "value_before": merged["value_before"],
             "value_after": merged["value_after"],
@@ -99,7 +103,7 @@ def compare_with_previous(
     if previous_run_id is None:
         return pd.DataFrame(
             {
-                **{k: pd.Series(dtype=str) for k in [*KEYS, "status"]},
+                **{k: pd.Series(dtype=str) for k in [*GROUP_METRIC_KEY, "status"]},
                 **{c: pd.Series(dtype=float) for c in NUMBERS},
                 "significant": pd.Series(dtype=bool),
                 "overlapping": pd.Series(dtype=bool),

@@ -53,6 +53,8 @@ from dataclasses import dataclass, fields
 import numpy as np
 import pandas as pd
 
+from biasaudit.schemas.results import COMPARISON_KEY
+
 # State carried from one increment to the next, per monitored comparison and metric.
 STATE_COLUMNS = [
     "nights",  # increments seen
@@ -242,10 +244,14 @@ def e_bh(e_values, alpha: float) -> np.ndarray:
 
 # --- frames: the core the flow and monitor_frame share --------------------------------------
 
-KEYS = ["attribute", "group_name", "reference", "metric"]
 LABEL_FREE = ("ppr", "pnr")  # decisions only: counted from every prediction of the period
 DEFAULT_METRICS = ("ppr", "tpr", "fpr")
-RATE_COUNTS = ["numerator_group", "denominator_group", "numerator_reference", "denominator_reference"]
+RATE_COUNTS = [
+    "numerator_group",
+    "denominator_group",
+    "numerator_reference",
+    "denominator_reference",
+]
 UNLABELLED_FIELDS = ["unlabelled_group", "unlabelled_reference"]
 
 
@@ -282,7 +288,7 @@ def _pair_rates(
     from biasaudit.tasks.counts import cell_counts, comparison_pairs, with_complements
     from biasaudit.tasks.metrics import CATALOGUE
 
-    columns = ["increment", *KEYS, *RATE_COUNTS, *UNLABELLED_FIELDS]
+    columns = ["increment", *COMPARISON_KEY, *RATE_COUNTS, *UNLABELLED_FIELDS]
     if valid.empty or not metrics:
         return pd.DataFrame(columns=columns)
     tagged = valid.assign(**{_NIGHT: np.asarray(increment)})
@@ -363,7 +369,7 @@ def increment_counts(
     decision_increment=None,
     outcome_increment=None,
 ) -> pd.DataFrame:
-    """Counts of increments per comparison and metric (columns ``increment``, KEYS,
+    """Counts of increments per comparison and metric (columns ``increment``, COMPARISON_KEY,
     RATE_COUNTS and UNLABELLED_FIELDS): label-free metrics from ``decisions`` (every prediction
     of the period, outcome ignored), the others from ``outcomes`` (matured predictions; y_true
     missing where the label had not arrived, counted as unlabelled). Rows are predictions, or
@@ -393,7 +399,9 @@ def increment_counts(
     ]
     parts = [p for p in parts if not p.empty]
     if not parts:
-        return pd.DataFrame(columns=["increment", *KEYS, *RATE_COUNTS, *UNLABELLED_FIELDS])
+        return pd.DataFrame(
+            columns=["increment", *COMPARISON_KEY, *RATE_COUNTS, *UNLABELLED_FIELDS]
+        )
     frame = pd.concat(parts, ignore_index=True)
     fields_ = RATE_COUNTS + UNLABELLED_FIELDS
     frame[fields_] = frame[fields_].fillna(0).astype(float)
@@ -404,7 +412,7 @@ def empty_state() -> pd.DataFrame:
     """Monitor state of an audit with no run yet."""
     return pd.DataFrame(
         {
-            **{k: pd.Series(dtype=str) for k in KEYS},
+            **{k: pd.Series(dtype=str) for k in COMPARISON_KEY},
             **{c: pd.Series(dtype=float) for c in STATE_COLUMNS},
         }
     )
@@ -456,19 +464,21 @@ def monitor_update(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The monitor's core, shared by the flow, ``monitor_frame`` and ``backtest``: one increment.
 
-    ``state``: the previous run's state (KEYS + STATE_COLUMNS, ``empty_state()`` at first);
+    ``state``: the previous run's state (COMPARISON_KEY + STATE_COLUMNS, ``empty_state()`` at first);
     ``increment``: ``increment_counts`` of this run. Comparisons absent from the increment keep
     their e-process (e-value 1); new ones start at wealth 1. Returns the new state and the run's
     rows: counts, difference, e-values, e-process, confidence sequence, ``crossed`` (M ≥ 1/α)
     and ``alarm`` (e-BH across all the run's comparisons and metrics at level α).
     """
-    increment = increment[KEYS + RATE_COUNTS + UNLABELLED_FIELDS]
-    merged = state[KEYS + STATE_COLUMNS].merge(increment, on=KEYS, how="outer", sort=True)
+    increment = increment[COMPARISON_KEY + RATE_COUNTS + UNLABELLED_FIELDS]
+    merged = state[COMPARISON_KEY + STATE_COLUMNS].merge(
+        increment, on=COMPARISON_KEY, how="outer", sort=True
+    )
     fresh = merged["nights"].isna().to_numpy()
     start = initial_state(len(merged))
     arrays = {c: np.where(fresh, start[c], merged[c].to_numpy(dtype=float)) for c in STATE_COLUMNS}
     counts = merged[RATE_COUNTS + UNLABELLED_FIELDS].fillna(0).to_numpy(dtype=float)
-    keys = merged[KEYS].reset_index(drop=True)
+    keys = merged[COMPARISON_KEY].reset_index(drop=True)
     new, out = advance(arrays, counts, np.ones(len(merged), bool), settings, mirrors(keys))
     fields_ = RATE_COUNTS + UNLABELLED_FIELDS
     rows = keys.assign(**{c: counts[:, i] for i, c in enumerate(fields_)}, **out)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from biasaudit.schemas.results import COMPARISON_KEY
 from biasaudit.tasks.increments import as_of_schedule
 from biasaudit.tasks.monitor import (
-    KEYS,
     OUTPUT_FIELDS,
     RATE_COUNTS,
     UNLABELLED_FIELDS,
@@ -108,9 +108,15 @@ def replay_counts(counts: pd.DataFrame, schedule, settings: Settings) -> pd.Data
     on arrays. A comparison joins the monitor (and the e-BH family) the first night it has rows.
     """
     fields_ = RATE_COUNTS + UNLABELLED_FIELDS
-    keys = counts[KEYS].drop_duplicates().sort_values(KEYS).reset_index(drop=True)
+    keys = (
+        counts[COMPARISON_KEY].drop_duplicates().sort_values(COMPARISON_KEY).reset_index(drop=True)
+    )
     nights, size = len(schedule), len(keys)
-    row = counts[KEYS].merge(keys.reset_index(), on=KEYS, how="left")["index"].to_numpy()
+    row = (
+        counts[COMPARISON_KEY]
+        .merge(keys.reset_index(), on=COMPARISON_KEY, how="left")["index"]
+        .to_numpy()
+    )
     night = counts["increment"].astype(int).to_numpy()
     table = np.zeros((nights, size, len(fields_)))
     present = np.zeros((nights, size), bool)

@@ -23,8 +23,8 @@ import pandas as pd
 
 from biasaudit.schemas.frames import COUNT_COLUMNS
 from biasaudit.schemas.metric_ids import COMPLEMENT, TESTED_RATES, UNLABELLED_COLUMNS, rate_cells
+from biasaudit.schemas.results import PAIR_KEY
 
-KEYS = ["attribute", "group_name", "reference"]
 # The reasons below without one row's numbers and names: the kinds a summary counts by.
 _REASON_KINDS = [
     (re.compile(r"^(group|reference) size \d+ < (min_group_size \d+)$"), r"\1 below \2"),
@@ -103,7 +103,7 @@ def comparison_rates(
     before it, e.g. fnr = 1 − tpr: the same hypothesis, tested once), None where the rate can be
     tested."""
     rates = [m for m in dict.fromkeys(metrics) if m in TESTED_RATES]
-    base = group[KEYS].reset_index(drop=True)
+    base = group[PAIR_KEY].reset_index(drop=True)
     why = comparison_reasons(group, reference, min_group_size)
     size_group, size_reference = _size(group), _size(reference)
     blocks = []

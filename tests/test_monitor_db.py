@@ -23,6 +23,7 @@ from biasaudit.flows.audit import run_audit
 from biasaudit.flows.cli import app
 from biasaudit.flows.monitoring import backfill_plan, backtest, increment
 from biasaudit.schemas.config import load_config, parse_config
+from biasaudit.schemas.results import COMPARISON_KEY
 from biasaudit.tasks import monitor
 from biasaudit.tasks.compare import compare_metrics, windows_overlap
 from biasaudit.tasks.increments import increment_masks
@@ -33,7 +34,7 @@ from biasaudit.tasks.report import render_html
 from .conftest import on_databases
 
 START = datetime(2026, 3, 1, tzinfo=UTC)
-KEYS = ["as_of", "attribute", "group_name", "reference", "metric"]
+NIGHT_KEY = ["as_of", "attribute", "group_name", "reference", "metric"]
 
 
 def predictions(days: int, per_day: int = 400, seed: int = 4) -> pd.DataFrame:
@@ -70,9 +71,9 @@ def write_config(tmp_path, window="all") -> str:
 
 
 def test_db_state_columns_are_the_monitors():
-    """db.monitor reads exactly the state tasks.monitor carries (db does not import tasks)."""
+    """db.monitor reads exactly the state tasks.monitor carries (db does not import tasks; both
+    take their key from schemas.results)."""
     assert db_monitor.STATE_COLUMNS == monitor.STATE_COLUMNS
-    assert db_monitor.KEYS == monitor.KEYS
 
 
 # Ten nightly runs and a replay: once, on SQLite. The stored state's round trip and its equality
@@ -135,8 +136,8 @@ def _same_numbers(stored: pd.DataFrame, replay: pd.DataFrame) -> None:
     stored = stored.assign(as_of=pd.to_datetime(stored["as_of"], utc=True))
     replay = replay.assign(as_of=pd.to_datetime(replay["as_of"], utc=True))
     columns = ["e_value", "e_process", "cs_low", "cs_high", "crossed", "alarm", "denominator_group"]
-    a = stored[KEYS + columns].sort_values(KEYS).reset_index(drop=True)
-    b = replay[KEYS + columns].sort_values(KEYS).reset_index(drop=True)
+    a = stored[NIGHT_KEY + columns].sort_values(NIGHT_KEY).reset_index(drop=True)
+    b = replay[NIGHT_KEY + columns].sort_values(NIGHT_KEY).reset_index(drop=True)
     pd.testing.assert_frame_equal(a, b, check_dtype=False, rtol=1e-9)
 
 
@@ -245,8 +246,8 @@ def two_audits(tmp_path, first: str, second: str) -> str:
 
 def monitored_rows(db_url: str, audit: str) -> pd.DataFrame:
     stored = db_monitor.monitor_trajectory(make_engine(db_url), audit=audit)
-    columns = KEYS + NUMBERS + COUNTED
-    return stored[columns].sort_values(KEYS).reset_index(drop=True)
+    columns = NIGHT_KEY + NUMBERS + COUNTED
+    return stored[columns].sort_values(NIGHT_KEY).reset_index(drop=True)
 
 
 def source_table(engine, frame: pd.DataFrame, name: str = "preds") -> None:
@@ -358,8 +359,8 @@ def test_increment_counts_agree_in_every_scan_mode(source_db_url):
         for mode, audit in audits.items():
             counted = increment(partial(valid_cells, engine, audit, now=now), audit, previous, as_of)
             pd.testing.assert_frame_equal(
-                counted.sort_values(monitor.KEYS).reset_index(drop=True),
-                expected.sort_values(monitor.KEYS).reset_index(drop=True),
+                counted.sort_values(COMPARISON_KEY).reset_index(drop=True),
+                expected.sort_values(COMPARISON_KEY).reset_index(drop=True),
                 check_dtype=False,
                 obj=f"{mode} increment after {previous}",
             )
