@@ -76,7 +76,7 @@ def test_missing_columns_and_unknown_run(tmp_path):
     assert result.exit_code == 1 and "no run with id 42" in result.output
 
 
-# ---- one clear line per mistake (README: "Mistakes and their messages") ---------------------
+# ---- one clear line per mistake (docs/cli.md: "Mistakes and their messages") ----------------
 
 PASSWORD = "pa55-w0rd-xyz"
 

@@ -212,7 +212,7 @@ def many_groups(k: int, seed: int):
 
 
 def test_bootstrap_memory_is_bounded_whatever_the_replicates_and_groups():
-    """It keeps the stage's peak traced memory under 256 MiB (the README's bound) with 3,000 groups
+    """It keeps the stage's peak traced memory under 256 MiB (the documented bound) with 3,000 groups
     and 4,000 replicates, where drawing every replicate at once took 24 bytes a cell: 275 MiB."""
     import tracemalloc
 

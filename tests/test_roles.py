@@ -1,5 +1,5 @@
-"""The README's least-privilege set-ups, run exactly as written (the SQL blocks are read from
-README.md, so the README cannot drift from what is tested): an owner role that migrates and runs
+"""The least-privilege set-ups of docs/operations.md, run exactly as written (the SQL blocks are
+read from that page, so it cannot drift from what is tested): an owner role that migrates and runs
 the audits, a reader role through which the audits read their source, a reporting role that only
 reads the results; on PostgreSQL and MariaDB, with roles and a database unique to the test."""
 
@@ -36,13 +36,13 @@ PASSWORDS = {role: f"{role}-{uuid.uuid4().hex[:8]}" for role in ROLES}
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 
-def readme_blocks(kind: str) -> list[tuple[str, str]]:
-    """(who runs it, SQL) of each ```sql block of the README's set-up for ``kind``, in order; who
+def setup_blocks(kind: str) -> list[tuple[str, str]]:
+    """(who runs it, SQL) of each ```sql block of docs/operations.md's set-up for ``kind``, in order; who
     from the block's first line, ``-- as WHO``."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split(f"### {SECTIONS[kind]}\n", 1)[1].split("\n#", 1)[0]
+    page = (ROOT / "docs" / "operations.md").read_text()
+    section = page.split(f"### {SECTIONS[kind]}\n", 1)[1].split("\n#", 1)[0]
     blocks = re.findall(r"```sql\n(.*?)```", section, re.DOTALL)
-    assert blocks, f"no SQL in the README section {SECTIONS[kind]!r}"
+    assert blocks, f"no SQL in the docs/operations.md section {SECTIONS[kind]!r}"
     return [(re.match(r"-- as (\w+)", block).group(1), block) for block in blocks]  # type: ignore[union-attr]
 
 
@@ -54,7 +54,7 @@ def exit_code(args: list[str]) -> int:
 
 class Server:
     """The test server of ``kind``: runs SQL through its own command-line client, as a reader of
-    the README would, and makes URLs for the set-up's roles."""
+    the page would, and makes URLs for the set-up's roles."""
 
     def __init__(self, kind: str, suffix: str) -> None:
         self.kind = kind
@@ -68,7 +68,7 @@ class Server:
             (pytest.fail if required else pytest.skip)(f"the {client} client is not installed")
 
     def unique(self, sql: str) -> str:
-        """The README's SQL with this test's role and database names."""
+        """The page's SQL with this test's role and database names."""
         names = {**self.names, "biasaudit": self.database}
         return re.sub(r"\bbiasaudit(_owner|_reader|_reporting)?\b", lambda m: names[m[0]], sql)
 
@@ -137,11 +137,11 @@ def _refused(url: URL, statement: str) -> bool:
 
 
 @pytest.mark.parametrize("kind", ["postgresql", "mariadb"])
-def test_the_readme_least_privilege_roles_work(kind, tmp_path, monkeypatch):
+def test_the_documented_least_privilege_roles_work(kind, tmp_path, monkeypatch):
     """It migrates and runs two audits (the second compared with the first) as the owner, the
     source read through the reader; `history` and `report` work as the reporting role; the
     reader cannot write and the reporting role can change nothing."""
-    blocks = readme_blocks(kind)
+    blocks = setup_blocks(kind)
     if kind == "mariadb":
         _mariadb_passwords(blocks)
     server = Server(kind, uuid.uuid4().hex[:10])
