@@ -1,4 +1,4 @@
-"""Calibration of every test and interval the product runs (issue 15, item 9).
+"""Calibration of every test and interval the product runs.
 
 Sections (each prints a markdown table; benchmarks/README.md keeps the results and their meaning):
 

@@ -1,6 +1,6 @@
 """Coverage of bootstrap intervals of the between-group variance, and bias of naive meta-metrics.
 
-Reproduces the simulations of "De-biasing 'bias' measurement" (debiasing-bias-measurement.txt):
+Reproduces the simulations of "De-biasing 'bias' measurement" (Lum, Zhang and Bower):
 - table 3: K = 100 groups, 5,000 individuals, equal (50 each) or unequal (10..90) group sizes,
   equal (0.8) or unequal (0.1..0.9) performance, 1,000 replicates, B = 500: coverage of the 95%
   percentile intervals of the uncorrected, corrected and double-corrected variance;

@@ -1,4 +1,4 @@
-"""Anytime-valid nightly monitoring against today's fixed-window nightly test (SPEC section 7).
+"""Anytime-valid nightly monitoring against today's fixed-window nightly test.
 
 (a) A fair model watched for 365 nights: 1,000 predictions a night in five groups of shares
     55/25/10/5/5 %, selection rate 0.3 in every group; each group compared with the rest of the

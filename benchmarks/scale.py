@@ -1,4 +1,4 @@
-"""Audit time and peak memory at scale against the database's own GROUP BY floor (issue 18).
+"""Audit time and peak memory at scale against the database's own GROUP BY floor.
 
 Generates N predictions in the database (3 sensitive attributes: race 6 groups, sex 2, age 8;
 96 intersectional groups; the prediction id is the table's primary key, as in production; a REAL

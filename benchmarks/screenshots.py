@@ -1,4 +1,4 @@
-"""Screenshots of the COMPAS report in headless Chromium, to look at (issue 17).
+"""Screenshots of the COMPAS report in headless Chromium, to look at.
 
 Loads ProPublica's COMPAS predictions into a throw-away SQLite database, audits race (reference
 Caucasian), sex and race x sex for FPR, FNR, PPV and PPR as of three dates (so the trend has three

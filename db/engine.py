@@ -2,7 +2,7 @@
 
 The URL comes from ``--db``, else ``BIASAUDIT_DATABASE_URL``, else the SQLite file ``./biasaudit.db``.
 A URL may also be a reference ``env:NAME`` (read from the environment variable ``NAME`` when the
-engine is made): flows receive such a reference, never a password (issue 13).
+engine is made): flows receive such a reference, never a password (Prefect stores flow parameters).
 
 Every connection has bounded waits, configurable by environment variable:
 ``BIASAUDIT_CONNECT_TIMEOUT_SECONDS`` (default 10) to open a connection, and

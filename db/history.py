@@ -327,7 +327,7 @@ def previous_run_metrics(
 ) -> tuple[int | None, pd.DataFrame] | tuple[int | None, pd.DataFrame, bool]:
     """The previous run of the audit and its per-group raw metrics ((None, empty) if none).
 
-    Without ``as_of``: the latest succeeded run. With it (issue 16): the run of the previous
+    Without ``as_of``: the latest succeeded run. With it: the run of the previous
     as-of (previous_as_of_run), and a third item, whether its window overlaps this run's
     (window_start, as_of] (then the compare stage must not test the two as independent)."""
     if as_of is None:

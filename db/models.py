@@ -396,14 +396,14 @@ class ComparisonResult(RunResult, Base):
     p_value: Mapped[float | None] = mapped_column(Real)
     p_adjusted: Mapped[float | None] = mapped_column(Real)
     significant: Mapped[bool] = mapped_column(Boolean)
-    # The two runs' windows share data: changes reported, not tested (issue 16).
+    # The two runs' windows share data: changes reported, not tested (dependent samples).
     overlapping: Mapped[bool | None] = mapped_column(Boolean)
 
 
 class MonitorResult(GroupVsReference, Base):
     """One monitored comparison after one run's increment (tasks.monitor): the increment's
     counts, its e-value, the running e-process and confidence sequence, the alarms, and the
-    state the next run continues from (issue 16)."""
+    state the next run continues from."""
 
     __tablename__ = "monitor_results"
 

@@ -13,7 +13,7 @@ attempt committed (the reply to COMMIT lost) finds its own row succeeded and ret
 deleted only while ``running`` (replaced by an identical one), and a succeeded run is never marked
 failed, so a failed run never has results.
 
-Nothing stays stuck (issue 13). While a run is going its process proves it is alive:
+Nothing stays stuck. While a run is going its process proves it is alive:
 - on PostgreSQL it holds a session-level advisory lock on its own connection, which the server
   releases the moment that connection dies (kill -9, power loss, a network cut);
 - everywhere a heartbeat thread renews ``heartbeat_at`` every ``lease / 6`` seconds

@@ -1,4 +1,4 @@
-"""The audit flow: one Prefect flow run audits one model (../shared/DESIGN.md). Wiring only: the
+"""The audit flow: one Prefect flow run audits one model. Wiring only: the
 body is flows.pipeline.execute_audit, run here with every stage as a Prefect task
 (flows.stages.as_task; database steps retried). ``run_audit``, the same body as plain calls, lives
 in flows.pipeline (importing it does not import Prefect) and is re-exported here.

@@ -492,7 +492,7 @@ def load(
     engine = _engine(db)
     if path.suffix.lower() in {".parquet", ".pq"}:
         frame, ragged = _read_table(path), None
-    else:  # every CSV field as the text it is; too long lines quarantined (issue 14), not fatal
+    else:  # every CSV field as the text it is; ragged lines quarantined, not fatal
         if not path.exists():
             raise Mistake(f"{path} does not exist")
         if path.is_dir():

@@ -1,4 +1,4 @@
-"""Monitored runs and backtests: the database side of tasks.monitor (SPEC section 7).
+"""Monitored runs and backtests: the database side of tasks.monitor.
 
 ``monitor_run`` is what a monitored audit run adds: it continues the state of the run with the
 previous as-of, counts the predictions that became usable since (decisions in (previous, as_of],

@@ -1,4 +1,4 @@
-"""The audit pipeline, one body for both ways of running it (../shared/DESIGN.md). No Prefect here:
+"""The audit pipeline, one body for both ways of running it. No Prefect here:
 
     begin -> scan (memory, stream or push-down) -> counts -> identical run? (stop: reuse it)
           -> core stages (tasks.core: metrics, compare, match, planning, detection,
@@ -306,7 +306,7 @@ def _audit_and_persist(
     timings = record.timings
     with _timed(timings, "counts"):
         counts = run("counts", group_counts, scanned.cells, audit.attributes, audit.intersections)
-    previous = run(  # the previous as-of, and whether its window overlaps (issue 16)
+    previous = run(  # the previous as-of, and whether its window overlaps (then untested)
         "previous_run",
         previous_run,
         url,
@@ -318,7 +318,7 @@ def _audit_and_persist(
     result = audit_counts(counts, audit, previous=previous, run=_timed_stages(run, timings))
     record.summary = dict(result.summary)
     monitoring = {}
-    if audit.monitor is not None:  # issue 16: this run's increment, anytime-valid alarms
+    if audit.monitor is not None:  # this run's increment, anytime-valid alarms
         with _timed(timings, "monitor"):
             monitoring = run("monitor", monitor, url, audit, record.as_of, record.started_at)
     with _timed(timings, "persist"):

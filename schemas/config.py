@@ -89,7 +89,8 @@ class Thresholds(BaseModel):
     # Bootstrap replicates of the meta-metric stage's double-corrected variance interval.
     bootstrap_replicates: Annotated[int, Field(ge=100, le=100_000)] = 1000
     # Disparity worth detecting: planning reports the power of detection's test against it
-    # (SPEC section 2: a configured τ > tolerance, never the observed gap). None: tolerance + 0.05.
+    # (a configured τ > tolerance, never the observed gap, whose power only restates the p-value).
+    # None: tolerance + 0.05.
     planning_tau: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     # MATCH runs only where the reference has this many times the group's predictions (its
     # reference rates are estimated; benchmarks/calibration.py chose 50).
@@ -111,7 +112,8 @@ class Thresholds(BaseModel):
 
 
 class Smoothing(BaseModel):
-    """Cross-Prior Smoothing weight λ and additive pseudo-count (SPEC section 4)."""
+    """Cross-Prior Smoothing weight λ and additive pseudo-count (Briscoe et al., "Algorithmic
+    Accountability in Small Data", section 6)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -138,7 +140,7 @@ class Scan(BaseModel):
 
 
 class Monitor(BaseModel):
-    """Anytime-valid monitoring of each run's increment (SPEC section 7, tasks.monitor): outcomes
+    """Anytime-valid monitoring of each run's increment (tasks.monitor): outcomes
     count ``label_delay_days`` after their prediction; bets forget with ``half_life`` runs."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -217,7 +219,7 @@ class Audit(BaseModel):
     thresholds: Thresholds = Thresholds()
     smoothing: Smoothing = Smoothing()
     scan: Scan = Scan()
-    monitor: Monitor | None = None  # issue 16: monitored audits
+    monitor: Monitor | None = None  # None: a window audit, not monitored
 
     @field_validator("window")
     @classmethod

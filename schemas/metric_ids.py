@@ -1,4 +1,5 @@
-"""The metric identifiers of ../shared/SPEC.md section 1, and the synonyms configuration accepts."""
+"""The metric identifiers (Briscoe et al., "Algorithmic Accountability in Small Data", appendix
+B), and the synonyms configuration accepts."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ _PAIRS = (
     ("npv", "for"),
 )
 COMPLEMENT = {**dict(_PAIRS), **{b: a for a, b in _PAIRS}}
-# Rates that need no label (SPEC section 6): computed from every valid prediction, labelled or not.
+# Rates that need no label (a decision is known at once, its outcome later or never): computed
+# from every valid prediction, labelled or not.
 LABEL_FREE = ("ppr", "pnr")
 
 # The four margins of the labelled confusion matrix, named as the reasons print them.
@@ -173,7 +175,7 @@ def role(metric: str) -> str:
 
 
 def canonical_metric(name: str) -> str:
-    """The SPEC identifier for ``name`` or one of its synonyms; ValueError if unknown."""
+    """The metric identifier for ``name`` or one of its synonyms; ValueError if unknown."""
     key = name.strip().lower().replace("-", "_").replace(" ", "_")
     key = SYNONYMS.get(key, key)
     if key not in METRIC_IDS:

@@ -5,7 +5,7 @@ metrics, the two-sample test of the two runs' counts (tasks.detection.unfairness
 U_tol = 0: the Agresti-Caffo test that the rate moved), with Benjamini-Hochberg adjusted p-values
 across all the tests of the comparison; groups that appeared or vanished are listed as such.
 
-Two runs are tested against each other only when their data are disjoint (SPEC section 7):
+Two runs are tested against each other only when their data are disjoint:
 overlapping windows (the last 30 days tonight and last night share 29 days) are dependent
 samples, and a two-independent-samples test between them is invalid (blind in practice). For
 overlapping runs the changes are reported untested (``status`` still says both, ``p_value`` is

@@ -1,7 +1,7 @@
 """The audit core: validated confusion counts in, every stage's result frames out.
 
-Pure: no database, no Prefect. One call of :func:`audit_counts` runs the statistical stages of
-../shared/DESIGN.md on the counts frame (schemas.results.GROUP_COUNTS) in order:
+Pure: no database, no Prefect. One call of :func:`audit_counts` runs the statistical stages
+on the counts frame (schemas.results.GROUP_COUNTS) in order:
 
     comparison pairs and their metrics (once) -> metrics and two-group metrics -> compare
     -> MATCH -> planning -> detection -> smoothing -> meta-metrics -> summary

@@ -1,11 +1,11 @@
-"""Counts stage: reduce valid predictions to confusion counts per group (../shared/DESIGN.md).
+"""Counts stage: reduce valid predictions to confusion counts per group.
 
 One row per (attribute, group, subset): ``subset='group'`` counts the group itself and
 ``subset='rest'`` its rest-of-population complement (the attribute's total minus the group). Each
 configured intersection (e.g. race x sex) is one more attribute. Rows whose outcome is still unknown
 (y_true NULL) are not in tp, fp, fn, tn: they count in ``unlabelled_pos`` or ``unlabelled_neg`` by
 their decision (y_pred 1 or 0), and in ``n_unlabelled`` (their sum), so that the label-free rates
-PPR and PNR use every valid prediction (SPEC section 6).
+PPR and PNR use every valid prediction (a decision needs no outcome).
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def check_reference_groups(
 def label_completeness(
     counts: pd.DataFrame, alpha: float = 0.05, min_gap: float = 0.05
 ) -> pd.DataFrame:
-    """Per group: labelled share of all valid predictions, overall and by decision (SPEC section 6).
+    """Per group: labelled share of all valid predictions, overall and by decision.
 
     Per attribute, three chi-square tests of homogeneity (scipy.stats.chi2_contingency) of
     labelled/unlabelled x group: over all predictions, among predicted positives and among

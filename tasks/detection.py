@@ -1,18 +1,19 @@
 """Detection stage: is a group's disparity real, in which direction, and how sure are we?
 
-Bayesian rate difference (detect-bias-in-production.txt; SPEC section 3): with x_i outcomes among
+Bayesian rate difference ("How to detect algorithmic bias in production"): with x_i outcomes among
 n_i in group i and a uniform prior, e_i ~ Beta(x_i + 1, n_i − x_i + 1), independent, and
 T = e2 − e1 (group 2 minus group 1). Three decision rules from the blog:
 
 - simple rule: bias toward group 2 when μ − zσ > t, toward group 1 when μ + zσ < −t;
 - probability of deviation p = P(T > t) + P(T < −t), flagged when p > c (algorithm 2), computed
-  by numerical integration of the density as SPEC writes it (the blog's closed-form CDF has a sign
-  slip);
+  by numerical integration of the density (the blog's closed-form CDF has a sign slip: it gives
+  P(e1 − e2 ≤ t), not P(T > t));
 - HDI + ROPE: the narrowest interval holding mass c of T's density against ROPE = [−t, t],
   decided as Kruschke does (entirely outside: biased; entirely inside: fair; else undecided). The
   blog's step 3 states the overlap test loosely; this three-way decision is the one implemented.
 
-The frequentist test is the audit tutorial's (sample-size-fairness-audits.txt, eqs. 1-3):
+The frequentist test is the audit tutorial's ("A Brief Tutorial on Sample Size Calculations for
+Fairness Audits", eqs. 1-3):
 z = (Û − U_tol)/σ̂_U with σ̂²_U = M̂_1(1 − M̂_1)/d_1 + M̂_2(1 − M̂_2)/d_2 for rate metrics with
 denominator counts d_g, with the Agresti-Caffo adjustment, tested in both directions at α/2 each:
 exact unconditional where counts are small, normal where they are large (tasks.twosample), so its
@@ -117,7 +118,7 @@ def _in_chunks(function, *arrays):
 
 
 def prob_deviation(x1, n1, x2, n2, t) -> np.ndarray:
-    """P(|e2 − e1| > t) = ∫ f_N(e)[1 − F_W(e + t) + F_W(e − t)] de (SPEC section 3).
+    """P(|e2 − e1| > t) = ∫ f_N(e)[1 − F_W(e + t) + F_W(e − t)] de (the blog's algorithm 2).
 
     The identity holds whichever of the two posteriors is the narrow one N, so the integral always
     runs over the narrower. Accurate to better than 1e-6 (checked against scipy.integrate.quad).

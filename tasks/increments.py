@@ -1,4 +1,4 @@
-"""Disjoint increments of a monitored audit (SPEC sections 6 and 7): which predictions a run uses.
+"""Disjoint increments of a monitored audit: which predictions a run uses.
 
 A monitored run at ``as_of`` whose previous run (in as-of order) was at ``previous`` consumes
 

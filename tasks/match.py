@@ -1,4 +1,6 @@
-"""MATCH test (Metric Alignment Trial for Checking Homogeneity), small-data-metrics-match-cps.txt §5.
+"""MATCH test (Metric Alignment Trial for Checking Homogeneity).
+
+Briscoe et al., "Algorithmic Accountability in Small Data", section 5.
 
 For a group of n labelled predictions, the percentile of its observed metric under the distribution
 the metric would have if those n predictions followed the reference confusion-matrix probabilities
@@ -8,7 +10,7 @@ p = CM_ref / n_ref (the rest of the population, or a named reference group):
   with continuity correction, used only when n·p >= 5 and n·(1-p) >= 5 (eq. 4);
 - marginal benefit (FP − FN)/n: exact by summing the trinomial (theorem D.1), here as a binomial
   mixture over S = FP + FN; approximation z = (FP − FN + 0.5 − nμ)/(σ√n) with μ = p_FP − p_FN,
-  σ² = p_FP + p_FN − μ² (SPEC §3: the paper's eq. 5 drops the n);
+  σ² = p_FP + p_FN − μ² (the paper's eq. 5 drops the n);
 - joint-ratio metrics a/(a+b): exact sum over the denominator count d ~ Binomial(n, p_a + p_b) with
   a | d ~ Binomial(d, p_a/(p_a + p_b)) (theorem 5.3); approximation Beta(n·p_a + 1, n·p_b + 1)
   (eq. 11). The exact percentile reported is conditional on the metric being defined (d >= 1):

@@ -1,6 +1,6 @@
 """Meta-metrics stage: one number per attribute summarising disparity across all its groups.
 
-Lum et al., "De-biasing 'bias' measurement" (debiasing-bias-measurement.txt; SPEC section 5). For
+Lum, Zhang and Bower, "De-biasing 'bias' measurement". For
 base-metric values Y_1..Y_K (e.g. each group's TPR), the six meta-metrics of the paper's table 1
 are all biased upward when groups are small (its section 4). The corrected variance (eq. 2)
 max(0, var(Y) − (1/K)Σ σ̂²_k) uses σ̂²_k = Y_k(1 − Y_k)/(n_k − 1), unbiased for the sampling

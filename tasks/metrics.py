@@ -1,7 +1,7 @@
-"""Metrics stage: the confusion-matrix metric catalogue of ../shared/SPEC.md section 1.
+"""Metrics stage: the confusion-matrix metric catalogue.
 
-Definitions follow Briscoe et al., "Algorithmic Accountability in Small Data"
-(small-data-metrics-match-cps.txt), appendix B. Every value carries its numerator and denominator;
+Definitions follow Briscoe et al., "Algorithmic Accountability in Small Data: Sample-Size-Induced
+Bias Within Classification Metrics", appendix B. Every value carries its numerator and denominator;
 a metric whose denominator is zero is undefined ("a hole", section 4): its value is NaN and
 ``undefined_reason`` names the zero denominator. Never 0, never an exception.
 """
@@ -155,7 +155,7 @@ GROUP_METRICS = tuple(CATALOGUE)
 
 
 def compute_metrics(counts: pd.DataFrame, metrics: Iterable[str] | None = None) -> pd.DataFrame:
-    """Long frame: one row per input row and metric (SPEC ids, synonyms accepted).
+    """Long frame: one row per input row and metric (metric ids, synonyms accepted).
 
     Columns: the input's key columns (all but the counts), then ``metric``, ``value``,
     ``numerator``, ``denominator`` and ``undefined_reason`` (None where the value is defined).
@@ -189,7 +189,7 @@ def two_group_metrics(group: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFr
     """OFI and treatment equality of each group row against the reference row beside it.
 
     OFI = MB_a − MB_b (objective fairness index); TE = FN_a/FP_a − FN_b/FP_b, undefined when either
-    group has FP = 0 (SPEC section 1, appendix B table 5). ``group`` and ``reference`` are aligned
+    group has FP = 0 (Briscoe et al., appendix B, table 5). ``group`` and ``reference`` are aligned
     count frames; the result keeps ``group``'s keys (schemas.results.TWO_GROUP_RESULTS).
     """
     a = {c: group[c].to_numpy(dtype="float64") for c in COUNT_COLUMNS}
@@ -237,7 +237,8 @@ def count_holes(metric: str, n: int, n_other: int | None = None) -> int:
 
     Closed forms (appendix C), for n >= 1: binomial metrics and MB 0, each joint-ratio metric n+1,
     MCC 4n, original F1 C(n+2, 2), F1* 1. At n = 0 the one (empty) matrix is a hole of every metric.
-    The paper's bounds for PT and its formula for TE are wrong (SPEC section 1), so PT is counted by
+    The paper's bounds for PT and its formula for TE are wrong (721 PT holes at n = 100, above its
+    bound; 770 undefined TE pairs for sizes 3 and 5, not 30), so PT is counted by
     enumeration, and TE (a two-group metric, needing ``n_other``) counts the undefined pairs of
     matrices of sizes n and n_other by enumerating the matrices with FP = 0 in each group. OFI has
     no holes for n, n_other >= 1.

@@ -1,4 +1,4 @@
-"""Monitor stage: anytime-valid monitoring of nightly increments (SPEC section 7).
+"""Monitor stage: anytime-valid monitoring of nightly increments.
 
 Every comparison (a group against its rest of population or a named reference) and rate metric
 is monitored on disjoint increments: night t brings x_g,t successes among n_g,t predictions of the
@@ -256,7 +256,7 @@ UNLABELLED_FIELDS = ["unlabelled_group", "unlabelled_reference"]
 
 
 def monitored_metrics(metrics) -> list[str]:
-    """Rate metrics to monitor (SPEC ids; default ppr, tpr and fpr); base rates are left out."""
+    """Rate metrics to monitor (metric ids; default ppr, tpr and fpr); base rates are left out."""
     from biasaudit.schemas.metric_ids import BASE_RATES, GLOSSARY, TESTED_RATES, canonical_metric
 
     names = [canonical_metric(m) for m in (metrics or DEFAULT_METRICS)]
@@ -434,7 +434,7 @@ OUTPUT_FIELDS = [
 
 
 def mirrors(keys: pd.DataFrame) -> np.ndarray:
-    """One hypothesis, one test (SPEC section 3): of an attribute with exactly two groups seen
+    """One hypothesis, one test: of an attribute with exactly two groups seen
     so far, A vs rest and B vs rest are the same comparison (B's e-process mirrors A's); B's is
     kept out of the e-BH family and never alarms. ``keys``: the comparisons monitored so far."""
     rest = keys["reference"] == "rest"

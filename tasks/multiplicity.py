@@ -1,4 +1,4 @@
-"""Multiplicity control across the many tests of one audit (../shared/SPEC.md section 3)."""
+"""Multiplicity control across the many tests of one audit (Benjamini-Hochberg; e-BH)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,16 @@
 """Planning stage: how many predictions an audit needs to see a disparity, and whether it has them.
 
-Two sources (SPEC section 2):
+Two sources:
 
-- Bias as a sample size (sample-size-bias-measure.txt, eq. 1): for error rates e1, e2 of two groups,
+- Bias as a sample size (Ivrissimtzis et al., "Measures of classification bias derived from sample
+  size analysis", eq. 1): for error rates e1, e2 of two groups,
   N = ½·((z_{1−α} + z_{1−β}) / (asin√e1 − asin√e2))², the size of each of two equal groups a test of
   e1 = e2 needs; larger N means less bias, and N is infinite when e1 = e2. It equals statsmodels'
   NormalIndPower with Cohen's h, ratio 1, alternative "larger". Section 5's k-group extension: the
   per-group size of the chi-square test of homogeneity, from the noncentral chi-square with Cohen's
   w² = Σ_g (1/k)(e_g − ē)²/(ē(1 − ē)), df = k − 1.
-- Sample size of an audit (sample-size-fairness-audits.txt, eqs. 1-3): unfairness U = M_1 − M_2,
+- Sample size of an audit ("A Brief Tutorial on Sample Size Calculations for Fairness Audits",
+  eqs. 1-3): unfairness U = M_1 − M_2,
   H0: U <= U_tol; total n = (z_{1−α/2} + z_{1−β})²·(σ²_1/p_1 + σ²_2/(1 − p_1))/(τ − U_tol)² for group
   shares p_1, 1 − p_1, minimised by the Neyman allocation p_1 = σ_1/(σ_1 + σ_2), where
   n = ((z_{1−α/2} + z_{1−β})(σ_1 + σ_2)/(τ − U_tol))². σ²_g are per-observation variances of the
@@ -97,7 +99,8 @@ def neyman_sample_size(var1, var2, tau, u_tol=0.0, alpha=0.05, power=0.80) -> Al
 
 
 def group_variance(metric: str, value, prev=None, ppr=None):
-    """Per-observation variance σ²_M of a group metric (the audit tutorial's table 1, as SPEC fixes it).
+    """Per-observation variance σ²_M of a group metric (the audit tutorial's table 1, with PPV and
+    NPV by the delta method: the table's TPR and TNR variances there are a slip).
 
     ppr: PPR(1−PPR); tpr, fnr: M(1−M)/PREV; tnr, fpr: M(1−M)/(1−PREV); ppv: PPV(1−PPV)/PPR
     (the paper prints TPR(1−TPR) here, a slip the delta method corrects); npv: NPV(1−NPV)/(1−PPR)
@@ -185,7 +188,7 @@ def plan(
 
     ``rates`` are the comparisons' rate counts (tasks.rates.comparison_rates), shared with
     detection. Group 1 is the reference, group 2 the group; U = M_group − M_reference. The test is the one
-    detection runs (SPEC section 2, "what the planning stage must report"): H1: |U| > tolerance,
+    detection runs, so the power is that of the decision the audit makes: H1: |U| > tolerance,
     two-sided, at the level the multiplicity procedure demands of a lone discovery, α/m for the m
     comparisons detection tests (Benjamini-Hochberg's threshold for its first rejection), with
     the same variance. τ is the configured disparity worth detecting, in either direction: the

@@ -3,15 +3,16 @@ they may test at all. Pure functions on the aligned (group, reference) count fra
 tasks.counts.comparison_pairs; shared by those stages so that they test the same family.
 
 - A rate metric is x/d with x and d sums of count columns (schemas.metric_ids.rate_cells): PPR and
-  PNR over every valid prediction, labelled or not (SPEC section 6), the others over labelled ones.
+  PNR over every valid prediction, labelled or not (a decision needs no outcome), the others over
+  labelled ones.
 - Only the rates of the model's decisions are tested (schemas.metric_ids.TESTED_RATES): a base
   rate of the labels alone (prevalence) differs between groups whatever the model does, so it is
   context, never a disparity.
-- One hypothesis, one test (SPEC section 3): for a two-valued attribute, "A vs rest", "B vs rest"
+- One hypothesis, one test: for a two-valued attribute, "A vs rest", "B vs rest"
   and "A vs B" are the same comparison; it is tested once (against the named reference if there is
   one, else the first group against the rest) and the others carry the reason.
-- ``min_group_size`` (issue 15 item 6): a comparison whose group (or named reference) has fewer
-  valid predictions keeps its metrics but is not tested, with the reason.
+- ``min_group_size``: a comparison whose group (or named reference) has fewer valid predictions
+  keeps its metrics but is not tested, with the reason (a handful of predictions says nothing).
 """
 
 from __future__ import annotations

@@ -280,7 +280,7 @@ def groups(frames: ReportFrames) -> pd.DataFrame:
     own["n"] = own["labelled"] + unlabelled
     with np.errstate(invalid="ignore", divide="ignore"):
         own["completeness"] = np.where(own["n"] > 0, own["labelled"] / own["n"], np.nan)
-        if {"unlabelled_pos", "unlabelled_neg"} <= set(own.columns):  # by decision (issue 15)
+        if {"unlabelled_pos", "unlabelled_neg"} <= set(own.columns):  # split by decision
             selected, rejected = own["tp"] + own["fp"], own["fn"] + own["tn"]
             pos, neg = own["unlabelled_pos"].astype(float), own["unlabelled_neg"].astype(float)
             own["completeness_selected"] = selected / (selected + pos)
@@ -406,9 +406,10 @@ def verdicts(frames: ReportFrames) -> pd.DataFrame:
 
 @per_frames
 def completeness_by_attribute(frames: ReportFrames) -> dict[str, float]:
-    """The run's own label-completeness decision (tasks.counts.label_completeness, SPEC section
-    6): per attribute whose completeness differs between groups beyond chance and by a gap that
-    matters, its p-value; attributes without such a difference are absent."""
+    """The run's own label-completeness decision (tasks.counts.label_completeness; who
+    receives a label biases error rates): per attribute whose completeness differs between groups
+    beyond chance and by a gap that matters, its p-value; attributes without such a difference
+    are absent."""
     counts = frames.counts
     needed = {"tp", "fp", "fn", "tn", "unlabelled_pos", "unlabelled_neg"}
     if counts.empty or not needed <= set(counts.columns):

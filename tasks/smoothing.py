@@ -1,10 +1,11 @@
 """Smoothing: Cross-Prior Smoothing and additive smoothing of small groups' counts.
 
-Cross-Prior Smoothing (small-data-metrics-match-cps.txt §6, algorithm 1; SPEC §4): for group i of a
-partition, the reference is the rest of the population CM_ref = CM − CM_i, normalised to
-proportions q = CM_ref / n_ref, and the smoothed matrix is CM'_i = n_i · (CM_i + λq)/(n_i + λ): λ
-pseudo-counts drawn from the reference, rescaled so the group keeps its size. Per cell the estimate
-(x + λq)/(n + λ) has bias λ(q − p)/(n + λ) and variance n·p(1 − p)/(n + λ)² (theorem 6.1).
+Cross-Prior Smoothing (Briscoe et al., "Algorithmic Accountability in Small Data", section 6,
+algorithm 1): for group i of a partition, the reference is the rest of the population
+CM_ref = CM − CM_i, normalised to proportions q = CM_ref / n_ref, and the smoothed matrix is
+CM'_i = n_i · (CM_i + λq)/(n_i + λ): λ pseudo-counts drawn from the reference, rescaled so the
+group keeps its size. Per cell the estimate (x + λq)/(n + λ) has bias λ(q − p)/(n + λ) and
+variance n·p(1 − p)/(n + λ)² (theorem 6.1).
 Default λ = 5 (the paper's experiments use 5, 10 and 20; its code defaults to 1).
 
 Additive (Laplace) smoothing adds a pseudo-count to every cell (1 is add-one); an empty group has

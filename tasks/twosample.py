@@ -1,14 +1,15 @@
 """Two-sample test of |U| > U_tol for two rates, with size at most α at every sample size.
 
-U = p_A − p_B for rates x_A/n_A and x_B/n_B (SPEC sections 2-3; sample-size-fairness-audits.txt,
-eqs. 1-3). The statistic is the audit tutorial's (Û − U_tol)/σ̂_U with the Agresti-Caffo
-adjustment (one success and one failure added to each group before the estimate and its variance):
+U = p_A − p_B for rates x_A/n_A and x_B/n_B ("A Brief Tutorial on Sample Size Calculations for
+Fairness Audits", eqs. 1-3). The statistic is the audit tutorial's (Û − U_tol)/σ̂_U with the
+Agresti-Caffo adjustment (one success and one failure added to each group before the estimate
+and its variance):
 
     T = (m_A − m_B − U_tol)/s,   m = (x + 1)/(n + 2),   s² = Σ m(1 − m)/(n + 2).
 
 H0: |U| <= U_tol against H1: |U| > U_tol is tested as two one-sided tests, "U > U_tol" (T with A,
-B) and "U < −U_tol" (T with B, A), each at α/2: p = min(1, 2·min(p_up, p_down)). (SPEC suggests
-α for each side when U_tol > 0; that is not a level-α test: at U = U_tol the lower side still
+B) and "U < −U_tol" (T with B, A), each at α/2: p = min(1, 2·min(p_up, p_down)). (α for
+each side when U_tol > 0 would not be a level-α test: at U = U_tol the lower side still
 rejects with probability up to α/2 ... α as U_tol/σ_U → 0, so the size can reach 2α.)
 
 Small samples (the smaller count n <= EXACT_LIMIT): each one-sided p-value is exact

@@ -252,7 +252,7 @@ def test_audits_lists_and_validates_each_audit(tmp_path, migrated):
     [
         ("empty.csv", b"", "is empty"),
         ("header.csv", b"prediction_id,model_id\n", "has no rows"),
-        # A ragged line is quarantined row by row (issue 14); this file then lacks columns.
+        # A ragged line is quarantined row by row; this file then lacks columns.
         ("ragged.csv", b"a,b\n1,2\n3,4,5,6\n", "missing columns"),
         ("latin1.csv", "id,race\n1,Fran\xe7ais\n".encode("latin-1"), "is not UTF-8 text"),
         ("bad.parquet", b"PAR1 not really parquet", "is not a readable Parquet file"),

@@ -21,7 +21,7 @@ def test_demo_configuration_loads():
 
 
 def test_synonyms_map_to_spec_ids():
-    """It maps metric synonyms onto the SPEC identifiers and removes repeats."""
+    """It maps metric synonyms onto the metric identifiers and removes repeats."""
     assert parse(metrics=["Recall", "precision", "selection-rate", "tpr"]).audits[0].metrics == [
         "tpr",
         "ppv",

@@ -61,7 +61,8 @@ def test_empty_input_gives_empty_counts():
 
 def late_label_audit(rng, n=5000, selection=0.28, labelled_neg=(0.6, 0.3, 0.3)):
     """Equal selection rates in three groups; rejections labelled 60% in the first, 30% in the
-    others; every accepted applicant labelled (SPEC section 6's measured defect)."""
+    others; every accepted applicant labelled (the defect measured before PPR counted every
+    decision)."""
     group = rng.choice(["A", "B", "C"], n)
     y_pred = (rng.random(n) < selection).astype("int8")
     y_true = (rng.random(n) < 0.5).astype(float)

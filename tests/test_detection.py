@@ -42,7 +42,8 @@ def test_blog_numbers():
 def test_third_blog_case_agrees_with_independent_quadrature():
     """It gives 0.9999967 for 400/1000 vs 600/1000, as scipy's adaptive quad does.
 
-    SPEC quotes 0.999993; two independent integrations agree on 0.99999666, so SPEC's figure is
+    The blog's example is quoted as 0.999993; two independent integrations agree on 0.99999666, so
+    that figure is
     taken as a rounding of the blog's 'five nines'.
     """
     assert prob_deviation(400, 1000, 600, 1000, 0.1) == pytest.approx(

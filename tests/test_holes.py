@@ -32,7 +32,8 @@ def test_hole_counts_match_brute_force_up_to_30(metric):
 
 
 def test_spec_reference_counts():
-    """It gives SPEC's counts: PT 721 at n = 100, MCC 4n, F1 C(n+2,2), TE 770 for sizes 3 and 5."""
+    """It gives the counts brute force finds: PT 721 at n = 100, MCC 4n, F1 C(n+2,2), TE 770 for
+    sizes 3 and 5."""
     assert count_holes("pt", 100) == 721
     assert count_holes("mcc", 100) == 400
     assert count_holes("f1", 100) == math.comb(102, 2)

@@ -1,5 +1,5 @@
 """Property: on hostile tables of random column types and values, every engine's three scan modes
-accept and quarantine the same rows, and read = accepted + quarantined (issue 14).
+accept and quarantine the same rows, and read = accepted + quarantined.
 
 Hypothesis draws a column type for each canonical column and hostile values for each row (case
 and space variants, numbers as text, impossible dates, epochs, zones, NULLs, repeated ids); the

@@ -1,4 +1,4 @@
-"""CSV and Parquet fidelity of `biasaudit load` (issue 14): values stored as the text they are,
+"""CSV and Parquet fidelity of `biasaudit load`: values stored as the text they are,
 unstorable values and ragged lines quarantined row by row, late labels updated."""
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ def test_paper_example_binomial():
 
 
 def test_spec_marginal_benefit_example():
-    """It gives SPEC's MB numbers: exact 0.8819, normal with continuity correction 0.8813."""
+    """It gives the MB example's numbers (n = 50, p_FP = 0.2, p_FN = 0.1): exact 0.8819, normal
+    with continuity correction 0.8813."""
     group = frame((20, 12, 3, 15))  # n = 50, FP = 12, FN = 3
     reference = frame((35, 20, 10, 35))  # p_FP = 0.2, p_FN = 0.1
     row = match_test(group, reference, ["mb"], min_reference_ratio=0).iloc[0]

@@ -1,4 +1,4 @@
-"""Anytime-valid monitor (tasks/monitor.py; SPEC section 7): enumeration and simulation."""
+"""Anytime-valid monitor (tasks/monitor.py): enumeration and simulation."""
 
 from __future__ import annotations
 

@@ -339,7 +339,7 @@ def test_nightly_fans_out_over_audits(db_url, runner):
     assert len(runs) == 4 and set(runs["status"]) == {"succeeded"}
 
 
-# ---- nightly operations (issue 13) --------------------------------------------------------------
+# ---- nightly operations -------------------------------------------------------------------------
 
 TWO_AUDITS = (
     '[[audits]]\nname = "credit-race"\nmodel = "credit-scorer"\nattributes = ["race"]\n'

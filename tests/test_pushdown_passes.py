@@ -1,4 +1,4 @@
-"""The push-down reads a clean typed table once (issue 18): the per-row rules are a conditional
+"""The push-down reads a clean typed table once: the per-row rules are a conditional
 sum inside the GROUP BY, rules the catalogue guarantees are left out, and rows are read again only
 when one is suspect, on SQLite, PostgreSQL, MariaDB and DuckDB.
 

@@ -200,7 +200,7 @@ def test_compas_fpr_rates_counts_and_reference_comparison(compas):
     cells = compas_cells()
     black, white = cells.loc["African-American"], cells.loc["Caucasian"]
     fpr_b, fpr_w = black.fp / (black.fp + black.tn), white.fp / (white.fp + white.tn)
-    # ProPublica's published figures (and the issue's): 44.8%, 23.5%, ratio 1.91.
+    # ProPublica's published figures: 44.8%, 23.5%, ratio 1.91.
     assert (f"{100 * fpr_b:.1f}%", f"{100 * fpr_w:.1f}%", f"{fpr_b / fpr_w:.2f}") == (
         "44.8%",
         "23.5%",
@@ -875,8 +875,8 @@ def test_trend_by_as_of_on_each_database(db_url, tmp_path):
 
 @needs_compas
 def test_label_completeness_by_decision_is_shown_when_groups_differ(compas):
-    """With issue 15's unlabelled counts by decision, a group labelled unevenly shows its
-    completeness among selected and rejected predictions (SPEC section 6)."""
+    """With the unlabelled counts by decision, a group labelled unevenly shows its
+    completeness among selected and rejected predictions."""
     frames = report_frames(compas["engine"], compas["newer"])
     counts = frames.counts.copy()
     counts["unlabelled_pos"] = 0

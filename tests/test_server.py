@@ -1,5 +1,5 @@
 """The production path on a real Prefect server: serve, trigger on demand, find the run in history;
-no password reaches Prefect; killing the CLI leaves no Prefect server behind (issue 13)."""
+no password reaches Prefect; killing the CLI leaves no Prefect server behind."""
 
 from __future__ import annotations
 

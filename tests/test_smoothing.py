@@ -1,4 +1,4 @@
-"""Cross-Prior Smoothing and additive smoothing (SPEC section 4)."""
+"""Cross-Prior Smoothing and additive smoothing (Briscoe et al., section 6)."""
 
 import numpy as np
 import pandas as pd

@@ -1,5 +1,5 @@
 """Real source tables: typed columns, timestamps, JSON keys and score thresholds, on SQLite,
-PostgreSQL, MariaDB and DuckDB, in the three scan modes (issue 14).
+PostgreSQL, MariaDB and DuckDB, in the three scan modes.
 
 Expected cells are computed here from the generated Python values (what the rows mean), never by
 the code under test.

@@ -1,4 +1,4 @@
-"""MATCH test and two-group metric results (issue 3).
+"""MATCH test and two-group metric results.
 
 Revision ID: 0002
 Revises: 0001

@@ -1,4 +1,4 @@
-"""Detection results (issue 5).
+"""Detection results.
 
 Revision ID: 0003
 Revises: 0002

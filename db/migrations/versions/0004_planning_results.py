@@ -1,4 +1,4 @@
-"""Planning results (issue 4).
+"""Planning results.
 
 Revision ID: 0004
 Revises: 0003

@@ -1,4 +1,4 @@
-"""Meta-metric results (issue 6).
+"""Meta-metric results.
 
 Revision ID: 0005
 Revises: 0004

@@ -1,4 +1,4 @@
-"""Quarantined rows keep their position in the window or file (issue 9).
+"""Quarantined rows keep their position in the window or file.
 
 Revision ID: 0006
 Revises: 0005

@@ -1,4 +1,4 @@
-"""Comparison results (issue 7) and the views analysts read history from:
+"""Comparison results and the views analysts read history from:
 
 - latest_succeeded_runs: the newest succeeded run of every audit and model;
 - metric_series: every succeeded run's raw per-group metrics, one row per run, group and metric.

@@ -1,4 +1,4 @@
-"""MATCH results say whether the exact sum or an approximation gave the percentile (issue 8).
+"""MATCH results say whether the exact sum or an approximation gave the percentile.
 
 Revision ID: 0008
 Revises: 0007

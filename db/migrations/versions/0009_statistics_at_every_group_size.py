@@ -1,4 +1,4 @@
-"""Statistics at every group size and with late labels (issue 15).
+"""Statistics at every group size and with late labels.
 
 - group_counts: unlabelled predictions split by decision (unlabelled_pos, unlabelled_neg), for
   PPR and PNR over every valid prediction;

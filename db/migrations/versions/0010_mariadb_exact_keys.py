@@ -1,4 +1,4 @@
-"""MariaDB/MySQL as audit store and source (issue 14): exact (binary, no-pad) text in keys.
+"""MariaDB/MySQL as audit store and source: exact (binary, no-pad) text in keys.
 
 On MariaDB/MySQL the default collations compare without case and trailing spaces, so the unique
 key (model_id, prediction_id) would take "A1" and "a1" for one prediction. A store built by

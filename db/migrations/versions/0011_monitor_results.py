@@ -1,5 +1,5 @@
 """Monitored runs: monitor_results (e-values, e-processes, confidence sequences, alarms and the
-state the next run continues from) and comparison_results.overlapping (issue 16).
+state the next run continues from) and comparison_results.overlapping.
 
 Revision ID: 0011
 Revises: 0008

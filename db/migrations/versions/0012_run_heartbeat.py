@@ -1,4 +1,4 @@
-"""A running run's heartbeat: the next run takes a silent one for dead (issue 13).
+"""A running run's heartbeat: the next run takes a silent one for dead.
 
 Revision ID: 0012
 Revises: 0008
