@@ -1,13 +1,17 @@
-# The two commands of the README. Each creates the virtual environment on first use.
+# The commands of the README. Each creates the virtual environment on first use.
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint typecheck
+.PHONY: demo test test-all lint typecheck
 demo: $(VENV)/.installed
 	$(VENV)/bin/biasaudit demo
 
+# In parallel, a worker per core; tests marked `slow` only with SLOW=1 (`make test-all`, as CI).
 test: $(VENV)/.installed lint typecheck
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist worksteal $(if $(SLOW),,-m "not slow")
+
+test-all:
+	$(MAKE) test SLOW=1
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

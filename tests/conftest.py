@@ -1,4 +1,14 @@
-"""Shared fixtures: throw-away SQLite and PostgreSQL databases and one Prefect test harness."""
+"""Shared fixtures: throw-away SQLite and PostgreSQL databases and one Prefect test harness.
+
+Conventions (the suite runs in parallel, one pytest-xdist worker per core):
+- no test relies on another or on their order; files go under ``tmp_path``/``tmp_path_factory``
+  only, never into the repository or a fixed path;
+- databases come from the fixtures below (``db_url``, ``source_db_url``, ``postgres_server_url``,
+  ``mariadb_server_url``, ``separate_database``): every name is unique per worker;
+- servers and proxies bind port 0 (or ask for a free port), never a fixed one;
+- ``@pytest.mark.slow`` marks a test that takes over ~20 s on its own (long simulations, end to end
+  through real servers): ``make test`` leaves it out, ``make test-all`` and CI run it.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +18,16 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
-# Prefect reads its settings at import: isolate it before anything imports it.
-os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="biasaudit-prefect-"))
+# Prefect reads its settings at import: isolate it before anything imports it. The Prefect home
+# (whose SQLite database every temporary server of a `biasaudit run` opens) and the reports folder
+# (named by audit and run id, alike in every worker) are set, not defaulted, in every process:
+# pytest-xdist's workers inherit the environment of the controller, which imports this file too,
+# so a default would be one folder shared by all the workers.
+os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="biasaudit-prefect-")
+os.environ["BIASAUDIT_REPORTS_DIR"] = tempfile.mkdtemp(prefix="biasaudit-reports-")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
-os.environ.setdefault("BIASAUDIT_RETRY_BASE_SECONDS", "0.2")
-os.environ.setdefault(
-    "BIASAUDIT_REPORTS_DIR", tempfile.mkdtemp(prefix="biasaudit-reports-")
-)  # retries still back off, briefly
+os.environ.setdefault("BIASAUDIT_RETRY_BASE_SECONDS", "0.2")  # retries still back off, briefly
 
 import random
 

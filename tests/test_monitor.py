@@ -135,6 +135,7 @@ def _upper(count, n, level=0.999):
     return stats.binomtest(int(count), n).proportion_ci(level).high
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tol, drift", [(0.0, False), (0.05, False), (0.0, True)])
 def test_fair_year_false_alarm_is_at_most_alpha(tol, drift):
     """A fair model (on the null boundary U = tol, with drifting base rates too) watched every

@@ -78,6 +78,7 @@ def test_db_state_columns_are_the_monitors():
 
 # Ten nightly runs and a replay: once, on SQLite. The stored state's round trip and its equality
 # with a backtest are checked on every database by test_backfill_replays_later_runs_in_as_of_order.
+@pytest.mark.slow
 @on_databases("sqlite")
 def test_backtest_equals_nightly_monitored_runs(db_url, tmp_path):
     """Nightly monitored runs store per comparison the e-process, CS and alarm (shown in the
@@ -141,6 +142,7 @@ def _same_numbers(stored: pd.DataFrame, replay: pd.DataFrame) -> None:
     pd.testing.assert_frame_equal(a, b, check_dtype=False, rtol=1e-9)
 
 
+@pytest.mark.slow
 def test_backfill_replays_later_runs_in_as_of_order(db_url, tmp_path):
     """Nights 1, 2, 4, 5 run, then night 3 is backfilled: the plan re-runs 4 and 5 (forced, new
     versions), and the latest chain equals a backtest of nights 1 to 5."""
@@ -274,6 +276,7 @@ def source_table(engine, frame: pd.DataFrame, name: str = "preds") -> None:
         connection.execute(table.insert(), records)
 
 
+@pytest.mark.slow
 @on_databases("sqlite")
 @pytest.mark.parametrize("source_db_url", ["sqlite", "postgresql"], indirect=True)
 def test_monitor_reads_the_audits_source_database(db_url, source_db_url, tmp_path):
@@ -295,6 +298,7 @@ def test_monitor_reads_the_audits_source_database(db_url, source_db_url, tmp_pat
     _same_numbers(stored, backtest(db_url, load_config(config).get("other"), *nights[::2]))
 
 
+@pytest.mark.slow
 @on_databases("sqlite")
 def test_monitor_takes_the_decision_from_the_score(db_url, tmp_path):
     """A monitored audit whose decision is ``score >= 0.5`` runs (it failed on the schema) and

@@ -133,6 +133,7 @@ def test_views_and_history_formats(db_url, tmp_path):
     assert [r["version"] for r in runs] == [2, 1]
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("prefect_harness")
 @pytest.mark.skipif(not COMPAS.exists(), reason=f"{COMPAS} is absent")
 def test_backfill_over_compas(tmp_path):
@@ -312,6 +313,7 @@ def test_nightly_deployment_schedule_and_parameters():
 
 # Concurrent audits writing to each database (threads); the Dask cluster once, on SQLite (and on
 # PostgreSQL through a real server in tests/test_server.py).
+@pytest.mark.slow
 @pytest.mark.usefixtures("prefect_harness")
 @pytest.mark.parametrize(
     ("db_url", "runner"),

@@ -85,6 +85,7 @@ def hostile_frames(draw):
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(hostile_frames())
 def test_accepted_plus_quarantined_is_read(frame):
@@ -374,6 +375,7 @@ KILL_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_killed_mid_write_leaves_nothing_and_is_marked_abandoned(db_url, tmp_path):
     """It shows no part of a run whose process is killed between two inserts, and the next
     start of the audit marks that run failed."""
@@ -403,6 +405,7 @@ def test_killed_mid_write_leaves_nothing_and_is_marked_abandoned(db_url, tmp_pat
 
 # The default lease's length (None: 30 s, waited for) is proven once, on SQLite; the heartbeat
 # (SQLite, MariaDB) and the advisory lock (PostgreSQL) each with a 6 s lease on their database.
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("db_url", "lease"),
     [("sqlite", None), ("sqlite", "6"), ("postgresql", "6"), ("mariadb", "6")],

@@ -171,6 +171,7 @@ def postgres_with_password(postgres_server_url):
     return url
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runner", ["threads", "dask"])
 def test_serve_and_trigger_on_a_real_server(
     prefect_server, postgres_with_password, tmp_path, runner
@@ -256,6 +257,7 @@ def _completed_scheduled_runs(api: str, deployment_id: str) -> list[dict]:
     return [r for r in runs if r["auto_scheduled"]]
 
 
+@pytest.mark.slow
 def test_a_one_minute_schedule_fires_by_itself(prefect_server, tmp_path):
     """`biasaudit serve --cron '* * * * *'` on a real Prefect server: with nothing triggered, the
     server's scheduler creates a run, the served process runs it to completion and the audit run
@@ -382,6 +384,7 @@ def test_killing_the_cli_leaves_no_prefect_server(tmp_path):
 PREFECT_LOG_LINE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} \| [A-Z]+ +\| ")
 
 
+@pytest.mark.slow
 def test_a_handled_error_gives_short_logs_and_one_error_line(prefect_server, tmp_path):
     """`biasaudit run` prints only its own output: the run, its flagged findings and the report,
     and a failure as the one line `error: ...` with exit 1. Prefect's log lines show with
@@ -440,6 +443,7 @@ def test_a_handled_error_gives_short_logs_and_one_error_line(prefect_server, tmp
     assert report.exists()
 
 
+@pytest.mark.slow
 def test_a_reference_group_typo_is_one_line_naming_the_groups(prefect_server, tmp_path):
     """It fails `biasaudit run` of an audit whose reference group is not in the data with one
     `error:` line that lists the groups there are, the largest first, and nothing else about it
