@@ -481,6 +481,7 @@ def test_a_reference_group_typo_is_one_line_naming_the_groups(prefect_server, tm
     assert [line for line in output.splitlines() if "Whte" in line] == [f"error: {message}"]
 
 
+@pytest.mark.slow
 def test_sigterm_mid_run_ends_the_flow_runs_on_the_server(
     prefect_server, postgres_server_url, tmp_path
 ):
@@ -612,6 +613,7 @@ def _rows_of_run(url: str, run_id: int) -> dict[str, int]:
         }
 
 
+@pytest.mark.slow
 def test_a_lock_released_within_the_retries_lets_the_run_finish(
     prefect_server, audited_once, tmp_path
 ):
@@ -628,6 +630,7 @@ def test_a_lock_released_within_the_retries_lets_the_run_finish(
     assert all(stored.values()), stored  # its comparison with run 1 included
 
 
+@pytest.mark.slow
 def test_a_lock_held_throughout_ends_the_run_in_one_line(prefect_server, audited_once, tmp_path):
     """It tries the read once and retries it RETRIES times while the lock is held throughout,
     then fails with one line (what, where, what to do; no SQL, no traceback), exit code 1, the
