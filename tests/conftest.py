@@ -7,7 +7,7 @@ Conventions (the suite runs in parallel, one pytest-xdist worker per core):
   ``mariadb_server_url``, ``separate_database``): every name is unique per worker;
 - servers and proxies bind port 0 (or ask for a free port), never a fixed one;
 - ``@pytest.mark.slow`` marks a test that takes over ~20 s on its own (long simulations, end to end
-  through real servers): ``make test`` leaves it out, ``make test-all`` and CI run it.
+  through real servers): ``make test`` leaves it out, ``make test-slow`` runs it, CI runs both.
 """
 
 from __future__ import annotations
