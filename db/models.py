@@ -309,7 +309,7 @@ class DetectionResult(GroupVsReference, Base):
     z: Mapped[float | None] = mapped_column(Real)
     p_value: Mapped[float | None] = mapped_column(Real)
     p_adjusted: Mapped[float | None] = mapped_column(Real)
-    # 'exact' (unconditional) or 'normal': which p-value of tasks.twosample
+    # 'exact' (Berger-Boos, tasks.twosample); runs before it may hold 'normal' (large counts)
     test: Mapped[str | None] = mapped_column(String(8))
     flagged: Mapped[bool] = mapped_column(Boolean)
     # the test's settings: H1 |difference| > tolerance, flagged at false-discovery rate alpha
@@ -340,7 +340,7 @@ class PlanningResult(GroupVsReference, Base):
     needed_neyman: Mapped[float | None] = mapped_column(Real)
     neyman_share_group: Mapped[float | None] = mapped_column(Real)
     achieved_power: Mapped[float | None] = mapped_column(Real)
-    # 'exact' (enumeration of the exact test's rejection region) or 'normal'
+    # 'exact' (the exact test's rejection region); runs before it may hold 'normal'
     power_method: Mapped[str | None] = mapped_column(String(8))
     verdict: Mapped[str] = mapped_column(String(64))
     bias_n: Mapped[float | None] = mapped_column(Real)

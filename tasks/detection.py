@@ -16,8 +16,9 @@ The frequentist test is the audit tutorial's ("A Brief Tutorial on Sample Size C
 Fairness Audits", eqs. 1-3):
 z = (Û − U_tol)/σ̂_U with σ̂²_U = M̂_1(1 − M̂_1)/d_1 + M̂_2(1 − M̂_2)/d_2 for rate metrics with
 denominator counts d_g, with the Agresti-Caffo adjustment, tested in both directions at α/2 each:
-exact unconditional where counts are small, normal where they are large (tasks.twosample), so its
-size is at most α at every n. Benjamini-Hochberg across all tested rows (tasks.multiplicity).
+Berger-Boos exact at every size (tasks.twosample: the supremum over a confidence set for the
+nuisance rate, plus its error γ), so its size is at most α at every n. Benjamini-Hochberg across
+all tested rows (tasks.multiplicity).
 
 Quadrature is vectorised over groups (in blocks, to bound memory): every integral runs over the
 narrower of the two posteriors (between its 1e-14 and 1 − 1e-14 quantiles) with fixed
@@ -343,8 +344,8 @@ def unfairness_test(x1, n1, x2, n2, u_tol=0.0) -> tuple[np.ndarray, np.ndarray]:
     """Test of |U| > U_tol for U = M_2 − M_1 of rates x/n: (z of the larger side, two-sided p).
 
     tasks.twosample.two_sample_test: the audit tutorial's statistic with the Agresti-Caffo
-    adjustment, exact unconditional where the smaller count is at most EXACT_LIMIT, normal above;
-    size at most α at every n (tests/test_twosample.py, benchmarks/calibration.py).
+    adjustment, Berger-Boos exact at every size; size at most α at every n
+    (tests/test_twosample.py, benchmarks/calibration.py).
     """
     z, p, _ = two_sample_test(x2, n2, x1, n1, u_tol)
     return z, p
@@ -365,7 +366,7 @@ def detect(
     PPR and PNR over every valid prediction), the observed ``difference``, the posterior mean and
     sd of T = e_group − e_reference, direction, P(|T| > tolerance), the (1 − alpha) HDI and its
     ROPE decision, the simple rule at z_{1−α/2}, the z and p of the test of |U| > tolerance
-    (``test``: 'exact' or 'normal'), and the Benjamini-Hochberg adjusted p across all tested
+    (``test``: 'exact'), and the Benjamini-Hochberg adjusted p across all tested
     rows (``flagged`` when it is below alpha). Rows not tested (a zero denominator, a group below
     ``min_group_size``, the repeat of a two-valued attribute's comparison) carry ``reason``.
     """
@@ -413,7 +414,7 @@ def detect(
         z=z,
         p_value=p,
         p_adjusted=adjusted,
-        test=np.where(ok, np.where(exact, "exact", "normal"), None),
+        test=np.where(ok & exact, "exact", None),
         flagged=np.where(ok, adjusted < alpha, False),
         tolerance=tolerance,
         alpha=alpha,

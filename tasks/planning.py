@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, stats
 
-from biasaudit.tasks.twosample import exact_power, is_exact, normal_power
+from biasaudit.tasks.twosample import exact_power
 
 
 def _z(q):
@@ -149,20 +149,19 @@ def detection_power(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Power of detection's two-sided test (tasks.twosample) at true rates, and its method.
 
-    Exact (tasks.twosample.exact_power: the exact test's critical values and the binomial sum
-    over its rejection region) where detection's test is exact; otherwise the normal power of
-    the same statistic (tasks.twosample.normal_power) at the same level.
+    tasks.twosample.exact_power: the binomial sum over the Berger-Boos test's rejection region,
+    the same test at every size ('exact'; power 0 where a denominator is zero).
     """
     arrays = np.broadcast_arrays(
         *(np.asarray(v, dtype="float64") for v in (p_group, d_group, p_reference, d_reference))
     )
     p_g, d_g, p_r, d_r = (a.ravel() for a in arrays)
-    power = normal_power(p_g, d_g, p_r, d_r, tolerance, level)
-    exact = is_exact(d_g, d_r) & (d_g > 0) & (d_r > 0)
-    for i in np.flatnonzero(exact):
+    power = np.zeros(len(p_g))
+    tested = (d_g > 0) & (d_r > 0)
+    for i in np.flatnonzero(tested):
         power[i] = exact_power(int(d_g[i]), int(d_r[i]), p_g[i], p_r[i], tolerance, level)
     shape = arrays[0].shape
-    return power.reshape(shape), np.where(exact, "exact", "normal").reshape(shape)
+    return power.reshape(shape), np.full(shape, "exact")
 
 
 def _verdict(tested: bool, achieved: float, factor: float, power: float) -> str:

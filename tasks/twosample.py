@@ -12,14 +12,42 @@ B) and "U < −U_tol" (T with B, A), each at α/2: p = min(1, 2·min(p_up, p_dow
 each side when U_tol > 0 would not be a level-α test: at U = U_tol the lower side still
 rejects with probability up to α/2 ... α as U_tol/σ_U → 0, so the size can reach 2α.)
 
-Small samples (the smaller count n <= EXACT_LIMIT): each one-sided p-value is exact
-unconditional (Barnard's construction): p = sup over the null boundary p_A = p_B + U_tol of
-P(S >= t_obs), where S is T made monotone (S(x_A, x_B) = max of T over x_A' <= x_A, x_B' >= x_B, so
-its upper sets are monotone and the supremum over H0 is on the boundary). The probability is a
-sum over the smaller group's counts of its binomial pmf times the other group's binomial CDF at
-the boundary of the region, and the supremum is taken on a grid of _GRID nuisance values refined
-around its largest values. Large samples: the normal tail of T (the asymptotic test, accurate
-there; benchmarks/calibration.py measures both).
+Each one-sided p-value is Berger and Boos's (1994, "P values maximized over a confidence set for
+the nuisance parameter", JASA 89:1012-1016, section 2): with C_γ a (1 − γ) confidence set for
+the parameter,
+
+    p = sup over θ in C_γ ∩ H0 of P_θ(S >= s_obs) + γ,
+
+valid for every γ in (0, 1): if θ is in C_γ, p <= α needs P_θ(S >= s_obs) <= α − γ, which happens
+with probability at most α − γ, and θ is outside C_γ with probability at most γ. S is T made
+monotone (S(x_A, x_B) = max of T over x_A' <= x_A, x_B' >= x_B; _boundary), so P_θ(S >= s) grows
+with p_A and falls with p_B.
+
+The nuisance. Under the shifted null H0: p_A − p_B <= U_tol the parameter is the pair (p_A, p_B);
+on the boundary p_A = p_B + U_tol it is one number, p_B (the "common rate" only when U_tol = 0).
+The pooled count x_A + x_B is binomial only when U_tol = 0 (the paper's example, a Clopper-Pearson
+interval from it), so here C_γ is the rectangle of the two groups' own Clopper-Pearson intervals,
+each with confidence √(1 − γ): independent, they cover (p_A, p_B) together with probability at
+least 1 − γ. Over C_γ ∩ H0 the probability is largest on the boundary (raise p_A to p_B + U_tol,
+or lower p_B to p_A − U_tol, while in the rectangle), so the supremum runs over the boundary's
+segment p_B in [max(a_lo − U_tol, b_lo), min(a_hi − U_tol, b_hi)]. That segment is never empty
+where T > 0 (a_hi > (x_A + 1)/(n_A + 1) > m_A and b_lo < x_B/(n_B + 1) < m_B, so
+a_hi − b_lo > m_A − m_B > U_tol) unless the whole rectangle lies in H1 (a_lo − U_tol > b_hi);
+there p = γ. Where either group is large the segment is a few of its standard errors wide, so the
+supremum no longer ranges over rates the data rule out (the whole-range supremum made the test
+ever more conservative as the two sizes diverged), and it takes few evaluations.
+
+γ = GAMMA = 1e-9, fixed, so a p-value does not depend on the size of the audit's family: far
+below the smallest level an audit uses (Benjamini-Hochberg's first rejection at α/m: 1e-9 is at
+most 1e-3 of it up to m = 50,000 comparisons at α = 0.05), and it costs little (each interval
+reaches ~6.3 standard errors instead of ~5.7 at γ = 1e-3·α/m for α/m = 1e-5). It floors the
+two-sided p-value at 2γ.
+
+The supremum is the largest probability over the nuisance values of _nuisance_grid inside the
+segment (the grid values just outside each end included): uniform in asin√r of the larger
+group's rate r, two standard errors of it apart (1/√n), at least _GRID over the boundary. Each
+probability is a sum over the smaller group's counts of its binomial pmf times the other group's
+binomial CDF at the region's edge. One test at every size: no switch to a normal test.
 """
 
 from __future__ import annotations
@@ -29,14 +57,15 @@ import functools
 import numpy as np
 from scipy import special, stats
 
-EXACT_LIMIT = 1000  # exact unconditional p-values where the smaller group's count is at most this
-_GRID = 129  # nuisance values on the null boundary
-_REFINE = 17  # extra values around each of the _PEAKS largest grid values
-_PEAKS = 4
+GAMMA = 1e-9  # Berger-Boos γ: the confidence set's error, added to every one-sided p-value
+_GRID = 257  # nuisance values on the null boundary, at least
 _TIE = 1e-9  # statistics within this (relative) of the observed one count as "as extreme"
-_TABLE_RATIO = 10  # _grid_tails: a table at most this many times the smaller group's counts
-_SPREAD = 5.0  # _grid_tails keeps the counts within this many √n of the mean
+_TABLE_RATIO = 50  # _tails: a table at most this many times the smaller group's counts
+_SPREAD = 5.0  # _tails keeps the larger group's counts within this many √n of the mean
+_NEGLIGIBLE = 1e-18  # _window: the smaller group's mass left out, at most (Hoeffding)
 _WALK = 8  # _boundary: steps from the quadratic's root before it bisects instead
+_PRECISION = 1e-6  # exact_power: critical statistics to this (the statistics' gaps are wider)
+_OUTSIDE = 1e-13  # exact_power: mass of each group's counts left out, at most
 
 
 def statistic(x_a, n_a, x_b, n_b, u_tol=0.0) -> np.ndarray:
@@ -47,8 +76,58 @@ def statistic(x_a, n_a, x_b, n_b, u_tol=0.0) -> np.ndarray:
     return (m_a - m_b - u_tol) / s
 
 
-def _boundary(n_a: int, n_b: int, t: float, u_tol: float) -> tuple[bool, np.ndarray]:
-    """The region {T >= t}, t > 0, described along the smaller group.
+def clopper_pearson(x, n, gamma: float = GAMMA) -> tuple[np.ndarray, np.ndarray]:
+    """Clopper-Pearson interval of each rate x/n with confidence √(1 − γ) (module doc)."""
+    x, n = np.broadcast_arrays(np.asarray(x, dtype="float64"), np.asarray(n, dtype="float64"))
+    tail = -np.expm1(0.5 * np.log1p(-gamma)) / 2  # each end: (1 − √(1 − γ))/2
+    low = stats.beta.ppf(tail, np.maximum(x, 1), n - x + 1)
+    high = stats.beta.isf(tail, x + 1, np.maximum(n - x, 1))
+    return np.where(x > 0, low, 0.0), np.where(x < n, high, 1.0)
+
+
+def _segment(x_a, n_a, x_b, n_b, u_tol, gamma) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The boundary's nuisance values p_B in C_γ: (low, high, empty), empty where the whole
+    rectangle of the two intervals lies in H1 (module doc)."""
+    a_low, a_high = clopper_pearson(x_a, n_a, gamma)
+    b_low, b_high = clopper_pearson(x_b, n_b, gamma)
+    low, high = np.maximum(a_low - u_tol, b_low), np.minimum(a_high - u_tol, b_high)
+    return low, high, a_low - u_tol > b_high
+
+
+@functools.lru_cache(maxsize=256)
+def _nuisance_grid(n_a: int, n_b: int, u_tol: float) -> np.ndarray:
+    """p_B on the boundary p_A = p_B + U_tol, from 0 to 1 − U_tol: uniform in asin√r of the larger
+    group's rate r (p_B, or p_A where A is larger), two standard errors 2/(2√n) apart, at least
+    _GRID values."""
+    a_larger = n_a > n_b
+    low, high = (u_tol, 1.0) if a_larger else (0.0, 1.0 - u_tol)
+    phi = np.arcsin(np.sqrt([low, high]))
+    count = max(_GRID, int(np.ceil((phi[1] - phi[0]) * np.sqrt(max(n_a, n_b)))) + 1)
+    rate = np.sin(np.linspace(phi[0], phi[1], count)) ** 2
+    grid = np.clip(rate - u_tol if a_larger else rate, 0.0, 1.0 - u_tol)
+    grid[0], grid[-1] = 0.0, 1.0 - u_tol
+    return grid
+
+
+def _snap(grid: np.ndarray, low, high) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of the grid values from the last at or below ``low`` to the first at or above
+    ``high`` (so the values evaluated span the whole segment)."""
+    first = np.clip(np.searchsorted(grid, low, side="right") - 1, 0, len(grid) - 1)
+    last = np.clip(np.searchsorted(grid, high, side="left"), 0, len(grid) - 1)
+    return first, np.maximum(last, first)
+
+
+def _window(n: int, p_low: float, p_high: float) -> np.ndarray:
+    """Counts of Binomial(n, p), p in [p_low, p_high], outside which the mass is below
+    _NEGLIGIBLE at every such p (Hoeffding: P(|X − np| >= k) <= 2·exp(−2k²/n))."""
+    k = np.sqrt(n * np.log(2 / _NEGLIGIBLE) / 2)
+    first = max(0, int(np.floor(n * p_low - k)))
+    return np.arange(first, min(n, int(np.ceil(n * p_high + k))) + 1, dtype="float64")
+
+
+def _boundary(n_a: int, n_b: int, t, u_tol: float, xs: np.ndarray | None = None):
+    """The region {T >= t}, t > 0, described along the smaller group's counts ``xs`` (default:
+    all of them); ``t`` a number (edges: one row) or one per row (edges: a row each).
 
     Returns (a_small, edge). If A is the smaller group: the region is {x_B <= edge[x_A]} (edge −1:
     none). Otherwise: the region is {x_A >= edge[x_B]} (edge n_A + 1: none). Where T > 0 the
@@ -63,8 +142,11 @@ def _boundary(n_a: int, n_b: int, t: float, u_tol: float) -> tuple[bool, np.ndar
     """
     a_small = n_a <= n_b
     small, large = (n_a, n_b) if a_small else (n_b, n_a)
-    xs = np.arange(small + 1, dtype="float64")
-    threshold = t - _TIE * (1 + abs(t))
+    if xs is None:
+        xs = np.arange(small + 1, dtype="float64")
+    t = np.asarray(t, dtype="float64")
+    threshold = (t - _TIE * (1 + np.abs(t)))[..., None]
+    shape = np.broadcast_shapes(threshold.shape, xs.shape)
 
     def inside(x_large):
         if a_small:
@@ -76,8 +158,10 @@ def _boundary(n_a: int, n_b: int, t: float, u_tol: float) -> tuple[bool, np.ndar
     k = threshold**2 / (large + 2)
     b = 2 * c + k
     discriminant = b**2 - 4 * (1 + k) * (c**2 - threshold**2 * v)
-    if threshold <= 0 or (discriminant < 0).any():  # a tie at the tolerance, or U_tol near 1
-        return a_small, _bisected_edges(a_small, small, large, inside)
+    if (threshold <= 0).any() or (
+        discriminant < 0
+    ).any():  # a tie at the tolerance, or U_tol near 1
+        return a_small, _bisected_edges(a_small, shape, large, inside)
     root = np.sqrt(discriminant)
     if a_small:  # largest x_B whose rate is at most the smaller root
         edge = np.floor((b - root) / (2 * (1 + k)) * (large + 2) - 1)
@@ -92,15 +176,15 @@ def _boundary(n_a: int, n_b: int, t: float, u_tol: float) -> tuple[bool, np.ndar
         if not (grow.any() or shrink.any()):
             return a_small, _monotone(a_small, edge.astype("int64"))
         edge = edge + step * (grow.astype("int64") - shrink.astype("int64"))
-    return a_small, _bisected_edges(a_small, small, large, inside)  # the root was far off
+    return a_small, _bisected_edges(a_small, shape, large, inside)  # the root was far off
 
 
-def _bisected_edges(a_small: bool, small: int, large: int, inside) -> np.ndarray:
+def _bisected_edges(a_small: bool, shape: tuple[int, ...], large: int, inside) -> np.ndarray:
     """_boundary's edges by bisection over the larger group's counts (log2 of them evaluations
     of T), where the quadratic's root is no guide."""
     # a_small: largest x_B inside (prefix); else: smallest x_A inside (suffix)
-    lo = np.full(small + 1, -1.0 if a_small else 0.0)
-    hi = np.full(small + 1, float(large) if a_small else large + 1.0)
+    lo = np.full(shape, -1.0 if a_small else 0.0)
+    hi = np.full(shape, float(large) if a_small else large + 1.0)
     while True:
         open_ = hi - lo > 1
         if not open_.any():
@@ -112,17 +196,17 @@ def _bisected_edges(a_small: bool, small: int, large: int, inside) -> np.ndarray
         else:
             hi, lo = np.where(open_ & good, mid, hi), np.where(open_ & ~good, mid, lo)
     if a_small:
-        edge = np.where(inside(np.full(small + 1, float(large))), large, lo)
+        edge = np.where(inside(np.full(shape, float(large))), large, lo)
     else:
-        edge = np.where(inside(np.zeros(small + 1)), 0, hi)
+        edge = np.where(inside(np.zeros(shape)), 0, hi)
     return _monotone(a_small, edge.astype("int64"))
 
 
 def _monotone(a_small: bool, edge: np.ndarray) -> np.ndarray:
     """The region's monotone hull along the smaller group (Barnard's construction)."""
     if a_small:
-        return np.maximum.accumulate(edge)
-    return np.minimum.accumulate(edge[::-1])[::-1]
+        return np.maximum.accumulate(edge, axis=-1)
+    return np.minimum.accumulate(edge[..., ::-1], axis=-1)[..., ::-1]
 
 
 @functools.lru_cache(maxsize=8)
@@ -135,76 +219,29 @@ def _log_choose(n: int) -> np.ndarray:
 def _log_pmf(k: np.ndarray, n: int, p: np.ndarray) -> np.ndarray:
     """log Binomial(n, p) pmf at counts k (row, or one row per p) for probabilities p (column)."""
     log_choose = _log_choose(int(n))[k.astype("int64")]
+    p = np.asarray(p, dtype="float64")
     with np.errstate(divide="ignore", invalid="ignore"):
-        return log_choose + special.xlogy(k, p) + special.xlog1py(n - k, -p)
+        successes, failures = k * np.log(p), (n - k) * np.log1p(-p)
+    if (p <= 0).any() or (p >= 1).any():  # 0·log 0 = 0 (special.xlogy's convention)
+        successes, failures = np.nan_to_num(successes, nan=0.0), np.nan_to_num(failures, nan=0.0)
+    return log_choose + successes + failures
 
 
-def _small_pmf(
-    n_a, n_b, a_small, p_b, u_tol
-) -> tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray]:
-    """The smaller group's pmf at p_B = each of ``p_b`` (p_A = p_B + U_tol), where it is not
-    negligible (its rows and columns), and the larger group's rate per row."""
-    p_b = np.asarray(p_b, dtype="float64")[:, None]
-    p_a = np.minimum(p_b + u_tol, 1.0)
-    n_s, p_s, p_l = (n_a, p_a, p_b) if a_small else (n_b, p_b, p_a)
-    k = np.arange(n_s + 1, dtype="float64")[None, :]
-    pmf = np.exp(_log_pmf(k, n_s, p_s))
-    keep = pmf > 1e-18
-    return pmf, np.nonzero(keep), p_l[:, 0]
-
-
-@functools.lru_cache(maxsize=64)
-def _grid_pmf(n_a: int, n_b: int, a_small: bool, u_tol: float):
-    """_small_pmf on the nuisance grid of _supremum: the same for every region of a pair of
-    sizes, so computed once per pair (planning's bisection asks for dozens of regions)."""
-    return _small_pmf(n_a, n_b, a_small, _grid(u_tol), u_tol)
-
-
-@functools.lru_cache(maxsize=4)
-def _grid_tails(
-    n_a: int, n_b: int, a_small: bool, u_tol: float
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """_tails on the nuisance grid of _supremum."""
-    return _tails(n_a, n_b, a_small, _grid(u_tol), u_tol)
-
-
-@functools.lru_cache(maxsize=8)
-def _refinement(n_a: int, n_b: int, a_small: bool, u_tol: float, peaks: tuple[int, ...]):
-    """The refined nuisance values of _supremum around the grid's ``peaks`` (grid indices), the
-    smaller group's pmf and the larger group's tails there: successive regions of planning's
-    bisection mostly peak at the same grid values, so these are computed once."""
-    grid = _grid(u_tol)
-    step = grid[1] - grid[0]
-    fine = np.clip(
-        (grid[list(peaks)][:, None] + np.linspace(-step, step, _REFINE)[None, :]).ravel(),
-        0,
-        1.0 - u_tol,
-    )
-    pmf = _small_pmf(n_a, n_b, a_small, fine, u_tol)
-    return fine, pmf, _tails(n_a, n_b, a_small, fine, u_tol)
-
-
-def _tails(
-    n_a: int, n_b: int, a_small: bool, p_b: np.ndarray, u_tol: float
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """The larger group's tail at p_B = each of ``p_b`` (p_A = p_B + U_tol): its CDF
-    P(X <= k) when A is the smaller group, else its survival P(X >= k) (the tails
-    _region_probability takes), by cumulative sums of its pmf: within 1e-12 of scipy's binomial
+def _tails(a_small: bool, n_l: int, p_l: np.ndarray, columns: int):
+    """The larger group's tail at rates ``p_l``: its CDF P(X <= k) when A is the smaller group,
+    else its survival P(X >= k), by cumulative sums of its pmf: within 1e-12 of scipy's binomial
     CDF up to n ~ 1,000, 1e-9 at n ~ 10⁴ and 5e-9 at n ~ 10⁶, where the log-gamma of n carries
-    the rounding (tested up to 12,000; 5e-9 measured). For the dozens of regions planning's bisection
-    assesses at the same nuisance values. Per row only the counts within _SPREAD·√n of the mean
-    are kept (outside, Hoeffding bounds the mass by 2·exp(−2·_SPREAD²) < 1e-21: the tail there is
-    0 or 1), so a reference of millions takes a table of thousands of columns.
+    the rounding. Per row only the counts within _SPREAD·√n of the mean are kept (outside,
+    Hoeffding bounds the mass by 2·exp(−2·_SPREAD²) < 1e-21: the tail there is 0 or 1), so a
+    group of millions takes a table of thousands of columns.
 
     Returns (first, table): row r holds the tail at counts first[r] − 1 .. first[r] + width, its
     first and last columns the constant tail beyond the kept counts. None where the table would
-    be wider than _TABLE_RATIO times the smaller group's counts: the binomial CDF at the few
-    edges of each region is then cheaper (benchmarks/README.md, fixed costs)."""
-    n_l, n_s = (n_b, n_a) if a_small else (n_a, n_b)
+    be wider than _TABLE_RATIO times the smaller group's ``columns``: the binomial CDF at the
+    region's edges is then cheaper."""
     width = min(n_l + 1, 2 * int(np.ceil(_SPREAD * np.sqrt(n_l))) + 1)
-    if width > _TABLE_RATIO * (n_s + 1):
+    if width > _TABLE_RATIO * columns:
         return None
-    p_l = p_b if a_small else np.minimum(p_b + u_tol, 1.0)
     first = np.clip(np.round(n_l * p_l).astype("int64") - width // 2, 0, n_l + 1 - width)
     counts = (first[:, None] + np.arange(width)[None, :]).astype("float64")
     pmf = np.exp(_log_pmf(counts, n_l, p_l[:, None]))
@@ -220,28 +257,6 @@ def _tails(
     return first, padded
 
 
-def _grid(u_tol: float) -> np.ndarray:
-    return np.linspace(0.0, 1.0 - u_tol, _GRID)
-
-
-def _region_probability(
-    n_a, n_b, a_small, edge, p_b, u_tol, small_pmf=None, tails=None
-) -> np.ndarray:
-    """P(region) at p_B = each of ``p_b`` and p_A = p_B + U_tol: the smaller group's pmf times
-    the larger group's CDF (or SF) at the region's edge, summed where the pmf is not negligible
-    (``small_pmf``: that pmf, from _small_pmf with the same arguments, when already known;
-    ``tails``: the larger group's tails at ``p_b``, from _grid_tails, when already known)."""
-    pmf, (rows, cols), p_l = small_pmf or _small_pmf(n_a, n_b, a_small, p_b, u_tol)
-    if tails is not None:  # the table's column of count k is k − first + 1, clipped to its ends
-        first, table = tails
-        tail = table[rows, np.clip(edge[cols] - first[rows] + 1, 0, table.shape[1] - 1)]
-    else:
-        tail = _binomial_tail(a_small, n_b if a_small else n_a, edge[cols], p_l[rows])
-    out = np.zeros(pmf.shape)
-    out[rows, cols] = pmf[rows, cols] * tail
-    return out.sum(axis=1)
-
-
 def _binomial_tail(a_small: bool, n_l: int, edge: np.ndarray, p: np.ndarray) -> np.ndarray:
     """The larger group's CDF P(X <= edge) (A smaller; edge −1: 0, n: 1) or survival
     P(X >= edge) = bdtrc(edge − 1) (B smaller; edge 0: 1, n + 1: 0) at rates ``p``."""
@@ -253,154 +268,97 @@ def _binomial_tail(a_small: bool, n_l: int, edge: np.ndarray, p: np.ndarray) -> 
     return np.where(cut <= 0, 1.0, np.where(cut > n_l, 0.0, inner))
 
 
-def _supremum(
-    n_a: int, n_b: int, a_small: bool, edge: np.ndarray, u_tol: float, above: float = np.inf
+class _Probabilities:
+    """P(region) at p_B = each of ``p_b`` (p_A = p_B + ``shift``) for regions given by their
+    edges along the smaller group's counts ``xs`` (_boundary): the smaller group's pmf times the
+    larger group's CDF (or survival) at each edge, summed. The pmf and the larger group's tail
+    table are computed once, for every region asked about."""
+
+    def __init__(self, n_a: int, n_b: int, xs: np.ndarray, p_b: np.ndarray, shift: float):
+        self.a_small = n_a <= n_b
+        p_b = np.asarray(p_b, dtype="float64")
+        p_a = np.minimum(p_b + shift, 1.0)
+        n_s, p_s = (n_a, p_a) if self.a_small else (n_b, p_b)
+        self.n_l, self.p_l = (n_b, p_b) if self.a_small else (n_a, p_a)
+        self.pmf = np.exp(_log_pmf(xs[None, :], n_s, p_s[:, None]))
+        self.table = _tails(self.a_small, self.n_l, self.p_l, len(xs))
+
+    def __call__(self, edge: np.ndarray) -> np.ndarray:
+        edge = np.broadcast_to(edge, self.pmf.shape)
+        if self.table is None:
+            tail = _binomial_tail(self.a_small, self.n_l, edge, self.p_l[:, None])
+        else:  # the table's column of count k is k − first + 1, clipped to its ends
+            first, table = self.table
+            column = np.clip(edge - first[:, None] + 1, 0, table.shape[1] - 1)
+            tail = np.take_along_axis(table, column, axis=1)
+        return (self.pmf * tail).sum(axis=1)
+
+
+def _smaller_counts(n_a: int, n_b: int, p_b: np.ndarray, u_tol: float) -> np.ndarray:
+    """The smaller group's counts that matter at every nuisance value ``p_b`` (_window)."""
+    if n_a <= n_b:
+        return _window(n_a, min(p_b[0] + u_tol, 1.0), min(p_b[-1] + u_tol, 1.0))
+    return _window(n_b, p_b[0], p_b[-1])
+
+
+def exact_one_sided(
+    x_a: int, n_a: int, x_b: int, n_b: int, u_tol: float = 0.0, gamma: float = GAMMA
 ) -> float:
-    """sup over p_B in [0, 1 − U_tol] of P(region): a grid, refined around its largest values.
-
-    With ``above``: once the grid alone shows the supremum is above it, that grid value is
-    returned unrefined (enough for the caller's comparison with ``above``)."""
-    grid = _grid(u_tol)
-    values = _region_probability(
-        n_a,
-        n_b,
-        a_small,
-        edge,
-        grid,
-        u_tol,
-        _grid_pmf(n_a, n_b, a_small, u_tol),
-        _grid_tails(n_a, n_b, a_small, u_tol),
-    )
-    if min(1.0, values.max()) > above:
-        return float(min(1.0, values.max()))
-    peaks = tuple(sorted(int(i) for i in np.argsort(values)[-_PEAKS:]))
-    fine, pmf, tails = _refinement(n_a, n_b, a_small, u_tol, peaks)
-    refined = _region_probability(n_a, n_b, a_small, edge, fine, u_tol, pmf, tails)
-    return float(min(1.0, max(values.max(), refined.max())))
-
-
-def exact_one_sided(x_a: int, n_a: int, x_b: int, n_b: int, u_tol: float = 0.0) -> float:
-    """Exact unconditional p-value of H0: p_A − p_B <= U_tol against p_A − p_B > U_tol.
+    """Berger-Boos p-value of H0: p_A − p_B <= U_tol against p_A − p_B > U_tol (module doc).
 
     1 where T <= 0 (the estimate is not above the tolerance: a valid, conservative p-value; the
     test cannot reject there at any level below 1/2)."""
     t = float(statistic(x_a, n_a, x_b, n_b, u_tol))
     if t <= 0:
         return 1.0
-    a_small, edge = _boundary(int(n_a), int(n_b), t, u_tol)
-    return _supremum(int(n_a), int(n_b), a_small, edge, u_tol)
+    low, high, empty = _segment(x_a, n_a, x_b, n_b, u_tol, gamma)
+    if empty:
+        return gamma
+    return min(1.0, gamma + _supremum(int(n_a), int(n_b), t, u_tol, float(low), float(high)))
 
 
-def is_exact(n_a, n_b, exact_limit: int = EXACT_LIMIT) -> np.ndarray:
-    """Where the exact unconditional p-value is used: the smaller count is at most the limit."""
-    return np.minimum(np.asarray(n_a), np.asarray(n_b)) <= exact_limit
+def _supremum(n_a: int, n_b: int, t: float, u_tol: float, low: float, high: float) -> float:
+    """max over the nuisance grid's values spanning [low, high] of P_p_B(S >= t)."""
+    grid = _nuisance_grid(n_a, n_b, u_tol)
+    first, last = _snap(grid, low, high)
+    p_b = grid[first : last + 1]
+    xs = _smaller_counts(n_a, n_b, p_b, u_tol)
+    _, edge = _boundary(n_a, n_b, t, u_tol, xs)
+    return float(_Probabilities(n_a, n_b, xs, p_b, u_tol)(edge).max())
 
 
 def two_sample_test(
-    x_a, n_a, x_b, n_b, u_tol: float = 0.0, exact_limit: int = EXACT_LIMIT
+    x_a, n_a, x_b, n_b, u_tol: float = 0.0, gamma: float = GAMMA
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Test of |p_A − p_B| > U_tol for each element: (z of the larger side, p-value, exact?).
+    """Test of |p_A − p_B| > U_tol for each element: (z of the larger side, p-value, tested).
 
-    p = min(1, 2·min(p_up, p_down)); each side exact unconditional where ``is_exact``, normal
-    otherwise. Rows with a zero count are the caller's to mask (their p here is 1).
+    p = min(1, 2·min(p_up, p_down)), each side Berger-Boos exact (exact_one_sided); at most one
+    side has T > 0 (U_tol >= 0), the other's p is 1. Rows with a zero count are the caller's to
+    mask (their p here is 1, ``tested`` False).
     """
     x_a, n_a, x_b, n_b = np.broadcast_arrays(
         *(np.asarray(v, dtype="float64") for v in (x_a, n_a, x_b, n_b))
     )
     z_up, z_down = statistic(x_a, n_a, x_b, n_b, u_tol), statistic(x_b, n_b, x_a, n_a, u_tol)
-    p_up, p_down = stats.norm.sf(z_up), stats.norm.sf(z_down)
-    exact = is_exact(n_a, n_b, exact_limit) & (n_a > 0) & (n_b > 0)
-    p_up, p_down = np.array(p_up, ndmin=1), np.array(p_down, ndmin=1)
-    flat = [np.ravel(v) for v in (x_a, n_a, x_b, n_b)]
-    for i in np.flatnonzero(np.ravel(exact)):
-        xa, na, xb, nb = (int(v[i]) for v in flat)
-        p_up.flat[i] = exact_one_sided(xa, na, xb, nb, u_tol)
-        p_down.flat[i] = exact_one_sided(xb, nb, xa, na, u_tol)
-    p = np.minimum(1.0, 2 * np.minimum(p_up, p_down)).reshape(np.shape(x_a))
-    return np.maximum(z_up, z_down), p, exact
-
-
-def critical_value(n_a: int, n_b: int, u_tol: float, level: float) -> float:
-    """Smallest observed statistic T whose exact one-sided p-value is <= ``level`` (inf: none).
-
-    The one-sided test rejects exactly where T >= this value (p is non-increasing in T), so the
-    whole rejection region of a sample size is known without testing every table.
-    """
-    x_a = np.arange(n_a + 1, dtype="float64")[:, None]
-    x_b = np.arange(n_b + 1, dtype="float64")[None, :]
-    candidates = np.unique(statistic(x_a, n_a, x_b, n_b, u_tol))
-    candidates = candidates[candidates > 0]
-    if candidates.size == 0:
-        return float("inf")
-
-    def p_value(t):
-        return _supremum(n_a, n_b, *_boundary(n_a, n_b, t, u_tol), u_tol)
-
-    if p_value(candidates[-1]) > level:
-        return float("inf")
-    lo, hi = 0, len(candidates) - 1  # invariant: p(candidates[hi]) <= level
-    while lo < hi:
-        mid = (lo + hi) // 2
-        p = p_value(candidates[mid])
-        if p <= level:
-            hi = mid
-        else:
-            lo = mid + 1
-    return float(candidates[hi])
-
-
-@functools.lru_cache(maxsize=4096)
-def critical_statistic(n_a: int, n_b: int, u_tol: float, level: float, steps: int = 16) -> float:
-    """The one-sided exact test's critical value by bisection on T itself (no list of every
-    table's statistic): the smallest t > 0, to ~1e-4 (a table's statistic closer than that to
-    it may fall on either side: a negligible share of power), with sup_H0 P(T >= t) <= ``level``.
-    Cached: planning asks for the same sizes and level again and again. Statistics t that give
-    the same region give the same answer, so each region is assessed once."""
-    seen: dict[tuple[bool, bytes], bool] = {}
-
-    def too_likely(t: float) -> bool:  # sup_H0 P(T >= t) > level
-        a_small, edge = _boundary(n_a, n_b, t, u_tol)
-        key = (a_small, edge.tobytes())
+    tested = (n_a > 0) & (n_b > 0)
+    p = np.ones(np.shape(x_a))
+    seen: dict[tuple[int, ...], float] = {}
+    for i in np.flatnonzero(np.ravel(tested & (np.maximum(z_up, z_down) > 0))):
+        xa, na, xb, nb = (int(v.flat[i]) for v in (x_a, n_a, x_b, n_b))
+        key = (xa, na, xb, nb) if z_up.flat[i] > 0 else (xb, nb, xa, na)
         if key not in seen:
-            seen[key] = _supremum(n_a, n_b, a_small, edge, u_tol, above=level) > level
-        return seen[key]
-
-    lo, hi = 0.0, float(stats.norm.isf(level)) + 2.0
-    while too_likely(hi):
-        lo, hi = hi, 2 * hi
-        if hi > 1e6:
-            return float("inf")
-    for _ in range(steps):
-        mid = (lo + hi) / 2
-        if too_likely(mid):
-            lo = mid
-        else:
-            hi = mid
-    return hi
+            seen[key] = exact_one_sided(*key, u_tol=u_tol, gamma=gamma)
+        p.flat[i] = min(1.0, 2 * seen[key])
+    return np.maximum(z_up, z_down), p, tested
 
 
-def exact_power(n_a: int, n_b: int, p_a: float, p_b: float, u_tol: float, level: float) -> float:
-    """P(the two-sided exact test rejects at ``level``) at true rates (p_A, p_B): the sum over
-    the smaller group of its pmf times the other group's tail beyond each side's region edge."""
-    power = 0.0
-    for na, nb, pa, pb in ((n_a, n_b, p_a, p_b), (n_b, n_a, p_b, p_a)):
-        t = critical_statistic(int(na), int(nb), float(u_tol), float(level) / 2)
-        if np.isfinite(t):
-            a_small, edge = _boundary(na, nb, t, u_tol)
-            power += float(_region_probability(na, nb, a_small, edge, [pb], pa - pb)[0])
-    return min(power, 1.0)
-
-
-def rejection_region(n_a: int, n_b: int, u_tol: float, alpha: float) -> np.ndarray:
-    """Boolean (n_A + 1, n_B + 1) table: where the two-sided exact test rejects at ``alpha``."""
-    x_a = np.arange(n_a + 1, dtype="float64")[:, None]
-    x_b = np.arange(n_b + 1, dtype="float64")[None, :]
-    up = critical_value(n_a, n_b, u_tol, alpha / 2)
-    down = critical_value(n_b, n_a, u_tol, alpha / 2)
-    threshold_up, threshold_down = up - _TIE * (1 + abs(up)), down - _TIE * (1 + abs(down))
-    return (statistic(x_a, n_a, x_b, n_b, u_tol) >= threshold_up) | (
-        statistic(x_b, n_b, x_a, n_a, u_tol) >= threshold_down
-    )
+def rejection_region(
+    n_a: int, n_b: int, u_tol: float, alpha: float, gamma: float = GAMMA
+) -> np.ndarray:
+    """Boolean (n_A + 1, n_B + 1) table: where the two-sided test rejects at ``alpha``, from the
+    p-value of every table (small groups: enumeration proofs)."""
+    x_a, x_b = np.meshgrid(np.arange(n_a + 1), np.arange(n_b + 1), indexing="ij")
+    return two_sample_test(x_a, n_a, x_b, n_b, u_tol, gamma)[1] <= alpha
 
 
 def rejection_probability(region: np.ndarray, p_a, p_b) -> np.ndarray:
@@ -421,3 +379,137 @@ def normal_power(p_a, n_a, p_b, n_b, u_tol: float, level: float) -> np.ndarray:
     u = p_a - p_b
     with np.errstate(divide="ignore", invalid="ignore"):
         return stats.norm.cdf((u - u_tol) / s - z) + stats.norm.cdf((-u - u_tol) / s - z)
+
+
+def _range_max(values: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """max of values[first .. last] (inclusive) for each pair of indices (a sparse table)."""
+    levels = [values]
+    while 2 ** len(levels) <= len(values):
+        half = 2 ** (len(levels) - 1)
+        levels.append(np.maximum(levels[-1][:-half], levels[-1][half:]))
+    level = np.floor(np.log2(last - first + 1)).astype("int64")
+    out = np.empty(len(first))
+    for j in np.unique(level):
+        at = level == j
+        out[at] = np.maximum(levels[j][first[at]], levels[j][last[at] - 2**j + 1])
+    return out
+
+
+def _critical_statistics(
+    n_a: int, n_b: int, u_tol: float, budget: float, p_b: np.ndarray
+) -> np.ndarray:
+    """For each nuisance value p_B, the smallest t with P_p_B(S >= t) <= ``budget``, to
+    _PRECISION (inf where no t > 0 has it): one bisection for all values, from z ± 2 (z the
+    normal quantile of the budget, widened where it does not bracket)."""
+    xs = _smaller_counts(n_a, n_b, p_b, u_tol)
+    probability = _Probabilities(n_a, n_b, xs, p_b, u_tol)
+
+    def too_likely(t: np.ndarray) -> np.ndarray:  # P(S >= t) > budget
+        return probability(_boundary(n_a, n_b, t, u_tol, xs)[1]) > budget
+
+    z = float(stats.norm.isf(budget))
+    low, high = np.full(len(p_b), max(z - 2.0, 0.0)), np.full(len(p_b), z + 2.0)
+    low[~too_likely(low)] = 0.0
+    while (open_ := too_likely(high) & np.isfinite(high)).any():
+        low, high = np.where(open_, high, low), np.where(open_, 2 * high, high)
+        high[high > 1e6] = np.inf
+    finite = np.isfinite(high)
+    while ((high - low)[finite] > _PRECISION).any():
+        mid = np.where(finite, (low + high) / 2, 1.0)
+        above = too_likely(mid)
+        low, high = np.where(above, mid, low), np.where(above | ~finite, high, mid)
+    return high
+
+
+def _one_sided_power(
+    n_a: int, n_b: int, p_a: float, p_b: float, u_tol: float, budget: float, gamma: float
+) -> float:
+    """P(the one-sided test of p_A − p_B > U_tol has sup over C_γ ∩ H0 <= ``budget``) at true
+    rates (p_A, p_B).
+
+    The test rejects a table x where S(x) >= c(θ) at every nuisance value θ it maximises over
+    (c: _critical_statistics), or where its rectangle lies in H1. Per count of the smaller group,
+    the tables at or beyond the region {T >= max c} (or in H1) all reject: their probability is a
+    binomial tail; those between it and {T >= min c} are decided one by one. Counts whose mass is
+    below _OUTSIDE under the true rates are left out."""
+    a_small = n_a <= n_b
+    x_a = np.arange(*stats.binom.ppf([_OUTSIDE, 1 - _OUTSIDE], n_a, p_a) + [0, 1])
+    x_b = np.arange(*stats.binom.ppf([_OUTSIDE, 1 - _OUTSIDE], n_b, p_b) + [0, 1])
+    if statistic(x_a[-1], n_a, x_b[0], n_b, u_tol) <= 0:  # no table left in has T > 0
+        return 0.0
+    (a_low, _), (_, a_high) = (clopper_pearson(x, n_a, gamma) for x in x_a[[0, -1]])
+    (b_low, _), (_, b_high) = (clopper_pearson(x, n_b, gamma) for x in x_b[[0, -1]])
+    grid = _nuisance_grid(n_a, n_b, u_tol)
+    first, last = _snap(grid, max(a_low - u_tol, b_low), max(min(a_high - u_tol, b_high), 0.0))
+    thetas = grid[first : last + 1]
+    critical = _critical_statistics(n_a, n_b, u_tol, budget, thetas)
+    xs, xl = (x_a, x_b) if a_small else (x_b, x_a)
+    pmf_s = stats.binom.pmf(xs, *((n_a, p_a) if a_small else (n_b, p_b)))
+    n_l, p_l = (n_b, p_b) if a_small else (n_a, p_a)
+    h1 = _h1_edges(a_small, xs, n_a, n_b, u_tol, gamma)
+    if np.isfinite(critical.max()):
+        sure = _boundary(n_a, n_b, critical.max(), u_tol, xs)[1]
+        sure = np.maximum(sure, h1) if a_small else np.minimum(sure, h1)
+    else:
+        sure = h1
+    power = float(pmf_s @ _binomial_tail(a_small, n_l, sure, np.full(len(xs), p_l)))
+    if not np.isfinite(critical.min()):
+        return power
+    maybe = _boundary(n_a, n_b, critical.min(), u_tol, xs)[1]
+    start, stop = (
+        (sure + 1, maybe + 1) if a_small else (maybe, sure)
+    )  # undecided x_l: [start, stop)
+    start, stop = np.maximum(start, xl[0]), np.minimum(stop, xl[-1] + 1)
+    count = np.maximum(stop - start, 0).astype("int64")
+    if not count.any():
+        return power
+    row = np.repeat(np.arange(len(xs)), count)
+    large = (
+        np.repeat(start, count)
+        + np.arange(count.sum())
+        - np.repeat(np.cumsum(count) - count, count)
+    )
+    small = xs[row]
+    ia, ib = (small - x_a[0], large - x_b[0]) if a_small else (large - x_a[0], small - x_b[0])
+    ia, ib = ia.astype("int64"), ib.astype("int64")
+    xa_t, xb_t = x_a[ia], x_b[ib]
+    t = statistic(xa_t, n_a, xb_t, n_b, u_tol)
+    (a_low, a_high), (b_low, b_high) = (
+        clopper_pearson(xa_t, n_a, gamma),
+        clopper_pearson(xb_t, n_b, gamma),
+    )
+    lo_i, hi_i = _snap(grid, np.maximum(a_low - u_tol, b_low), np.minimum(a_high - u_tol, b_high))
+    worst = _range_max(critical, lo_i - first, hi_i - first)
+    reject = t >= worst - _TIE * (1 + np.abs(worst))
+    pmf_l = stats.binom.pmf(large, n_l, p_l)
+    return power + float((pmf_s[row] * pmf_l * reject).sum())
+
+
+def _h1_edges(a_small: bool, xs: np.ndarray, n_a: int, n_b: int, u_tol: float, gamma: float):
+    """Per count of the smaller group, where the rectangle of the two intervals lies in H1
+    (a_lo − U_tol > b_hi, p = γ): x_B <= the edge (A smaller) or x_A >= it. By the intervals'
+    duality with the binomial tails (b_hi(x) < v exactly where P(X_B <= x; v) < the interval's
+    tail, likewise a_lo(x) > v where P(X_A >= x; v) < it), one binomial quantile per count."""
+    tail = -np.expm1(0.5 * np.log1p(-gamma)) / 2
+    if a_small:
+        v = clopper_pearson(xs, n_a, gamma)[0] - u_tol
+        edge = stats.binom.ppf(tail, n_b, np.clip(v, 0.0, 1.0)) - 1
+        return np.where(v > 0, edge, -1.0)
+    v = clopper_pearson(xs, n_b, gamma)[1] + u_tol
+    edge = n_a - stats.binom.ppf(tail, n_a, np.clip(1 - v, 0.0, 1.0)) + 1
+    return np.where(v < 1, edge, n_a + 1.0)
+
+
+def exact_power(
+    n_a: int, n_b: int, p_a: float, p_b: float, u_tol: float, level: float, gamma: float = GAMMA
+) -> float:
+    """P(the two-sided test rejects at ``level``) at true rates (p_A, p_B): each side rejects
+    where its sup over C_γ ∩ H0 is at most level/2 − γ (_one_sided_power)."""
+    budget = level / 2 - gamma
+    if budget <= 0:
+        return 0.0
+    power = sum(
+        _one_sided_power(int(na), int(nb), float(pa), float(pb), u_tol, budget, gamma)
+        for na, nb, pa, pb in ((n_a, n_b, p_a, p_b), (n_b, n_a, p_b, p_a))
+    )
+    return min(power, 1.0)

@@ -1,7 +1,8 @@
-"""Detection's two-sample test: size at most α at every n, proven by enumeration of every table.
+"""Detection's two-sample test (Berger-Boos exact at every size): size at most α proven by
+enumeration of every table at small n and by simulation at large, very unequal n; the p-value
+against an independent brute force; planning's exact power against the test's own p-values.
 
-benchmarks/calibration.py runs the full proof (every n from 1 to 200, and n vs 10n); here a
-seeded subset that still covers the smallest groups, where the asymptotic test failed.
+benchmarks/calibration.py runs the longer proofs (every n from 1 to 200, and n vs 10n).
 """
 
 import numpy as np
@@ -10,7 +11,10 @@ from scipy import stats
 
 from biasaudit.tasks.rates import comparison_rates, comparison_reasons
 from biasaudit.tasks.twosample import (
+    GAMMA,
     exact_one_sided,
+    exact_power,
+    normal_power,
     rejection_probability,
     rejection_region,
     statistic,
@@ -18,17 +22,18 @@ from biasaudit.tasks.twosample import (
 )
 
 ALPHA = 0.05
-RATES = np.concatenate([[0.001, 0.01], np.linspace(0.02, 0.98, 49), [0.99, 0.999]])
+BOUNDARY = np.linspace(0.0, 1.0, 201)  # true rates p_B on H0's boundary p_A = p_B ± U_tol
 
 
-def enumerated_size(n_a, n_b, u_tol):
-    """max over the rate grid of Σ pmf_A(x_A)·pmf_B(x_B) over the tables the test rejects, on
-    H0's boundary |p_A − p_B| = U_tol; the rejecting tables found by calling the test itself."""
+def enumerated_size(n_a, n_b, u_tol, alpha=ALPHA):
+    """max over the fine rate grid of Σ pmf_A(x_A)·pmf_B(x_B) over the tables the test rejects,
+    on H0's boundary |p_A − p_B| = U_tol; the rejecting tables found by calling the test itself
+    on every table (a finite sum: the exact size at each rate)."""
     x_a, x_b = np.meshgrid(np.arange(n_a + 1), np.arange(n_b + 1), indexing="ij")
     _, p, _ = two_sample_test(x_a, n_a, x_b, n_b, u_tol)
-    reject = (p <= ALPHA).astype(float)
+    reject = (p <= alpha).astype(float)
     worst = 0.0
-    for p_b in RATES[RATES <= 1 - u_tol]:
+    for p_b in BOUNDARY[BOUNDARY <= 1 - u_tol]:
         for p_a, q_b in ((p_b + u_tol, p_b), (p_b, p_b + u_tol)):
             pmf_a = stats.binom.pmf(np.arange(n_a + 1), n_a, p_a)
             pmf_b = stats.binom.pmf(np.arange(n_b + 1), n_b, q_b)
@@ -36,59 +41,165 @@ def enumerated_size(n_a, n_b, u_tol):
     return worst
 
 
-@pytest.mark.parametrize("u_tol", [0.0, 0.05])
-@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 8, 10, 13, 17])
-def test_size_at_most_alpha_by_enumeration_of_every_table(n, u_tol):
-    """It rejects a true H0 with probability <= α at every rate of the grid, for two groups of n
-    and for n against 4n (the Agresti-Caffo test reached 0.10 at n = 1 and 0.079 at n = 8)."""
-    assert enumerated_size(n, n, u_tol) <= ALPHA + 1e-12
-    assert enumerated_size(n, 4 * n, u_tol) <= ALPHA + 1e-12
+@pytest.mark.parametrize("u_tol", [0.0, 0.05, 0.2])
+@pytest.mark.parametrize(
+    ("n_a", "n_b"),
+    [
+        (1, 1),
+        (2, 2),
+        (3, 3),
+        (5, 5),
+        (8, 8),
+        (13, 13),
+        (17, 17),
+        (2, 8),
+        (5, 20),
+        (13, 52),
+        (1, 40),
+        (3, 90),
+        (8, 160),
+        (150, 4),
+    ],
+)
+def test_size_at_most_alpha_by_enumeration_of_every_table(n_a, n_b, u_tol):
+    """It rejects a true H0 with probability <= α at every rate of a 201-point grid of H0's
+    boundary, for equal groups, n against 4n and very unequal groups (1 vs 40 ... 8 vs 160; the
+    Agresti-Caffo z-test reached 0.10 at n = 1 and 0.079 at n = 8)."""
+    assert enumerated_size(n_a, n_b, u_tol) <= ALPHA + 1e-12
 
 
 @pytest.mark.parametrize("u_tol", [0.0, 0.05])
-def test_size_at_most_alpha_up_to_200_from_the_rejection_region(u_tol):
-    """It keeps the size <= α up to n = 200 (every n to 40, then steps), by the rejection region
-    (tasks.twosample.rejection_region, checked against the test's own p-values above)."""
-    for n in [*range(1, 41), 60, 90, 130, 200]:
-        region = rejection_region(n, n, u_tol, ALPHA)
-        p_b = RATES[RATES <= 1 - u_tol]
-        size = max(
-            rejection_probability(region, p_b + u_tol, p_b).max(),
-            rejection_probability(region, p_b, p_b + u_tol).max(),
-        )
-        assert size <= ALPHA + 1e-12, n
-    assert size > 0.8 * ALPHA / (2 if u_tol else 1)  # and it is not trivially conservative
+def test_size_at_most_alpha_up_to_200_from_the_exact_power(u_tol):
+    """It keeps the size <= α up to n = 200 and for n against 10n: the size is exact_power at
+    H0's boundary, which equals the enumeration of the p-values' rejection region (next test)."""
+    rates = np.linspace(0.02, 0.98 - u_tol, 13)
+    worst = 0.0
+    for n_a, n_b in [(25, 25), (40, 400), (60, 60), (130, 130), (200, 200), (200, 20)]:
+        for p_b in rates:
+            for p_a, q_b in ((p_b + u_tol, p_b), (p_b, p_b + u_tol)):
+                size = exact_power(n_a, n_b, p_a, q_b, u_tol, ALPHA)
+                assert size <= ALPHA + 1e-12, (n_a, n_b, p_b)
+                worst = max(worst, size)
+    assert worst > 0.5 * ALPHA / (2 if u_tol else 1)  # and it is not trivially conservative
 
 
-@pytest.mark.parametrize(("n_a", "n_b"), [(7, 9), (20, 60), (15, 4)])
-@pytest.mark.parametrize("u_tol", [0.0, 0.05])
-def test_region_agrees_with_the_p_values(n_a, n_b, u_tol):
-    """It rejects exactly the tables whose p-value is <= α (critical values vs p-values)."""
-    x_a, x_b = np.meshgrid(np.arange(n_a + 1), np.arange(n_b + 1), indexing="ij")
-    _, p, _ = two_sample_test(x_a, n_a, x_b, n_b, u_tol)
-    assert ((p <= ALPHA) == rejection_region(n_a, n_b, u_tol, ALPHA)).all()
+@pytest.mark.parametrize(("n_a", "n_b"), [(7, 9), (12, 30), (15, 4), (3, 40), (25, 25)])
+@pytest.mark.parametrize("u_tol", [0.0, 0.05, 0.2])
+def test_exact_power_is_the_sum_over_the_p_values_region(n_a, n_b, u_tol):
+    """Planning's exact power (critical statistics per nuisance value, the tables between them
+    decided one by one) equals the binomial sum over the tables whose p-value is <= the level."""
+    for level in (0.05, 0.003):
+        region = rejection_region(n_a, n_b, u_tol, level)
+        for p_a, p_b in [(0.5, 0.2), (0.3, 0.25 + u_tol), (0.9, 0.5), (0.1, 0.6), (0.02, 0.3)]:
+            expected = rejection_probability(region, p_a, p_b)[0]
+            assert exact_power(n_a, n_b, p_a, p_b, u_tol, level) == pytest.approx(
+                expected, abs=1e-12
+            )
 
 
-def test_one_sided_p_value_is_the_supremum_over_the_null():
-    """Its one-sided p-value is the largest probability, over a fine grid of H0 (interior
-    included), of a statistic at least as large as the observed one (independent brute force)."""
-    n_a, n_b, x_a, x_b, u_tol = 9, 14, 7, 4, 0.05
-    t = statistic(x_a, n_a, x_b, n_b, u_tol)
-    tables = statistic(np.arange(n_a + 1)[:, None], n_a, np.arange(n_b + 1)[None, :], n_b, u_tol)
-    extreme = (tables >= t - 1e-9).astype(float)
+def clopper_pearson_brute(x, n, confidence):
+    """Clopper-Pearson by its definition: the rates at which each tail of the observed count is
+    (1 − confidence)/2, found by bisection on scipy's binomial CDF."""
+
+    def solve(function, target):
+        low, high = 0.0, 1.0
+        for _ in range(200):
+            mid = (low + high) / 2
+            low, high = (mid, high) if function(mid) > target else (low, mid)
+        return (low + high) / 2
+
+    tail = (1 - confidence) / 2
+    lower = 0.0 if x == 0 else 1 - solve(lambda q: stats.binom.sf(x - 1, n, 1 - q), tail)
+    upper = 1.0 if x == n else solve(lambda p: stats.binom.cdf(x, n, p), tail)
+    return lower, upper
+
+
+def berger_boos_brute(x_a, n_a, x_b, n_b, u_tol, gamma):
+    """γ + max over a dense grid of (p_A, p_B) in the rectangle of the two groups' intervals
+    (each of confidence √(1 − γ)) within H0 (p_A − p_B <= U_tol), interior included, of
+    P(T >= t_obs) over every table (plain loops): the definition, no monotonicity used."""
+    t_obs = statistic(x_a, n_a, x_b, n_b, u_tol)
+    if t_obs <= 0:
+        return 1.0
+    extreme = np.zeros((n_a + 1, n_b + 1))
+    for i in range(n_a + 1):
+        for j in range(n_b + 1):
+            extreme[i, j] = statistic(i, n_a, j, n_b, u_tol) >= t_obs - 1e-9 * (1 + t_obs)
+    a_low, a_high = clopper_pearson_brute(x_a, n_a, np.sqrt(1 - gamma))
+    b_low, b_high = clopper_pearson_brute(x_b, n_b, np.sqrt(1 - gamma))
     best = 0.0
-    for p_b in np.linspace(0, 1 - u_tol, 400):
-        for p_a in np.linspace(0, p_b + u_tol, 8):  # H0: p_A − p_B <= U_tol
+    for p_b in np.linspace(b_low, b_high, 601):
+        top = min(a_high, p_b + u_tol)  # H0 within the rectangle
+        if top < a_low:
+            continue
+        pmf_b = stats.binom.pmf(np.arange(n_b + 1), n_b, p_b)
+        for p_a in np.linspace(a_low, top, 12):
             pmf_a = stats.binom.pmf(np.arange(n_a + 1), n_a, p_a)
-            pmf_b = stats.binom.pmf(np.arange(n_b + 1), n_b, p_b)
             best = max(best, float(pmf_a @ extreme @ pmf_b))
-    assert exact_one_sided(x_a, n_a, x_b, n_b, u_tol) == pytest.approx(best, abs=2e-4)
+    return min(1.0, gamma + best)
 
 
-def test_large_counts_use_the_normal_tail():
-    """Above the exact limit the p-value is the normal one (no enumeration of millions)."""
-    z, p, exact = two_sample_test(5200, 10_000, 5000, 10_000)
-    assert not exact and p == pytest.approx(2 * stats.norm.sf(z), rel=1e-12)
+@pytest.mark.parametrize(
+    ("x_a", "n_a", "x_b", "n_b", "u_tol", "gamma"),
+    [
+        (7, 9, 4, 14, 0.05, GAMMA),  # the intervals cover nearly all of H0
+        (7, 9, 4, 14, 0.05, 0.02),
+        (12, 20, 3, 18, 0.0, 0.01),
+        (5, 6, 10, 30, 0.1, 0.05),
+        (20, 25, 4, 22, 0.05, 0.05),  # the rectangle lies in H1: p = γ
+        (3, 12, 1, 40, 0.0, 0.001),
+        (9, 30, 2, 35, 0.05, 1e-4),
+        (40, 60, 30, 70, 0.0, 0.001),
+    ],
+)
+def test_one_sided_p_value_is_berger_boos_by_brute_force(x_a, n_a, x_b, n_b, u_tol, gamma):
+    """Its one-sided p-value is γ plus the largest probability, over the confidence rectangle
+    within H0 (interior included), of a statistic at least as large as the observed one, by an
+    independent brute force (intervals from the binomial CDF, every table, a dense grid): never
+    below it by more than 1e-5 (the nuisance grid's resolution), above it by at most 5e-4 (the
+    grid values just outside the interval's ends are evaluated too: conservative)."""
+    expected = berger_boos_brute(x_a, n_a, x_b, n_b, u_tol, gamma)
+    p = exact_one_sided(x_a, n_a, x_b, n_b, u_tol, gamma)
+    assert expected - 1e-5 <= p <= expected + 5e-4
+
+
+def test_monte_carlo_size_at_large_and_very_unequal_n():
+    """At 375 vs 45,000 on H0's boundary U = ±0.05, simulated tables are rejected at most at
+    α/2 (one side is at its boundary, the other far inside its null), and at 3,000 vs 30,000 with
+    equal rates at most at α (3,000 tables each, within three standard errors)."""
+    rng = np.random.default_rng(11)
+    sims = 3000
+    cases = [(375, 45_000, 0.70, 0.05, 1), (375, 45_000, 0.70, 0.05, -1), (3000, 30_000, 0.3, 0, 1)]
+    for n_g, n_r, p_r, u_tol, sign in cases:
+        x_g, x_r = rng.binomial(n_g, p_r + sign * u_tol, sims), rng.binomial(n_r, p_r, sims)
+        _, p, _ = two_sample_test(x_g, n_g, x_r, n_r, u_tol)
+        size = ALPHA / 2 if u_tol else ALPHA
+        assert (p <= ALPHA).mean() <= size + 3 * np.sqrt(size * (1 - size) / sims), (n_g, sign)
+
+
+def test_power_rises_with_the_reference_and_matches_simulation():
+    """A group of 375 (TPR 0.55) against a reference at 0.70, tolerance 0.05, level 0.0007: the
+    power rises with the reference (1,125 / 4,500 / 45,000 positives; the whole-range supremum
+    gave 0.44 / 0.38 / 0.03) and is at least 0.6 at 45,000, near the normal-theory power; and
+    the simulated rejection rate of the test agrees with it (400 audits, ±0.075)."""
+    powers = [exact_power(375, n_r, 0.55, 0.70, 0.05, 0.0007) for n_r in (1125, 4500, 45_000)]
+    assert powers[0] < powers[1] < powers[2] and powers[2] >= 0.6
+    normal = normal_power(0.55, 375, 0.70, 45_000, 0.05, 0.0007)
+    assert powers[2] == pytest.approx(float(normal), abs=0.05)
+    rng = np.random.default_rng(5)
+    x_g, x_r = rng.binomial(375, 0.55, 400), rng.binomial(45_000, 0.70, 400)
+    _, p, _ = two_sample_test(x_g, 375, x_r, 45_000, 0.05)
+    assert (p <= 0.0007).mean() == pytest.approx(powers[2], abs=0.075)
+
+
+def test_no_jump_at_a_thousand():
+    """One test at every size: the p-values of 1,000 and 1,001 positives at the same rates, and
+    the exact power there, differ only as the counts do (the old switch from the exact to the
+    normal test above 1,000 moved the p-value 2.3e-4 -> 1.4e-5)."""
+    _, p, _ = two_sample_test([550, 551], [1000, 1001], [2135, 2135], [3050, 3050], 0.05)
+    assert p[0] == pytest.approx(p[1], rel=0.15)
+    before, after = (exact_power(n, 3050, 0.55, 0.70, 0.05, 0.0007) for n in (1000, 1001))
+    assert abs(after - before) < 0.005
 
 
 def pairs_of(groups, reference_name=None):
@@ -143,34 +254,23 @@ def test_min_group_size_leaves_small_groups_untested():
     ("n_a", "n_b"), [(5, 40), (40, 5), (37, 37), (150, 900), (900, 150), (400, 4000), (12_000, 999)]
 )
 @pytest.mark.parametrize("u_tol", [0.0, 0.05])
-def test_grid_tail_table_equals_the_binomial_cdf(n_a, n_b, u_tol, monkeypatch):
-    """The tails planning reads from one table per pair of sizes (cumulative sums of the pmf,
-    only the counts near the mean kept at large n) equal scipy's binomial CDF and survival
+def test_tail_table_equals_the_binomial_cdf(n_a, n_b, u_tol):
+    """The larger group's tails read from one table per nuisance value (cumulative sums of the
+    pmf, only the counts near the mean kept at large n) equal scipy's binomial CDF and survival
     function (special.bdtr, bdtrc) at every region edge: within 1e-12 up to n = 1,000, within
-    1e-9 beyond (the log-gamma of n carries the rounding); and the critical statistics and exact
-    powers they give equal those computed with the CDF alone (no table)."""
+    1e-9 beyond (the log-gamma of n carries the rounding)."""
     from biasaudit.tasks import twosample
 
-    grid = twosample._grid(u_tol)
+    p_b = np.linspace(0.0, 1.0 - u_tol, 65)
+    xs = np.arange(min(n_a, n_b) + 1, dtype="float64")
     tolerance = 1e-12 if max(n_a, n_b) <= 1000 else 1e-9
     for t in (0.5, 1.5, 2.5, 3.5):
-        a_small, edge = twosample._boundary(n_a, n_b, t, u_tol)
-        arguments = (n_a, n_b, a_small, edge, grid, u_tol)
-        table = twosample._grid_tails(n_a, n_b, a_small, u_tol)
-        assert table is not None
-        from_table = twosample._region_probability(*arguments, tails=table)
-        from_cdf = twosample._region_probability(*arguments)
-        assert np.abs(from_table - from_cdf).max() < tolerance
-    rates = (0.3 + u_tol, 0.25) if n_a < n_b else (0.25, 0.3 + u_tol)
-    with_table = twosample.exact_power(n_a, n_b, *rates, u_tol, ALPHA)
-    monkeypatch.setattr(twosample, "_TABLE_RATIO", 0)
-    for cached in (twosample._grid_tails, twosample._refinement, twosample.critical_statistic):
-        cached.cache_clear()
-    assert twosample.exact_power(n_a, n_b, *rates, u_tol, ALPHA) == pytest.approx(
-        with_table, abs=tolerance
-    )
-    for cached in (twosample._grid_tails, twosample._refinement, twosample.critical_statistic):
-        cached.cache_clear()
+        _, edge = twosample._boundary(n_a, n_b, t, u_tol, xs)
+        probabilities = twosample._Probabilities(n_a, n_b, xs, p_b, u_tol)
+        assert probabilities.table is not None
+        from_table = probabilities(edge)
+        probabilities.table = None  # the binomial CDF at each edge instead
+        assert np.abs(from_table - probabilities(edge)).max() < tolerance
 
 
 @pytest.mark.parametrize(("n_a", "n_b"), [(1, 1), (3, 17), (17, 3), (25, 25), (8, 60), (60, 8)])
@@ -178,13 +278,17 @@ def test_grid_tail_table_equals_the_binomial_cdf(n_a, n_b, u_tol, monkeypatch):
 def test_region_edges_are_those_of_every_table(n_a, n_b, u_tol):
     """The region {T >= t} that _boundary describes (one edge per count of the smaller group,
     from the quadratic's root moved against T) is exactly the set of tables whose statistic is
-    at least t, found by computing T for every table, at statistics from 1e-4 to 30."""
+    at least t, found by computing T for every table, at statistics from 1e-4 to 30 (one at a
+    time and all at once)."""
     from biasaudit.tasks import twosample
 
     x_a, x_b = np.meshgrid(np.arange(n_a + 1), np.arange(n_b + 1), indexing="ij")
     table = statistic(x_a, n_a, x_b, n_b, u_tol)
-    for t in (1e-4, 0.3, 1.0, 1.96, 2.8, 4.0, 30.0):
+    ts = (1e-4, 0.3, 1.0, 1.96, 2.8, 4.0, 30.0)
+    _, together = twosample._boundary(n_a, n_b, np.array(ts), u_tol)
+    for t, row in zip(ts, together):
         a_small, edge = twosample._boundary(n_a, n_b, t, u_tol)
+        assert np.array_equal(edge, row)
         region = table >= t - twosample._TIE * (1 + t)
         if a_small:  # {x_B <= edge[x_A]}
             described = x_b <= edge[:, None]
