@@ -38,8 +38,8 @@ from biasaudit.tasks.multiplicity import bh_adjust
 from biasaudit.tasks.planning import detection_power
 from biasaudit.tasks.rates import comparison_rates
 from biasaudit.tasks.twosample import (
+    exact_power,
     rejection_probability,
-    rejection_region,
     statistic,
     two_sample_test,
 )
@@ -57,6 +57,17 @@ def worst_size(region: np.ndarray, u_tol: float) -> float:
         pairs = [(p + u_tol, p), (p, p + u_tol)] if u_tol > 0 else [(p, p)]
         for p_a, p_b in pairs:
             worst = max(worst, float(rejection_probability(region, p_a, p_b)[0]))
+    return worst
+
+
+def worst_exact_size(n_a: int, n_b: int, u_tol: float) -> float:
+    """worst_size of detection's test, by its exact power on H0's boundary (tasks.twosample
+    .exact_power equals the sum over the region of its p-values: tests/test_twosample.py)."""
+    worst = 0.0
+    for p in RATES[RATES <= 1 - u_tol]:
+        pairs = [(p + u_tol, p), (p, p + u_tol)] if u_tol > 0 else [(p, p)]
+        for p_a, p_b in pairs:
+            worst = max(worst, exact_power(n_a, n_b, p_a, p_b, u_tol, ALPHA))
     return worst
 
 
@@ -80,7 +91,7 @@ def exact_sizes() -> pd.DataFrame:
                         "tolerance": u_tol,
                         "n": n,
                         "reference": n_b,
-                        "exact": worst_size(rejection_region(n, n_b, u_tol, ALPHA), u_tol),
+                        "exact": worst_exact_size(n, n_b, u_tol),
                         "agresti-caffo": worst_size(asymptotic_region(n, n_b, u_tol), u_tol),
                     }
                 )

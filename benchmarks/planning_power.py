@@ -1,4 +1,4 @@
-"""Planning's exact power per pair of sizes: the tail table (tasks.twosample._grid_tails) against
+"""Planning's exact power per pair of sizes: the tail table (tasks.twosample._tails) against
 the binomial CDF at every region edge (the table switched off), each the best of --repeat, the
 caches cleared before every call, in one process. With --plain: only the time per pair, on
 whatever code is imported (an older checkout first on PYTHONPATH, to compare versions).
@@ -33,7 +33,7 @@ PAIRS = [
 
 def seconds(n_a: int, n_b: int) -> float:
     """exact_power at U_tol 0 and 0.05, levels 0.05 and 0.0003, caches cleared first."""
-    for name in ("_grid_tails", "_grid_pmf", "_refinement", "_log_choose", "critical_statistic"):
+    for name in ("_nuisance_grid", "_log_choose"):
         if hasattr(twosample, name):
             getattr(twosample, name).cache_clear()
     start = time.perf_counter()
@@ -58,7 +58,7 @@ def main() -> None:
     for n_a, n_b in PAIRS:
         twosample._TABLE_RATIO = ratio
         with_table = min(seconds(n_a, n_b) for _ in range(args.repeat))
-        used = twosample._grid_tails(n_a, n_b, True, 0.0) is not None
+        used = twosample._tails(True, n_b, np.array([0.25]), n_a + 1) is not None
         twosample._TABLE_RATIO = 0
         cdf_only = min(seconds(n_a, n_b) for _ in range(args.repeat))
         width = min(n_b + 1, 2 * int(np.ceil(twosample._SPREAD * np.sqrt(n_b))) + 1)
