@@ -60,11 +60,12 @@ from scipy import special, stats
 GAMMA = 1e-9  # Berger-Boos γ: the confidence set's error, added to every one-sided p-value
 _GRID = 257  # nuisance values on the null boundary, at least
 _TIE = 1e-9  # statistics within this (relative) of the observed one count as "as extreme"
-_TABLE_RATIO = 50  # _tails: a table at most this many times the smaller group's counts
-_SPREAD = 5.0  # _tails keeps the larger group's counts within this many √n of the mean
+_TABLE_RATIO = 100  # _Probabilities: a tail table's column costs 1/this of a binomial CDF
+_SPREAD = 5.0  # _Probabilities: the larger group's counts within this many √n of its mean
 _NEGLIGIBLE = 1e-18  # _window: the smaller group's mass left out, at most (Hoeffding)
 _WALK = 8  # _boundary: steps from the quadratic's root before it bisects instead
 _PRECISION = 1e-6  # exact_power: critical statistics to this (the statistics' gaps are wider)
+_BRACKET = 0.05  # exact_power: their first bracket, either side of a first guess
 _OUTSIDE = 1e-13  # exact_power: mass of each group's counts left out, at most
 
 
@@ -209,40 +210,27 @@ def _monotone(a_small: bool, edge: np.ndarray) -> np.ndarray:
     return np.minimum.accumulate(edge[..., ::-1], axis=-1)[..., ::-1]
 
 
-@functools.lru_cache(maxsize=8)
-def _log_choose(n: int) -> np.ndarray:
-    """log C(n, k) for k = 0 .. n, once per n (read by _log_pmf for every nuisance value)."""
-    k = np.arange(n + 1, dtype="float64")
-    return special.gammaln(n + 1) - special.gammaln(k + 1) - special.gammaln(n - k + 1)
-
-
 def _log_pmf(k: np.ndarray, n: int, p: np.ndarray) -> np.ndarray:
-    """log Binomial(n, p) pmf at counts k (row, or one row per p) for probabilities p (column)."""
-    log_choose = _log_choose(int(n))[k.astype("int64")]
+    """log Binomial(n, p) pmf at counts k (row, or one row per p) for probabilities p (column);
+    log C(n, k) from log-gamma over the range of counts asked for only (n may be millions)."""
+    counts = k.astype("int64")
+    low = int(counts.min())
+    span = np.arange(low, int(counts.max()) + 1, dtype="float64")
+    log_choose = special.gammaln(n + 1) - special.gammaln(span + 1) - special.gammaln(n - span + 1)
     p = np.asarray(p, dtype="float64")
     with np.errstate(divide="ignore", invalid="ignore"):
         successes, failures = k * np.log(p), (n - k) * np.log1p(-p)
     if (p <= 0).any() or (p >= 1).any():  # 0·log 0 = 0 (special.xlogy's convention)
         successes, failures = np.nan_to_num(successes, nan=0.0), np.nan_to_num(failures, nan=0.0)
-    return log_choose + successes + failures
+    return log_choose[counts - low] + successes + failures
 
 
-def _tails(a_small: bool, n_l: int, p_l: np.ndarray, columns: int):
+def _tails(a_small: bool, n_l: int, p_l: np.ndarray, first: np.ndarray, width: int):
     """The larger group's tail at rates ``p_l``: its CDF P(X <= k) when A is the smaller group,
     else its survival P(X >= k), by cumulative sums of its pmf: within 1e-12 of scipy's binomial
     CDF up to n ~ 1,000, 1e-9 at n ~ 10⁴ and 5e-9 at n ~ 10⁶, where the log-gamma of n carries
-    the rounding. Per row only the counts within _SPREAD·√n of the mean are kept (outside,
-    Hoeffding bounds the mass by 2·exp(−2·_SPREAD²) < 1e-21: the tail there is 0 or 1), so a
-    group of millions takes a table of thousands of columns.
-
-    Returns (first, table): row r holds the tail at counts first[r] − 1 .. first[r] + width, its
-    first and last columns the constant tail beyond the kept counts. None where the table would
-    be wider than _TABLE_RATIO times the smaller group's ``columns``: the binomial CDF at the
-    region's edges is then cheaper."""
-    width = min(n_l + 1, 2 * int(np.ceil(_SPREAD * np.sqrt(n_l))) + 1)
-    if width > _TABLE_RATIO * columns:
-        return None
-    first = np.clip(np.round(n_l * p_l).astype("int64") - width // 2, 0, n_l + 1 - width)
+    the rounding. Row r holds the tail at counts first[r] − 1 .. first[r] + width, its first and
+    last columns the constant tail beyond the kept counts (_Probabilities)."""
     counts = (first[:, None] + np.arange(width)[None, :]).astype("float64")
     pmf = np.exp(_log_pmf(counts, n_l, p_l[:, None]))
     if a_small:  # CDF; 1 exactly where the kept counts reach n
@@ -253,8 +241,7 @@ def _tails(a_small: bool, n_l: int, p_l: np.ndarray, columns: int):
         tails = np.cumsum(pmf[:, ::-1], axis=1)[:, ::-1]
         tails[first == 0, 0] = 1.0
         beyond = (1.0, 0.0)
-    padded = np.pad(np.minimum(tails, 1.0), ((0, 0), (1, 1)), constant_values=(beyond, beyond))
-    return first, padded
+    return np.pad(np.minimum(tails, 1.0), ((0, 0), (1, 1)), constant_values=(beyond, beyond))
 
 
 def _binomial_tail(a_small: bool, n_l: int, edge: np.ndarray, p: np.ndarray) -> np.ndarray:
@@ -271,8 +258,14 @@ def _binomial_tail(a_small: bool, n_l: int, edge: np.ndarray, p: np.ndarray) -> 
 class _Probabilities:
     """P(region) at p_B = each of ``p_b`` (p_A = p_B + ``shift``) for regions given by their
     edges along the smaller group's counts ``xs`` (_boundary): the smaller group's pmf times the
-    larger group's CDF (or survival) at each edge, summed. The pmf and the larger group's tail
-    table are computed once, for every region asked about."""
+    larger group's CDF (or survival) at each edge, summed.
+
+    Per nuisance value only the larger group's counts within _SPREAD·√n of its mean matter
+    (outside, Hoeffding bounds the mass by 2·exp(−2·_SPREAD²) < 1e-21: the tail there is 0 or
+    1). Where few edges fall among them (a larger group of millions against a small one: each
+    count of the small group moves the edge by several of the large one's standard errors), the
+    binomial CDF at those edges, until they cost more than a table of the tails there (_tails),
+    which then serves every region asked about (planning's bisection)."""
 
     def __init__(self, n_a: int, n_b: int, xs: np.ndarray, p_b: np.ndarray, shift: float):
         self.a_small = n_a <= n_b
@@ -281,17 +274,29 @@ class _Probabilities:
         n_s, p_s = (n_a, p_a) if self.a_small else (n_b, p_b)
         self.n_l, self.p_l = (n_b, p_b) if self.a_small else (n_a, p_a)
         self.pmf = np.exp(_log_pmf(xs[None, :], n_s, p_s[:, None]))
-        self.table = _tails(self.a_small, self.n_l, self.p_l, len(xs))
+        self.width = min(self.n_l + 1, 2 * int(np.ceil(_SPREAD * np.sqrt(self.n_l))) + 1)
+        middle = np.round(self.n_l * self.p_l).astype("int64") - self.width // 2
+        self.first = np.clip(middle, 0, self.n_l + 1 - self.width)
+        self.table: np.ndarray | None = None
+        self.spent = 0
 
-    def __call__(self, edge: np.ndarray) -> np.ndarray:
+    def __call__(self, edge: np.ndarray, table: bool | None = None) -> np.ndarray:
+        """``table``: force the table (True) or the CDF (False); None: the cheaper."""
         edge = np.broadcast_to(edge, self.pmf.shape)
+        column = edge - self.first[:, None] + 1  # the table's columns 1 .. width: kept counts
+        if self.table is None and table is not True:
+            inside = (column >= 1) & (column <= self.width)
+            self.spent += int(inside.sum())  # CDFs so far, against the table's cost
+            if table is False or self.spent * _TABLE_RATIO <= len(self.p_l) * self.width:
+                beyond = (0.0, 1.0) if self.a_small else (1.0, 0.0)
+                tail = np.where(column < 1, *beyond)
+                rates = np.broadcast_to(self.p_l[:, None], edge.shape)
+                tail[inside] = _binomial_tail(self.a_small, self.n_l, edge[inside], rates[inside])
+                return (self.pmf * tail).sum(axis=1)
         if self.table is None:
-            tail = _binomial_tail(self.a_small, self.n_l, edge, self.p_l[:, None])
-        else:  # the table's column of count k is k − first + 1, clipped to its ends
-            first, table = self.table
-            column = np.clip(edge - first[:, None] + 1, 0, table.shape[1] - 1)
-            tail = np.take_along_axis(table, column, axis=1)
-        return (self.pmf * tail).sum(axis=1)
+            self.table = _tails(self.a_small, self.n_l, self.p_l, self.first, self.width)
+        column = np.clip(column, 0, self.width + 1)
+        return (self.pmf * np.take_along_axis(self.table, column, axis=1)).sum(axis=1)
 
 
 def _smaller_counts(n_a: int, n_b: int, p_b: np.ndarray, u_tol: float) -> np.ndarray:
@@ -399,8 +404,8 @@ def _critical_statistics(
     n_a: int, n_b: int, u_tol: float, budget: float, p_b: np.ndarray
 ) -> np.ndarray:
     """For each nuisance value p_B, the smallest t with P_p_B(S >= t) <= ``budget``, to
-    _PRECISION (inf where no t > 0 has it): one bisection for all values, from z ± 2 (z the
-    normal quantile of the budget, widened where it does not bracket)."""
+    _PRECISION (inf where no t > 0 has it): one bisection for all values, from _BRACKET either
+    side of a first guess (moved out where it does not bracket)."""
     xs = _smaller_counts(n_a, n_b, p_b, u_tol)
     probability = _Probabilities(n_a, n_b, xs, p_b, u_tol)
 
@@ -408,8 +413,13 @@ def _critical_statistics(
         return probability(_boundary(n_a, n_b, t, u_tol, xs)[1]) > budget
 
     z = float(stats.norm.isf(budget))
-    low, high = np.full(len(p_b), max(z - 2.0, 0.0)), np.full(len(p_b), z + 2.0)
-    low[~too_likely(low)] = 0.0
+    # Φ̄⁻¹(P(S >= t)) ≈ t + bias: one probability at t = z places the bracket; where it misses,
+    # its ends move out
+    at_z = probability(_boundary(n_a, n_b, np.full(len(p_b), z), u_tol, xs)[1])
+    guess = np.clip(2 * z - stats.norm.isf(np.clip(at_z, 1e-300, 1.0)), _BRACKET, 2 * z + 10)
+    low, high = guess - _BRACKET, guess + _BRACKET
+    while (closed := ~too_likely(low) & (low > 0)).any():
+        low = np.where(closed, np.maximum(low - 2 * (guess - low), 0.0), low)
     while (open_ := too_likely(high) & np.isfinite(high)).any():
         low, high = np.where(open_, high, low), np.where(open_, 2 * high, high)
         high[high > 1e6] = np.inf
@@ -474,15 +484,19 @@ def _one_sided_power(
     ia, ib = ia.astype("int64"), ib.astype("int64")
     xa_t, xb_t = x_a[ia], x_b[ib]
     t = statistic(xa_t, n_a, xb_t, n_b, u_tol)
-    (a_low, a_high), (b_low, b_high) = (
-        clopper_pearson(xa_t, n_a, gamma),
-        clopper_pearson(xb_t, n_b, gamma),
-    )
+    (a_low, a_high), (b_low, b_high) = (_by_count(xa_t, n_a, gamma), _by_count(xb_t, n_b, gamma))
     lo_i, hi_i = _snap(grid, np.maximum(a_low - u_tol, b_low), np.minimum(a_high - u_tol, b_high))
     worst = _range_max(critical, lo_i - first, hi_i - first)
     reject = t >= worst - _TIE * (1 + np.abs(worst))
     pmf_l = stats.binom.pmf(large, n_l, p_l)
     return power + float((pmf_s[row] * pmf_l * reject).sum())
+
+
+def _by_count(x: np.ndarray, n: int, gamma: float) -> tuple[np.ndarray, np.ndarray]:
+    """clopper_pearson of each count, computed once per distinct count."""
+    values, inverse = np.unique(x, return_inverse=True)
+    low, high = clopper_pearson(values, n, gamma)
+    return low[inverse], high[inverse]
 
 
 def _h1_edges(a_small: bool, xs: np.ndarray, n_a: int, n_b: int, u_tol: float, gamma: float):
