@@ -105,7 +105,7 @@ def compare(before: pd.DataFrame, after: pd.DataFrame) -> None:
                 old.astype(float), new.astype(float), rtol=1e-6, atol=0, equal_nan=True
             )
         else:
-            moved = (old.astype(str) != new.astype(str)).to_numpy()
+            moved = (~((old == new) | (old.isna() & new.isna()))).to_numpy()
         print(f"\n{column}: {int(moved.sum())} of {len(both)} rows moved")
         if moved.any() and column not in ("test", "power_method"):
             shown = both.loc[
