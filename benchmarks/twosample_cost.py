@@ -46,9 +46,11 @@ def main() -> None:
     print(f"{len(rates)} comparison rows, {tested} tested")
     thresholds = audit.thresholds
     start = time.perf_counter()
-    planning = plan(rates, thresholds.planning_disparity, 0.05, 0.8, args.tolerance)
+    planning = plan(
+        rates, tau=thresholds.planning_disparity, alpha=0.05, power=0.8, tolerance=args.tolerance
+    )
     middle = time.perf_counter()
-    detection = detect(rates, args.tolerance, 0.05)
+    detection = detect(rates, tolerance=args.tolerance, alpha=0.05)
     end = time.perf_counter()
     print(f"planning  {middle - start:8.2f} s")
     print(f"detection {end - middle:8.2f} s")

@@ -150,7 +150,8 @@ def detection_power(
     """Power of detection's two-sided test (tasks.twosample) at true rates, and its method.
 
     tasks.twosample.exact_power: the binomial sum over the Berger-Boos test's rejection region,
-    the same test at every size ('exact'; power 0 where a denominator is zero).
+    the same test at every size ('exact'; power 0 where a denominator is zero). The side whose
+    null holds at the true rates is left out: it adds at most level/2, the test's size there.
     """
     arrays = np.broadcast_arrays(
         *(np.asarray(v, dtype="float64") for v in (p_group, d_group, p_reference, d_reference))
@@ -159,7 +160,9 @@ def detection_power(
     power = np.zeros(len(p_g))
     tested = (d_g > 0) & (d_r > 0)
     for i in np.flatnonzero(tested):
-        power[i] = exact_power(int(d_g[i]), int(d_r[i]), p_g[i], p_r[i], tolerance, level)
+        power[i] = exact_power(
+            int(d_g[i]), int(d_r[i]), p_g[i], p_r[i], tolerance, level, null_sides=False
+        )
     shape = arrays[0].shape
     return power.reshape(shape), np.full(shape, "exact")
 

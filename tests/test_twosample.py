@@ -87,7 +87,8 @@ def test_size_at_most_alpha_up_to_200_from_the_exact_power(u_tol):
 @pytest.mark.parametrize("u_tol", [0.0, 0.05, 0.2])
 def test_exact_power_is_the_sum_over_the_p_values_region(n_a, n_b, u_tol):
     """Planning's exact power (critical statistics per nuisance value, the tables between them
-    decided one by one) equals the binomial sum over the tables whose p-value is <= the level."""
+    decided one by one) equals the binomial sum over the tables whose p-value is <= the level;
+    without the sides whose null holds at the true rates, it is at most level/2 below."""
     for level in (0.05, 0.003):
         region = rejection_region(n_a, n_b, u_tol, level)
         for p_a, p_b in [(0.5, 0.2), (0.3, 0.25 + u_tol), (0.9, 0.5), (0.1, 0.6), (0.02, 0.3)]:
@@ -95,6 +96,8 @@ def test_exact_power_is_the_sum_over_the_p_values_region(n_a, n_b, u_tol):
             assert exact_power(n_a, n_b, p_a, p_b, u_tol, level) == pytest.approx(
                 expected, abs=1e-12
             )
+            side = exact_power(n_a, n_b, p_a, p_b, u_tol, level, null_sides=False)
+            assert expected - level / 2 - 1e-12 <= side <= expected + 1e-12
 
 
 def clopper_pearson_brute(x, n, confidence):
