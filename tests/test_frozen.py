@@ -14,7 +14,8 @@ import pytest
 from biasaudit.db.engine import make_engine
 from biasaudit.db.history import list_runs
 from biasaudit.db.migrate import upgrade
-from biasaudit.flows import audit, cli, pipeline
+from biasaudit.flows import audit, pipeline
+from biasaudit.flows.cli import runs as cli_runs
 
 from .conftest import DEMO_CONFIG, on_databases
 from .faultproxy import FaultProxy
@@ -51,7 +52,7 @@ def test_a_frozen_source_fails_the_run_within_the_timeout(db_url, mode, tmp_path
     # One attempt, as plain calls and without a Prefect server: the retries' own waits are not
     # what is measured here.
     monkeypatch.setattr(audit, "audit_flow", pipeline.run_audit)
-    monkeypatch.setattr(cli, "_prefect_environment", lambda: None)
+    monkeypatch.setattr(cli_runs, "_prefect_environment", lambda: None)
     postgres = "postgresql" in db_url
     marker = b"GROUP BY" if mode == "pushdown" else b"COPY" if postgres else b"y_pred"
     parsed = make_engine(db_url).url

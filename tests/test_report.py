@@ -32,19 +32,14 @@ from biasaudit.flows.report import build_report
 from biasaudit.schemas.report import ReportFrames
 from biasaudit.tasks.counts import label_completeness
 from biasaudit.tasks.report import (
-    _tuples,
     comparisons,
-    forest_plot,
-    needs_more,
-    nice_ticks,
-    percent,
-    points,
     rate_interval,
     render_html,
     render_markdown,
     table_records,
-    tick_label,
 )
+from biasaudit.tasks.report.svg import forest_plot, nice_ticks, tick_label
+from biasaudit.tasks.report.text import _tuples, needs_more, percent, points
 
 from .conftest import COMPAS
 

@@ -1,0 +1,459 @@
+"""Commands that read stored runs: `history`, `compare`, `report`."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from biasaudit.flows.cli.common import (
+    DbOption,
+    FormatOption,
+    Mistake,
+    _check_format,
+    _date,
+    _emit,
+    _engine,
+    _fail,
+    _metric,
+    _print_frame,
+    _print_glossary,
+    _run_or_fail,
+    _say,
+    app,
+    console,
+)
+
+RUN_TABLE = {
+    "id": "run",
+    "audit_name": "audit",
+    "model_id": "model",
+    "version": "version",
+    "status": "status",
+    "as_of": "as of",
+    "rows_read": "read",
+    "rows_valid": "valid",
+    "rows_quarantined": "quarantined",
+}
+
+
+def _print_runs(db: str | None, run_ids: list[int] | None = None, runs: Any = None) -> None:
+    from biasaudit.db.history import list_runs
+
+    if runs is None:
+        runs = list_runs(_engine(db))
+        runs = runs[runs["id"].isin(run_ids)]
+    runs = runs.assign(as_of=runs["as_of"].astype(str).str[:16])
+    _print_frame(runs[list(RUN_TABLE)].rename(columns=RUN_TABLE), title="audit runs")
+
+
+def _print_flagged(db: str | None, run_ids: list[int]) -> None:
+    """Per run, the disparities detection flagged (BH-adjusted p below alpha)."""
+    from biasaudit.db.history import FLAGGED_COLUMNS, flagged_detections, run_results
+    from biasaudit.db.models import DetectionResult
+    from biasaudit.schemas.report import run_label
+
+    engine = _engine(db)
+    for run_id in run_ids:
+        run = _run_or_fail(engine, run_id)
+        flagged = flagged_detections(run_results(engine, DetectionResult, run_id))
+        title = f"{run_label(run_id, run.version)} of {run.audit_name}: flagged disparities"
+        if flagged.empty:
+            _say(f"{title}: none")
+        else:
+            _print_frame(flagged[FLAGGED_COLUMNS], title=title)
+            _print_glossary(flagged["metric"])
+
+
+@app.command()
+def history(
+    run_id: Annotated[
+        int | None, typer.Argument(metavar="[RUN]", help="Show (or export) this run's results")
+    ] = None,
+    audit: Annotated[str | None, typer.Option(metavar="NAME", help="Filter by audit name")] = None,
+    model: Annotated[str | None, typer.Option(metavar="ID", help="Filter by model id")] = None,
+    status: Annotated[
+        str | None, typer.Option(metavar="STATUS", help="succeeded, failed or running")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option(metavar="DATE", help="as_of on or after (ISO date)")
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option(metavar="DATE", help="as_of on or before (ISO date)")
+    ] = None,
+    attribute: Annotated[str | None, typer.Option(metavar="NAME", help="One attribute")] = None,
+    group: Annotated[
+        str | None, typer.Option(metavar="GROUP", help="One group (with --metric)")
+    ] = None,
+    metric: Annotated[
+        str | None,
+        typer.Option(metavar="METRIC", help="With RUN: one metric; alone: its time series"),
+    ] = None,
+    format_: FormatOption = "table",
+    monitor: Annotated[
+        bool, typer.Option("--monitor", help="Monitored runs: trajectory per comparison")
+    ] = False,
+    show_all: Annotated[
+        bool,
+        typer.Option(
+            "--all", help="With RUN: after its summary, every table (metrics, MATCH, planning, ...)"
+        ),
+    ] = False,
+    db: DbOption = None,
+) -> None:
+    """List stored runs, show one run (its summary; every table with --all, --attribute or
+    --metric) or export its metrics, or print a metric's time series."""
+    from biasaudit.db.history import list_runs, run_match, run_metrics
+    from biasaudit.schemas.metric_ids import BASE_RATES
+    from biasaudit.schemas.report import run_label
+
+    _check_format(format_)
+    if status is not None and status not in ("succeeded", "failed", "running"):
+        raise Mistake(f"--status is succeeded, failed or running, not {status!r}")
+    first, last = _date(since, "--since"), _date(until, "--until")
+    metric = _metric(metric) if metric is not None else None
+    engine = _engine(db)
+    if monitor:
+        from biasaudit.db.monitor import monitor_trajectory
+
+        trajectory = monitor_trajectory(engine, audit, model, attribute, group, None, metric)
+        if format_ != "table":
+            _emit(trajectory, format_)
+        elif trajectory.empty:
+            console.print("no monitored runs match")
+        else:
+            _print_frame(trajectory, title="monitor: e-process and confidence sequence per run")
+        return
+    if run_id is None and metric is not None:
+        _print_series(engine, metric, attribute, group, audit, model, first, last, format_)
+        return
+    if run_id is None:
+        runs = list_runs(engine, audit, model, status, first, last)
+        if format_ != "table":
+            _emit(runs, format_)
+            return
+        if runs.empty:
+            _say("no runs match")
+            return
+        _print_runs(db, runs=runs)
+        failed = runs[runs["error"].notna()]
+        for row in failed.itertuples():
+            _say(f"run {row.id} failed: {row.error}", style="red")
+        return
+    run = _run_or_fail(engine, run_id)
+    metrics = run_metrics(engine, run_id, attribute, metric)
+    if format_ != "table":
+        _emit(
+            metrics.assign(run_id=run_id, audit_name=run.audit_name, version=run.version), format_
+        )
+        return
+    _print_summary(engine, run)
+    if not (show_all or attribute or metric):
+        _say(
+            "more: --all (base rates and metrics per group, undefined metrics, MATCH, planning, "
+            "detection, meta-metrics); --attribute A, --metric M (the same, narrowed); "
+            "--format csv|json (every metric)"
+        )
+        return
+    if metrics.empty:
+        return
+    wide = metrics.pivot(
+        index=["attribute", "group_name", "n"], columns="metric", values="value"
+    ).reset_index()
+    context = [m for m in BASE_RATES if m in wide.columns]
+    if context:
+        _print_frame(
+            wide[["attribute", "group_name", "n", *context]],
+            title=f"{run_label(run.id, run.version)}: base rates per group (context, not tested)",
+        )
+    _print_frame(
+        wide.drop(columns=context),
+        title=f"{run_label(run.id, run.version)}: metrics per group (blank = undefined)",
+    )
+    undefined = metrics[metrics["undefined_reason"].notna()]
+    if not undefined.empty:
+        _print_frame(
+            undefined[["attribute", "group_name", "metric", "undefined_reason"]],
+            title="undefined metrics",
+        )
+    alpha = run.config["thresholds"]["alpha"]
+    match = run_match(engine, run_id, below=alpha)
+    if not match.empty:
+        title = f"MATCH tests with p < {alpha} (unadjusted): percentile of the group under its reference"
+        _print_frame(match, title=title)
+    _print_stage_tables(engine, run_id, attribute, metric)
+    _print_glossary(metrics["metric"])
+
+
+def _print_summary(engine: Any, run: Any) -> None:
+    """One run at a glance, as its report's first screen (tasks.report): the run, per attribute
+    its verdict and group sizes, the flagged findings, and what was not tested and why."""
+    import pandas as pd
+
+    from biasaudit.db.report_data import report_frames
+    from biasaudit.schemas.report import run_label
+    from biasaudit.tasks import report as first_screen
+
+    label = run_label(run.id, run.version)
+    _say(
+        f"{label}: audit {run.audit_name}, model {run.model_id}"
+        + (f", model version {run.model_version}" if run.model_version else "")
+        + f", {run.status}; as of {run.as_of:%Y-%m-%d %H:%M}, window "
+        f"({run.window_start or '-inf'}, {run.window_end}]; rows read {run.rows_read}, valid "
+        f"{run.rows_valid}, quarantined {run.rows_quarantined}, unlabelled {run.rows_unlabelled}"
+    )
+    if run.error:
+        _say(f"error: {run.error}", style="red")
+    frames = report_frames(engine, run.id, trend_limit=1)
+    if frames.counts.empty:
+        return
+    minimum = first_screen.thresholds(frames)["min_group_size"]
+    sizes = first_screen.groups(frames)
+    verdicts = first_screen.verdicts(frames)
+    rows = [
+        {
+            "attribute": row.attribute,
+            "verdict": first_screen.VERDICTS[row.verdict][0],
+            "why": row.why,
+            f"groups: predictions (* below {minimum})": ", ".join(
+                f"{g} {int(n):,}{'*' if small else ''}"
+                for g, n, small in sizes.loc[
+                    sizes["attribute"] == row.attribute, ["group_name", "n", "small"]
+                ].itertuples(index=False)
+            ),
+        }
+        for row in verdicts.itertuples()
+    ]
+    _print_frame(pd.DataFrame(rows), title=f"{label}: verdict and group sizes per attribute")
+    findings = first_screen.ranked_findings(frames)
+    if findings.empty:
+        _say("flagged: none")
+    else:
+        shown = findings.head(first_screen.FIRST_SCREEN_ROWS)
+        more = len(findings) - len(shown)
+        _print_frame(
+            shown[FINDING_COLUMNS.keys()].rename(columns=FINDING_COLUMNS),
+            title="flagged (BH-adjusted p < alpha), largest first"
+            + (f"; {more} more with --all" if more else ""),
+        )
+        _print_glossary(shown["metric"])
+    skipped = first_screen.untested(frames)
+    total = len(first_screen.comparisons(frames, deduplicate=False))
+    _say(
+        f"not tested: {int(skipped.sum())} of {total} comparisons"
+        + "".join(f"; {n} {kind}" for kind, n in skipped.items())
+    )
+    small = sizes[sizes["small"]]
+    if not small.empty:
+        _say(
+            f"groups below min_group_size {minimum} (metrics kept, not tested): "
+            + "; ".join(
+                f"{a}: {g} ({int(n)})"
+                for a, g, n in small[["attribute", "group_name", "n"]].itertuples(index=False)
+            )
+        )
+    undefined = first_screen.undefined_metrics(frames)
+    _say(
+        f"undefined metric values: {int(undefined.sum())}"
+        + "".join(f"; {n} {reason}" for reason, n in undefined.items())
+    )
+
+
+# The summary's flagged findings (tasks.report.ranked_findings) and their headers.
+FINDING_COLUMNS = {
+    "attribute": "attribute",
+    "group_name": "group",
+    "reference": "against",
+    "metric": "metric",
+    "rate_group": "group rate",
+    "rate_reference": "reference rate",
+    "difference": "difference",
+    "low": "hdi_low",
+    "high": "hdi_high",
+    "p_adjusted": "p_adjusted",
+}
+
+
+def _print_series(
+    engine: Any,
+    metric: str,
+    attribute: str | None,
+    group: str | None,
+    audit: str | None,
+    model: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    format_: str,
+) -> None:
+    """One row per run: the metric's value for each group, and the spread between them."""
+    from biasaudit.db.history import metric_series
+
+    series = metric_series(engine, metric, attribute, group, audit, model, since, until)
+    if series.empty:
+        _fail("no stored values match")
+    if series["attribute"].nunique() > 1 and attribute is None:
+        _fail(f"several attributes hold {metric}: choose one with --attribute")
+    wide = series.pivot_table(
+        index=["run_id", "audit_name", "model_id", "version", "as_of"],
+        columns="group_name",
+        values="value",
+    ).reset_index()
+    groups = [
+        c for c in wide.columns if c not in ("run_id", "audit_name", "model_id", "version", "as_of")
+    ]
+    wide.columns.name = None
+    if len(groups) > 1:
+        wide["max - min"] = wide[groups].max(axis=1) - wide[groups].min(axis=1)
+    if format_ != "table":
+        _emit(wide, format_)
+        return
+    wide["as_of"] = wide["as_of"].astype(str).str[:10]
+    _print_frame(
+        wide, title=f"{metric} by {attribute or series['attribute'].iloc[0]}, one row per run"
+    )
+
+
+def _print_stage_tables(
+    engine: Any, run_id: int, attribute: str | None, metric: str | None
+) -> None:
+    from biasaudit.db.history import (
+        FLAGGED_COLUMNS,
+        META_COLUMNS,
+        PLANNING_COLUMNS,
+        flagged_detections,
+        run_results,
+    )
+    from biasaudit.db.models import DetectionResult, MetaMetricResult, PlanningResult
+
+    planning = run_results(engine, PlanningResult, run_id, attribute, metric)
+    if not planning.empty:
+        _print_frame(planning[PLANNING_COLUMNS], title="planning: predictions needed vs available")
+    flagged = flagged_detections(run_results(engine, DetectionResult, run_id, attribute, metric))
+    if not flagged.empty:
+        _print_frame(flagged[FLAGGED_COLUMNS], title="detection: flagged (BH-adjusted p < alpha)")
+    meta = run_results(engine, MetaMetricResult, run_id, attribute, metric)
+    if not meta.empty:
+        _print_frame(
+            meta[META_COLUMNS], title="meta-metrics: naive and corrected between-group variance"
+        )
+
+
+SHOWN_CHANGES = 10
+
+
+def _instead_of_overlap(start: datetime | None, end: datetime) -> str:
+    """One line: how to test changes when two runs' windows overlap (``start``, ``end``: the
+    later run's window)."""
+    days = (end - start).days if start is not None else 0
+    disjoint = (
+        f"compare runs whose --as-of are at least {days} days apart (the window's length)"
+        if days >= 1
+        else 'give the audit a bounded window (e.g. window = "last_30_days") and compare runs '
+        "whose --as-of are 30 days apart"
+    )
+    return (
+        "to test changes instead: monitor the audit ([audits.monitor] in its configuration, then "
+        f"`biasaudit history --monitor`), or {disjoint}"
+    )
+
+
+@app.command()
+def compare(
+    run_id: Annotated[int, typer.Argument(help="The later run")],
+    other: Annotated[
+        int | None, typer.Argument(help="The earlier run (default: the previous as-of)")
+    ] = None,
+    show_all: Annotated[
+        bool, typer.Option("--all", help="Every change, not only significant")
+    ] = False,
+    format_: FormatOption = "table",
+    db: DbOption = None,
+) -> None:
+    """What changed between two runs, and which changes are statistically significant (runs
+    whose windows overlap share data: their changes are shown untested)."""
+    import pandas as pd
+
+    from biasaudit.db.history import previous_as_of_run, run_metrics
+    from biasaudit.schemas.report import run_label
+    from biasaudit.tasks.compare import compare_metrics, windows_overlap
+
+    _check_format(format_)
+    engine = _engine(db)
+    after = _run_or_fail(engine, run_id)
+    if other is None:
+        previous = previous_as_of_run(engine, after.audit_name, after.model_id, after.as_of)
+        if previous is None:
+            _fail(
+                f"{run_label(run_id, after.version)} is the first as-of of {after.audit_name}: "
+                "nothing to compare with"
+            )
+        other = previous.id
+    before = _run_or_fail(engine, other)
+    if (before.audit_name, before.model_id) != (after.audit_name, after.model_id):
+        _fail(
+            f"{run_label(other, before.version)} audits {before.audit_name} of model "
+            f"{before.model_id}, {run_label(run_id, after.version)} {after.audit_name} of "
+            f"{after.model_id}: compare runs of the same audit and model"
+        )
+    alpha = after.config["thresholds"]["alpha"]
+    overlapping = windows_overlap(
+        (before.window_start, before.window_end), (after.window_start, after.window_end)
+    )
+    changes = compare_metrics(
+        run_metrics(engine, other), run_metrics(engine, run_id), alpha, overlapping
+    )
+    shown = changes if show_all else changes[changes["significant"] | (changes["status"] != "both")]
+    if format_ != "table":
+        _emit(shown, format_)
+        return
+    tested = (
+        "the two windows overlap (they share predictions): no change is tested"
+        if overlapping
+        else f"{int(changes['significant'].sum())} significant changes (BH-adjusted p < {alpha}) "
+        f"of {int(changes['p_value'].notna().sum())} tested"
+    )
+    _say(
+        f"{after.audit_name}: {run_label(run_id, after.version)}, as of {after.as_of:%Y-%m-%d}, "
+        f"against {run_label(other, before.version)}, as of {before.as_of:%Y-%m-%d}: {tested}; "
+        f"{int((changes['status'] == 'appeared').sum())} appeared, "
+        f"{int((changes['status'] == 'vanished').sum())} vanished"
+    )
+    if not overlapping:
+        if not shown.empty:
+            title = "changes" if show_all else "significant changes, appeared, vanished"
+            _print_frame(shown, title=title)
+        return
+    _say(_instead_of_overlap(after.window_start, after.window_end))
+    both = changes[changes["status"] == "both"]
+    if not show_all:  # the largest moves, untested, and what appeared or vanished
+        largest = both["change"].abs().sort_values(ascending=False).index[:SHOWN_CHANGES]
+        shown = pd.concat([changes.loc[largest], changes[changes["status"] != "both"]])
+    shown = shown.drop(columns=["p_value", "p_adjusted", "significant", "overlapping"])
+    if not shown.empty:
+        title = "changes, untested" + (
+            ""
+            if show_all
+            else f": the {min(SHOWN_CHANGES, len(both))} largest of {len(both)} "
+            "(--all shows every one), appeared, vanished"
+        )
+        _print_frame(shown, title=title)
+
+
+@app.command()
+def report(
+    run_id: Annotated[int, typer.Argument(help="The run to render")],
+    out: Annotated[
+        Path | None, typer.Option(help="Output file (default: reports/AUDIT-run-N.html)")
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Render any stored run as a self-contained HTML report."""
+    from biasaudit.flows.report import build_report, report_path, write_page
+
+    engine = _engine(db)
+    run = _run_or_fail(engine, run_id)
+    path = out or report_path(run.audit_name, run_id)
+    write_page(path, build_report(engine, run_id, str(path))[0])
+    _say(f"wrote {path}")

@@ -1,0 +1,306 @@
+"""Commands that run audits: `run`, `demo`, `backfill`, `backtest`, `serve`, `abandon`, `audits`."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from biasaudit.flows.cli.common import (
+    ConfigOption,
+    DbOption,
+    Mistake,
+    _check_format,
+    _date,
+    _emit,
+    _engine,
+    _fail,
+    _print_frame,
+    _say,
+    app,
+    console,
+)
+from biasaudit.flows.cli.history import _print_flagged, _print_runs
+from biasaudit.flows.cli.server import FIRST_RUN_NOTE, _prefect_environment
+
+DEMO_CONFIG = Path(__file__).parents[1] / "demo_audits.toml"
+
+
+@app.command()
+def run(
+    audit: Annotated[
+        str, typer.Argument(metavar="AUDIT", help="Name of the audit in the configuration")
+    ],
+    config: ConfigOption = None,
+    db: DbOption = None,
+    as_of: Annotated[
+        str | None, typer.Option(metavar="DATE", help="Audit as of this date/time (ISO, UTC)")
+    ] = None,
+    force: Annotated[
+        bool, typer.Option(help="Write a new version even if input is unchanged")
+    ] = False,
+) -> None:
+    """Run one audit now (one Prefect flow run); prints the run, its flagged findings and the
+    report's path."""
+    from biasaudit.db.engine import flow_url
+    from biasaudit.schemas.config import default_config_path, load_audit
+
+    moment = _date(as_of)
+    load_audit(Path(config or default_config_path()), audit)  # a mistake fails before Prefect
+    _engine(db).dispose()
+    _prefect_environment()
+    from biasaudit.flows.audit import audit_flow
+
+    with console.status(f"auditing {audit} ({FIRST_RUN_NOTE})"):
+        result = audit_flow(audit, config, flow_url(db), moment, force)
+    _print_runs(db, [result["run_id"]])
+    _print_flagged(db, [result["run_id"]])
+    _check_reports([result])
+    _say(f"report: {result['report']}")
+
+
+def _check_reports(results: list[dict]) -> None:
+    """One error line when a run's report was not written (its reason was a Prefect log line,
+    hidden without --verbose): the runs are stored, the pages are not."""
+    missing = [r for r in results if r["report"] is None]
+    if len(missing) == 1:
+        (run,) = missing
+        raise Mistake(
+            f"run {run['run_id']} succeeded and is stored, but its report was not written "
+            f"({run['report_error']}); write it with `biasaudit report {run['run_id']}`"
+        )
+    if missing:
+        runs = ", ".join(str(r["run_id"]) for r in missing)
+        raise Mistake(
+            f"runs {runs} succeeded and are stored, but their reports were not written (first: "
+            f"{missing[0]['report_error']}); write each with `biasaudit report RUN`"
+        )
+
+
+@app.command()
+def demo(db: DbOption = None) -> None:
+    """Create the database, load synthetic predictions, run every demo audit, print a summary."""
+    from biasaudit.db.engine import flow_url, make_engine
+    from biasaudit.db.load import load_predictions
+    from biasaudit.db.migrate import upgrade
+    from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
+
+    make_engine(db).dispose()
+    upgrade(db)
+    config = Path("biasaudit.toml")
+    if not config.exists():
+        shutil.copyfile(DEMO_CONFIG, config)
+        _say(f"wrote {config} (the demo audits; edit it to audit your own models)")
+    with console.status("generating and loading synthetic predictions"):
+        report = load_predictions(_engine(db), synthetic_predictions(), list(GROUPS), "demo")
+    _say(
+        f"synthetic predictions: inserted {report.inserted}, already present {report.already_present}"
+    )
+    _prefect_environment()
+    from biasaudit.flows.nightly import nightly_flow
+
+    with console.status(f"running the demo audits ({FIRST_RUN_NOTE})"):
+        results = nightly_flow(str(DEMO_CONFIG), flow_url(db), END)
+    _print_runs(db, [r["run_id"] for r in results])
+    _print_flagged(db, [r["run_id"] for r in results])
+    _check_reports(results)
+    _say("next: biasaudit history, biasaudit history RUN_ID")
+
+
+@app.command()
+def abandon(
+    run_id: Annotated[int, typer.Argument(help="A run left 'running' by a process that is gone")],
+    db: DbOption = None,
+) -> None:
+    """Mark a running run failed as abandoned, so later runs of its audit stop waiting for it."""
+    from biasaudit.db.runs import abandon_run
+
+    if not abandon_run(_engine(db), run_id):
+        _fail(f"run {run_id} is not running")
+    _say(f"run {run_id} marked failed (abandoned)")
+
+
+@app.command()
+def backfill(
+    audit: Annotated[
+        str, typer.Argument(metavar="AUDIT", help="Name of the audit in the configuration")
+    ],
+    from_: Annotated[str, typer.Option("--from", metavar="DATE", help="First as-of date (ISO)")],
+    to: Annotated[str, typer.Option("--to", metavar="DATE", help="Last as-of date (ISO)")],
+    every: Annotated[
+        str, typer.Option(metavar="PERIOD", help="Calendar period: Nd (days) or Nmo (months)")
+    ] = "1d",
+    config: ConfigOption = None,
+    db: DbOption = None,
+) -> None:
+    """Run the audit as of the end of each calendar period from --from to --to (the last period
+    ends at --to); exits 1 when any period failed."""
+    import pandas as pd
+
+    from biasaudit.db.engine import flow_url
+    from biasaudit.flows.backfill import parse_period, periods
+    from biasaudit.schemas.config import default_config_path, load_audit
+
+    start, end = _date(from_, "--from"), _date(to, "--to")
+    assert start is not None and end is not None
+    try:
+        moments = periods(start, end, parse_period(every))
+    except ValueError as exc:
+        raise Mistake(str(exc)) from None
+    load_audit(Path(config or default_config_path()), audit)
+    _engine(db).dispose()
+    _prefect_environment()
+    from biasaudit.flows.backfill import backfill_flow
+
+    with console.status(f"backfilling {audit}, {len(moments)} periods ({FIRST_RUN_NOTE})"):
+        outcomes = backfill_flow(audit, start, end, every, config, flow_url(db))
+    _print_frame(pd.DataFrame(outcomes), title=f"backfill of {audit}")
+    failed = [o for o in outcomes if "error" in o]
+    if failed:
+        _fail(
+            f"{len(failed)} of {len(outcomes)} periods failed (first: {failed[0]['as_of']}: "
+            f"{failed[0]['error']})"
+        )
+
+
+@app.command()
+def backtest(
+    audit: Annotated[
+        str, typer.Argument(metavar="AUDIT", help="Name of the audit in the configuration")
+    ],
+    from_: Annotated[str, typer.Option("--from", metavar="DATE", help="First as-of date (ISO)")],
+    to: Annotated[str, typer.Option("--to", metavar="DATE", help="Last as-of date (ISO)")],
+    format_: Annotated[
+        str,
+        typer.Option(
+            "--format", metavar="FORMAT", help="table (summary), csv or json (every night)"
+        ),
+    ] = "table",
+    config: ConfigOption = None,
+    db: DbOption = None,
+) -> None:
+    """What nightly monitored runs would have said from --from to --to (nothing is written)."""
+    from biasaudit.db.engine import database_url
+    from biasaudit.flows.monitoring import backtest as replay
+    from biasaudit.schemas.config import default_config_path, load_audit
+
+    _check_format(format_)
+    configured = load_audit(Path(config or default_config_path()), audit)
+    nights = replay(database_url(db), configured, _date(from_, "--from"), _date(to, "--to"))
+    if format_ != "table":
+        _emit(nights, format_)
+        return
+    keys = ["attribute", "group_name", "reference", "metric"]
+    last = nights.sort_values("as_of").groupby(keys).tail(1).set_index(keys)
+    first = nights[nights["alarm"]].groupby(keys)["as_of"].min()
+    summary = last[["nights", "e_process", "cs_low", "cs_high", "crossed"]].assign(
+        first_alarm=first
+    )
+    _say(
+        f"backtest of {audit}: {nights['as_of'].nunique()} nightly runs, "
+        f"{int(first.size)} of {len(last)} comparisons alarmed (e-BH, alpha "
+        f"{configured.thresholds.alpha})"
+    )
+    _print_frame(summary.reset_index(), title="monitor at the last night; first e-BH alarm")
+
+
+@app.command()
+def serve(
+    config: ConfigOption = None,
+    db: DbOption = None,
+    cron: Annotated[str, typer.Option(metavar="CRON", help="Schedule (cron syntax)")] = "0 2 * * *",
+    timezone_: Annotated[
+        str, typer.Option("--timezone", metavar="ZONE", help="Time zone of the schedule")
+    ] = "UTC",
+    task_runner: Annotated[
+        str, typer.Option(metavar="RUNNER", help="threads, or dask (the dask extra)")
+    ] = "threads",
+    dask_address: Annotated[
+        str | None, typer.Option(metavar="ADDRESS", help="Dask scheduler, e.g. tcp://host:8786")
+    ] = None,
+    name: Annotated[str, typer.Option(metavar="NAME", help="Deployment name")] = "nightly",
+) -> None:
+    """Serve the nightly deployment (runs until stopped; trigger with
+    `prefect deployment run 'nightly/NAME' -p audits='["AUDIT"]'`)."""
+    from biasaudit.db.engine import database_url, make_engine, safe_url
+    from biasaudit.db.migrate import upgrade
+    from biasaudit.schemas.config import configured_names, default_config_path
+
+    if task_runner not in ("threads", "dask"):
+        raise Mistake(f"--task-runner is threads or dask, not {task_runner!r}")
+    path = str(Path(config or default_config_path()).resolve())
+    names = configured_names(path)  # an unreadable file fails now; a bad audit fails its runs
+    make_engine(db).dispose()
+    upgrade(db)
+    _prefect_environment(logs=True)
+    from biasaudit.flows.nightly import serve as serve_nightly
+
+    _say(
+        f"serving nightly/{name}: {len(names)} audits of {path} on "
+        f"{safe_url(database_url(db))}, cron {cron!r} ({timezone_}); Ctrl-C stops"
+    )
+    serve_nightly(path, db, cron, timezone_, task_runner, dask_address, name)
+
+
+def _source_problems(audit: Any, db: str | None) -> list[str]:
+    """Why the audit's source cannot be read (db.source.source_problems), from the catalogue of
+    its database (``source_db``, else the store); or why it could not be looked at."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from biasaudit.db.engine import DatabaseMissing, DatabaseUrlError, database_url, make_engine
+    from biasaudit.db.source import source_problems, source_url
+    from biasaudit.flows.logs import one_line
+
+    try:
+        engine = make_engine(source_url(audit, database_url(db)), create=False)
+        try:
+            return source_problems(engine, audit)
+        finally:
+            engine.dispose()
+    except (DatabaseMissing, DatabaseUrlError, SQLAlchemyError) as exc:
+        return [f"source {audit.source!r} not checked: {one_line(exc, with_type=False)}"]
+
+
+@app.command()
+def audits(config: ConfigOption = None, db: DbOption = None) -> None:
+    """List the configured audits and validate each one: its configuration, and its source's
+    table and columns in the database (source_db, else --db), reading no rows. Prints one line
+    per problem; exit 1 if any audit is invalid."""
+    import pandas as pd
+
+    from biasaudit.schemas.config import (
+        ConfigError,
+        configured_names,
+        default_config_path,
+        load_audit,
+    )
+
+    path = Path(config or default_config_path())
+    rows, problems = [], []
+    for name in configured_names(path):
+        try:
+            audit = load_audit(path, name)
+        except ConfigError as exc:
+            found = [line.strip() for line in str(exc).splitlines()[1:]] or [str(exc)]
+            rows.append({"audit": name, "model": "", "window": "", "source": "", "attributes": ""})
+        else:
+            found = _source_problems(audit, db)
+            rows.append(
+                {
+                    "audit": audit.name,
+                    "model": audit.model_id,
+                    "window": audit.window,
+                    "source": audit.source,
+                    "attributes": ", ".join(audit.attributes),
+                }
+            )
+        rows[-1]["status"] = "invalid" if found else "ok"
+        problems += [f"audit {name!r}: {problem}" for problem in found]
+    _print_frame(pd.DataFrame(rows), title=f"audits in {path}")
+    for problem in problems:
+        _say(problem)
+    bad = sum(row["status"] != "ok" for row in rows)
+    if bad:
+        _fail(f"{bad} of {len(rows)} audits in {path} are invalid")

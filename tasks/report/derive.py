@@ -1,0 +1,365 @@
+"""What the report says, derived from a stored run's result frames (no markup): settings,
+groups with their base rates and label completeness, comparisons with rates, ratios and the
+four-fifths rule, verdicts per attribute, ranked findings, what was not tested and why."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from biasaudit.schemas.config import Thresholds
+from biasaudit.schemas.frames import COUNT_COLUMNS
+from biasaudit.schemas.metric_ids import (
+    BASE_RATES,
+    COMPLEMENT,
+    rate_cells,
+)
+from biasaudit.schemas.report import ReportFrames
+from biasaudit.tasks.counts import label_completeness
+from biasaudit.tasks.rates import reason_kind
+from biasaudit.tasks.report.html import points_plain
+
+FOUR_FIFTHS = (0.8, 1.25)
+
+
+# The base rates shown beside the groups; a complement of one shown (nprev = 1 − prev) adds nothing.
+CONTEXT = [m for i, m in enumerate(BASE_RATES) if COMPLEMENT.get(m) not in BASE_RATES[:i]]
+
+
+FIRST_SCREEN_ROWS = 10
+
+
+VERDICTS = {
+    "flagged": ("flagged", "#b00020"),
+    "fair": ("fair within tolerance", "#1b5e20"),
+    "undecided": ("undecided", "#8a6d00"),
+    "little": ("too little data", "#555"),
+}
+
+
+def rate_interval(x, n, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Clopper-Pearson (exact) interval of a binomial proportion x/n at ``level``.
+
+    Beta quantiles: lower B(α/2; x, n − x + 1), upper B(1 − α/2; x + 1, n − x), with 0 at x = 0
+    and 1 at x = n; its coverage is at least ``level`` at every n and p (unlike Wald's or,
+    pointwise, Wilson's). NaN where n = 0.
+    """
+    x, n = np.asarray(x, dtype=float), np.asarray(n, dtype=float)
+    tail = (1 - level) / 2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        low = np.where(x > 0, stats.beta.ppf(tail, x, n - x + 1), 0.0)
+        high = np.where(x < n, stats.beta.ppf(1 - tail, x + 1, n - x), 1.0)
+    undefined = ~(n > 0)
+    return np.where(undefined, np.nan, low), np.where(undefined, np.nan, high)
+
+
+def four_fifths(ratio) -> np.ndarray:
+    """Aequitas' disparity rule: a ratio to the reference within [0.8, 1.25] passes."""
+    ratio = np.asarray(ratio, dtype=float)
+    return np.where(
+        np.isnan(ratio),
+        "–",
+        np.where((ratio >= FOUR_FIFTHS[0]) & (ratio <= FOUR_FIFTHS[1]), "within", "outside"),
+    )
+
+
+def thresholds(frames: ReportFrames) -> dict:
+    """The run's tolerance and alpha as its tested rows store them (the configuration's where no
+    rate was tested), and its min_group_size; unset settings take schemas.config's defaults."""
+    given = (frames.run.get("config") or {}).get("thresholds") or {}
+    settings = {
+        name: type(field.default)(given.get(name, field.default))
+        for name, field in Thresholds.model_fields.items()
+        if name in ("tolerance", "alpha", "min_group_size")
+    }
+    tested = frames.detection
+    if len(tested) and {"tolerance", "alpha"} <= set(tested.columns):
+        settings.update(
+            tolerance=float(tested["tolerance"].iloc[0]), alpha=float(tested["alpha"].iloc[0])
+        )
+    return settings
+
+
+def references(frames: ReportFrames) -> dict[str, str]:
+    return dict((frames.run.get("config") or {}).get("reference_groups") or {})
+
+
+T = TypeVar("T")
+
+
+def per_frames(function: Callable[..., T]) -> Callable[..., T]:
+    """Compute a table derived from the run's frames once per ReportFrames (several sections
+    read the same groups, comparisons and verdicts); each caller gets its own copy."""
+
+    signature = inspect.signature(function)
+
+    @functools.wraps(function)
+    def cached(frames: ReportFrames, *args: Any, **kwargs: Any) -> T:
+        bound = signature.bind(frames, *args, **kwargs)
+        bound.apply_defaults()  # f(frames) and f(frames, x=default) are one table
+        key = (function.__name__, tuple(bound.arguments.items())[1:])
+        if key not in frames.derived:
+            frames.derived[key] = function(frames, *args, **kwargs)
+        return copy.deepcopy(frames.derived[key])
+
+    return cached
+
+
+@per_frames
+def groups(frames: ReportFrames) -> pd.DataFrame:
+    """One row per (attribute, group): predictions, labelled, label completeness, small flag, and
+    each CONTEXT base rate (column ``prev``, with ``prev_numerator`` and ``prev_denominator``)."""
+    counts = frames.counts
+    if counts.empty:
+        return pd.DataFrame(columns=["attribute", "group_name", "n", "labelled", "completeness"])
+    own = counts[counts["subset"] == "group"].copy()
+    own["labelled"] = own[COUNT_COLUMNS].sum(axis=1)
+    unlabelled = own["n_unlabelled"]
+    own["n"] = own["labelled"] + unlabelled
+    with np.errstate(invalid="ignore", divide="ignore"):
+        own["completeness"] = np.where(own["n"] > 0, own["labelled"] / own["n"], np.nan)
+        if {"unlabelled_pos", "unlabelled_neg"} <= set(own.columns):  # split by decision
+            selected, rejected = own["tp"] + own["fp"], own["fn"] + own["tn"]
+            pos, neg = own["unlabelled_pos"].astype(float), own["unlabelled_neg"].astype(float)
+            own["completeness_selected"] = selected / (selected + pos)
+            own["completeness_rejected"] = rejected / (rejected + neg)
+    for metric in CONTEXT:
+        numerator, denominator = (own[list(c)].sum(axis=1) for c in rate_cells(metric))
+        own[f"{metric}_numerator"], own[f"{metric}_denominator"] = numerator, denominator
+        own[metric] = numerator.where(denominator > 0) / denominator.where(denominator > 0)
+    # min_group_size counts valid predictions, labelled or not, as the comparison stages do
+    own["small"] = own["n"] < thresholds(frames)["min_group_size"]
+    return own.sort_values(["attribute", "n"], ascending=[True, False]).reset_index(drop=True)
+
+
+@per_frames
+def comparisons(frames: ReportFrames, deduplicate: bool = True) -> pd.DataFrame:
+    """Detection rows with both rates, difference, ratio, four-fifths rule and size marks.
+
+    With ``deduplicate``, a two-valued attribute keeps one comparison per metric (A vs rest,
+    B vs rest and A vs B are the same comparison): the one against the named reference, or else
+    the smaller group against the rest.
+    """
+    det = frames.detection
+    if not det.empty:  # runs stored before base rates became context hold tests of them
+        det = det[~det["metric"].isin(BASE_RATES)]
+    if det.empty:
+        return pd.DataFrame()
+    out = det[["attribute", "group_name", "reference", "metric"]].copy()
+    rate = ["numerator_group", "denominator_group", "numerator_reference", "denominator_reference"]
+    out[rate] = det[rate]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out["rate_group"] = out["numerator_group"] / out["denominator_group"]
+        out["rate_reference"] = out["numerator_reference"] / out["denominator_reference"]
+        out["ratio"] = np.where(
+            out["rate_reference"] > 0, out["rate_group"] / out["rate_reference"], np.nan
+        )
+    out["difference"] = det["difference"].astype(float)
+    out["low"] = det["hdi_low"].astype(float)
+    out["high"] = det["hdi_high"].astype(float)
+    out["p_adjusted"] = det["p_adjusted"].astype(float)
+    out["decision"] = det["decision"]
+    out["flagged"] = det["flagged"].fillna(False).astype(bool)
+    out["undefined_reason"] = det["reason"]  # why there is no test (drawn as on the metric rows)
+    # tested: a p-value exists (not: a zero denominator, a group below min_group_size, the
+    # repeat of a two-valued attribute's comparison)
+    out["tested"] = out["p_adjusted"].notna()
+    out["four_fifths"] = four_fifths(out["ratio"])
+    size = groups(frames).set_index(["attribute", "group_name"])
+    minimum = thresholds(frames)["min_group_size"]
+    key = pd.MultiIndex.from_frame(out[["attribute", "group_name"]])
+    out["size_group"] = size["n"].reindex(key).to_numpy()
+    ref_key = pd.MultiIndex.from_arrays([out["attribute"], out["reference"]])
+    ref_size = size["n"].reindex(ref_key).to_numpy()
+    rest = size.groupby(level="attribute")["n"].sum().reindex(out["attribute"]).to_numpy()
+    out["size_reference"] = np.where(out["reference"] == "rest", rest - out["size_group"], ref_size)
+    out["small"] = (out["size_group"] < minimum) | (out["size_reference"] < minimum)
+    if deduplicate:
+        out = _deduplicate(out, size, references(frames))
+    return out.reset_index(drop=True)
+
+
+def _deduplicate(out: pd.DataFrame, size: pd.DataFrame, named: dict[str, str]) -> pd.DataFrame:
+    """Keep one comparison per metric of each two-valued attribute: the one the detection stage
+    tested if it tested one, else the one against the named reference, else the first group
+    (alphabetically) against the rest."""
+    k = size.groupby(level="attribute").size()
+    two = out["attribute"].isin(k[k == 2].index)
+    first = out.groupby("attribute")["group_name"].transform("min")
+    preference = np.where(
+        out["reference"] == out["attribute"].map(named),
+        0,
+        np.where(out["group_name"] == first, 1, 2),
+    )
+    ranked = out.assign(_untested=~out["tested"], _preference=preference)
+    ranked = ranked.sort_values(["_untested", "_preference"], kind="stable")
+    chosen = ranked[two.reindex(ranked.index)].drop_duplicates(["attribute", "metric"]).index
+    return out[~two | out.index.isin(chosen)]
+
+
+@per_frames
+def verdicts(frames: ReportFrames) -> pd.DataFrame:
+    """Per attribute: verdict key, groups, smallest group, flagged and tested comparisons.
+
+    flagged: some comparison flagged (BH-adjusted p below α); fair: every tested comparison's HDI
+    inside the tolerance; too little data: nothing could be tested (one group, undefined rates),
+    or every open question involves a group below ``min_group_size``; else undecided.
+    """
+    sizes = groups(frames)
+    comp = comparisons(frames)
+    uneven = completeness_by_attribute(frames)
+    rows = []
+    for attribute, part in sizes.groupby("attribute", sort=False):
+        mine = comp[comp["attribute"] == attribute] if not comp.empty else comp
+        tested = mine[mine["tested"]] if not mine.empty else mine
+        flagged = int(tested["flagged"].sum()) if not tested.empty else 0
+        if len(part) < 2:
+            key, why = "little", "one group only: nothing to compare"
+        elif tested.empty:
+            key, why = "little", "no comparison could be tested" + _why_untested(mine)
+        elif flagged:
+            key, why = "flagged", f"{flagged} of {len(tested)} comparisons flagged"
+        elif (tested["decision"] == "fair").all():
+            key, why = "fair", f"all {len(tested)} intervals inside ±{points_plain(frames)}"
+        else:
+            open_ = tested[tested["decision"] != "fair"]
+            if open_["small"].all():
+                key, why = "little", "open comparisons all involve small groups"
+            else:
+                key, why = "undecided", f"{len(open_)} of {len(tested)} intervals cross the band"
+        rows.append(
+            {
+                "attribute": attribute,
+                "verdict": key,
+                "why": why,
+                "k": len(part),
+                "smallest": int(part["n"].min()),
+                "flagged": flagged,
+                "tested": len(tested),
+                "completeness_p": uneven.get(attribute, float("nan")),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+@per_frames
+def completeness_by_attribute(frames: ReportFrames) -> dict[str, float]:
+    """The run's own label-completeness decision (tasks.counts.label_completeness; who
+    receives a label biases error rates): per attribute whose completeness differs between groups
+    beyond chance and by a gap that matters, its p-value; attributes without such a difference
+    are absent."""
+    counts = frames.counts
+    needed = {"tp", "fp", "fn", "tn", "unlabelled_pos", "unlabelled_neg"}
+    if counts.empty or not needed <= set(counts.columns):
+        return {}
+    alpha = float(thresholds(frames)["alpha"])
+    table = label_completeness(counts, alpha)
+    uneven = table[table["uneven"]]
+    return uneven.groupby("attribute")["p_value"].first().astype(float).to_dict()
+
+
+def untested(frames: ReportFrames) -> pd.Series:
+    """Comparisons detection did not test, counted by the kind of their reason (tasks.rates
+    .reason_kind), most frequent first."""
+    comp = comparisons(frames, deduplicate=False)
+    if comp.empty:
+        return pd.Series(dtype="int64")
+    reasons = comp.loc[~comp["tested"], "undefined_reason"]
+    return reasons.fillna("no reason stored").astype(str).map(reason_kind).value_counts()
+
+
+def undefined_metrics(frames: ReportFrames) -> pd.Series:
+    """The run's undefined raw group metric values counted by reason, most frequent first."""
+    metrics = frames.metrics
+    if metrics.empty:
+        return pd.Series(dtype="int64")
+    raw = metrics[(metrics["subset"] == "group") & (metrics["estimator"] == "raw")]
+    return raw["undefined_reason"].dropna().astype(str).value_counts()
+
+
+def _why_untested(rows: pd.DataFrame) -> str:
+    """': groups below min_group_size' or similar, from the stored reasons (or nothing)."""
+    if rows.empty:
+        return ""
+    reasons = rows["undefined_reason"].dropna().astype(str)
+    if reasons.str.contains("min_group_size").any():
+        return ": groups below min_group_size"
+    return ": rates undefined" if len(reasons) else ""
+
+
+def tested_metrics(frames: ReportFrames) -> set[str]:
+    """The metrics the run tested between groups (a base rate never is)."""
+    if frames.detection.empty:
+        return set()
+    return set(frames.detection["metric"]) - set(BASE_RATES)
+
+
+def rate_table(frames: ReportFrames) -> pd.DataFrame:
+    """Every group's raw rate with interval and counts, and its comparisons with the named
+    reference (``ref_*``) and with the rest (``rest_*``), one row per attribute, metric, group."""
+    metrics = frames.metrics
+    if metrics.empty:
+        return pd.DataFrame()
+    raw = metrics[(metrics["subset"] == "group") & (metrics["estimator"] == "raw")]
+    raw = raw[raw["metric"].isin(tested_metrics(frames))]
+    level = 1 - thresholds(frames)["alpha"]
+    low, high = rate_interval(raw["numerator"], raw["denominator"], level)
+    table = raw[["attribute", "group_name", "metric", "value", "numerator", "denominator"]].assign(
+        low=low, high=high, reason=raw["undefined_reason"]
+    )
+    size = groups(frames)
+    keep = ["attribute", "group_name", "n", "labelled", "completeness", "small", *COUNT_COLUMNS]
+    table = table.merge(size[keep], on=["attribute", "group_name"], how="left")
+    comp = comparisons(frames, deduplicate=False)
+    named = references(frames)
+    fields = ["difference", "low", "high", "ratio", "four_fifths", "decision", "p_adjusted"]
+    fields += ["flagged", "undefined_reason", "tested"]
+    keys = ["attribute", "group_name", "metric"]
+    for prefix, chosen in (
+        ("ref", comp["reference"] != "rest"),
+        ("rest", comp["reference"] == "rest"),
+    ):
+        if comp.empty:
+            break
+        part = comp[chosen][keys + fields].rename(columns={f: f"{prefix}_{f}" for f in fields})
+        table = table.merge(part, on=keys, how="left")
+    table["is_reference"] = [
+        named.get(a) == g for a, g in zip(table["attribute"], table["group_name"])
+    ]
+    return table.sort_values(["attribute", "metric", "n"], ascending=[True, True, False])
+
+
+def ranked_findings(frames: ReportFrames) -> pd.DataFrame:
+    """Flagged comparisons, one per group and metric (against the named reference group when
+    that comparison is flagged, else against the rest), ranked by the smallest size their
+    interval allows (the HDI's end nearest 0; 0 when it spans 0), then by the observed
+    difference: a large gap measured on 12 people ranks below a slightly smaller one measured
+    on thousands."""
+    comp = comparisons(frames)
+    if comp.empty:
+        return comp
+    flagged = comp[comp["flagged"]]
+    flagged = flagged.sort_values("reference", key=lambda r: r == "rest", kind="stable")
+    flagged = flagged.drop_duplicates(["attribute", "group_name", "metric"])
+    assured = np.where(
+        np.sign(flagged["low"]) == np.sign(flagged["high"]),
+        np.minimum(flagged["low"].abs(), flagged["high"].abs()),
+        0.0,
+    )
+    order = np.lexsort((-flagged["difference"].abs().to_numpy(), -np.nan_to_num(assured)))
+    return flagged.iloc[order]
+
+
+def _with_sequences(comp: pd.DataFrame, monitor: pd.DataFrame) -> pd.DataFrame:
+    """Comparisons with the monitoring stage's confidence sequence (cs_low, cs_high), if any."""
+    keys = ["attribute", "group_name", "reference", "metric"]
+    if comp.empty or not {*keys, "cs_low", "cs_high"} <= set(monitor.columns):
+        return comp
+    return comp.merge(monitor[[*keys, "cs_low", "cs_high"]], on=keys, how="left")

@@ -1,0 +1,165 @@
+"""Values as people read them: escaped data (control and bidirectional characters as visible
+escapes, wrapped or clipped in tables), percentages, percentage points, p-values, counts, and
+markdown escaping."""
+
+from __future__ import annotations
+
+import html
+import itertools
+import math
+import re
+from collections import namedtuple
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, cast
+
+import numpy as np
+import pandas as pd
+
+from biasaudit.schemas.metric_ids import (
+    GLOSSARY,
+    METRIC_IDS,
+)
+from biasaudit.schemas.names import printable
+from biasaudit.schemas.report import run_label
+
+
+def _tuples(frame: pd.DataFrame, index: bool = True) -> Iterator[Any]:
+    """The rows of ``frame.itertuples(index=index)``, the same values, read a column at a time:
+    itertuples selects every column through ``iloc`` on each call, most of the report's time."""
+    fields = (["Index"] if index else []) + list(frame.columns)
+    columns = [list(frame.index)] if index else []
+    for _, series in frame.items():  # noqa: PERF102 (DataFrame.values is not the columns)
+        plain = isinstance(series.dtype, np.dtype) and series.dtype.kind not in "mM"
+        columns.append(series.to_numpy().tolist() if plain else list(series))
+    row = cast(Any, namedtuple)("Row", fields, rename=True)  # fields known at run time only
+    return map(row._make, zip(*columns) if columns else itertools.repeat((), len(frame)))
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float | np.floating) and math.isnan(value))
+
+
+def esc(value) -> str:
+    """Any value as HTML text or attribute: control and bidirectional formatting characters as
+    visible escapes (schemas.names.printable: no name turns itself round), then HTML-escaped;
+    None and NaN become an empty string."""
+    return "" if _missing(value) else html.escape(printable(str(value)), quote=True)
+
+
+def datum(value) -> str:
+    """A value from the data (a name, a reason) in a table cell: escaped (``esc``) in a box
+    (STYLE's ``.datum``) that wraps anywhere, at most 32 em wide and 4 lines tall, scrolling
+    beyond: no value widens or lengthens the page, whatever its length, and all of it stays
+    readable."""
+    return f"<span class=datum>{esc(value)}</span>"
+
+
+def clipped(text: str) -> str:
+    """Text with data in it for a cell that keeps to one line (a column header): at most 32 em
+    wide, cut there by the browser with an ellipsis (STYLE's ``.clip``), whole in the tooltip."""
+    return f'<span class=clip title="{esc(text)}">{esc(text)}</span>'
+
+
+def sig3(value: float) -> str:
+    """A number to 3 significant digits without exponent for everyday magnitudes."""
+    if _missing(value):
+        return "–"
+    if value == 0:
+        return "0"
+    if abs(value) >= 1000:
+        text = f"{value:,.0f}"
+    elif abs(value) >= 1e-4:
+        text = f"{value:.{max(0, 2 - math.floor(math.log10(abs(value))))}f}"
+    else:
+        text = f"{value:.2g}"
+    return text.replace("-", "−")
+
+
+def percent(value: float) -> str:
+    """A proportion as a percentage with 3 significant digits: 0.448468 -> '44.8%'."""
+    if _missing(value):
+        return "–"
+    if 0 < abs(value) < 1e-4:
+        return "<0.01%"
+    return f"{sig3(100 * value)}%"
+
+
+def points(value: float) -> str:
+    """A difference of proportions in signed percentage points: 0.2139 -> '+21.4 pp'."""
+    if _missing(value):
+        return "–"
+    text = sig3(abs(100 * value))
+    sign = "−" if value < 0 and text.strip("0.") else "+"
+    return f"{sign}{text} pp"
+
+
+def p_text(value: float) -> str:
+    if _missing(value):
+        return "–"
+    return "<0.001" if value < 0.001 else f"{value:.2g}"
+
+
+def count(value) -> str:
+    """A count with thousands separators; millions and billions in words."""
+    if _missing(value):
+        return "–"
+    value = float(value)
+    for size, word in ((1e9, "billion"), (1e6, "million")):
+        if abs(value) >= size:
+            return f"{sig3(value / size)} {word}"
+    return f"{value:,.0f}"
+
+
+def needs_more(needed: float, available: float) -> str:
+    """'enough data' or 'needs 2,400 more predictions' (rounded up to 2 significant digits)."""
+    if _missing(needed) or not math.isfinite(needed):
+        return "no disparity to size for" if _missing(needed) else "cannot be detected"
+    more = needed - available
+    if more <= 0:
+        return "enough data"
+    scale = 10 ** max(0, math.floor(math.log10(more)) - 1)
+    return f"needs {count(math.ceil(more / scale) * scale)} more predictions"
+
+
+def legend(metrics: Iterable[str]) -> list[str]:
+    """'FPR: false positive rate, FP / (FP + TN)' for each metric, in catalogue order (plain
+    text: callers escape it)."""
+    chosen = set(metrics)
+    return [f"{m.upper()}: {GLOSSARY[m][0]}, {GLOSSARY[m][1]}" for m in METRIC_IDS if m in chosen]
+
+
+def metric_label(metric: str) -> str:
+    """A metric's id in capitals with its name and formula beside it, muted (HTML)."""
+    name, formula = GLOSSARY[metric]
+    return f"{esc(metric.upper())} <span class=muted>— {esc(name)}, {esc(formula)}</span>"
+
+
+def _metric_abbr(metric: str) -> str:
+    """A metric's id in capitals, its name and formula on hover (HTML)."""
+    name, formula = GLOSSARY[metric]
+    return f'<abbr title="{esc(f"{name}, {formula}")}">{esc(metric.upper())}</abbr>'
+
+
+def _model_version(run: dict) -> str:
+    """', model version 2.3' (the model's own version, not the run's), or nothing."""
+    given = run.get("model_version")
+    return "" if _missing(given) else f", model version {given}"
+
+
+def _title(run: dict, escape: Callable[[Any], str] = str) -> str:
+    """'Bias audit credit-race: run 2 (v1)', the data's parts through ``escape``."""
+    label = run_label(run.get("id"), run.get("version"))
+    return f"Bias audit {escape(run.get('audit_name'))}: {escape(label)}"
+
+
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>:@])")
+
+
+def md(value) -> str:
+    """A data value safe in a markdown table cell: control and bidirectional formatting
+    characters, line breaks among them, as visible escapes (schemas.names.printable), HTML
+    escaped (no tags, no entities), markdown punctuation backslash-escaped (no links, emphasis or
+    column breaks; ``:``, ``.`` and ``@`` too, so no bare URL, www. or e-mail autolink forms)."""
+    text = "" if _missing(value) else printable(str(value))
+    text = html.escape(text, quote=True)
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
