@@ -52,15 +52,27 @@ def ids_are_unique(connection, table, audit: Audit) -> bool:
     if connection.dialect.name == "duckdb":  # duckdb-engine reflects no keys: its own catalogue
         keys = duckdb_unique_keys(connection, table)
     else:
-        inspector = inspect(connection)
-        schema = table.schema
-        keys = [inspector.get_pk_constraint(table.name, schema).get("constrained_columns") or []]
-        keys += [u["column_names"] for u in inspector.get_unique_constraints(table.name, schema)]
-        keys += [
-            i["column_names"] for i in inspector.get_indexes(table.name, schema) if i.get("unique")
-        ]
+        keys = reflected_keys(inspect(connection), table)
     # A key unique under a looser text equality (MariaDB's default collations) is unique too.
     return any(key and ident in key and set(key) <= allowed for key in keys)
+
+
+def reflected_keys(inspector, table) -> list[list[str]]:
+    """The column lists of the table's primary key, unique constraints and unique indexes, as the
+    dialect reflects them. A dialect that cannot reflect one (NotImplementedError) or answers in
+    another shape (PyHive's primary key is a list) knows no key there: the duplicate scan runs."""
+
+    def entries(call) -> list[dict]:
+        try:
+            found = call(table.name, table.schema)
+        except NotImplementedError:
+            return []
+        return [e for e in (found if isinstance(found, list) else [found]) if isinstance(e, dict)]
+
+    keys = [e.get("constrained_columns") for e in entries(inspector.get_pk_constraint)]
+    keys += [e.get("column_names") for e in entries(inspector.get_unique_constraints)]
+    keys += [e.get("column_names") for e in entries(inspector.get_indexes) if e.get("unique")]
+    return [k for k in keys if isinstance(k, list) and all(isinstance(c, str) for c in k)]
 
 
 def duplicated_ids(connection, window: Window, start, end, now: datetime) -> list:

@@ -72,7 +72,7 @@ from sqlalchemy.exc import NoSuchTableError, SQLAlchemyError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
-from sqlalchemy.types import NullType
+from sqlalchemy.types import NullType, TypeDecorator, TypeEngine
 
 from biasaudit.schemas.config import CANONICAL_COLUMNS, Audit
 from biasaudit.schemas.grammar import (
@@ -262,14 +262,28 @@ def _dialect(bind) -> str:
     return "mysql" if name in {"mysql", "mariadb"} else name
 
 
+def underlying_type(column) -> TypeEngine:
+    """The type a column's values have, through the wrappers dialects put around it: a
+    TypeDecorator (PyHive reflects Hive's timestamp as one over TIMESTAMP) and ClickHouse's
+    Nullable(...) and LowCardinality(...) (their ``nested_type``)."""
+    kind = column.type
+    while True:
+        if isinstance(kind, TypeDecorator):
+            kind = kind.impl_instance
+        elif isinstance(getattr(kind, "nested_type", None), TypeEngine):
+            kind = kind.nested_type
+        else:
+            return kind
+
+
 def _is_text(column) -> bool:
-    return isinstance(column.type, (String, NullType))  # Enum is a String
+    return isinstance(underlying_type(column), (String, NullType))  # Enum is a String
 
 
 def _kind(column) -> str:
     """What a column's declared type holds: text (or a type unknown to SQLAlchemy), number,
     boolean, timestamp (or date), uuid, or other."""
-    kind = column.type
+    kind = underlying_type(column)
     if isinstance(kind, Boolean):
         return "boolean"
     if _is_text(column):
@@ -349,7 +363,8 @@ def source_problems(engine: Engine, audit: Audit) -> list[str]:
 
 def _as_text(column, dialect: str):
     """The column as text (SQLite: always cast, its values need not have the declared type)."""
-    if dialect != "sqlite" and isinstance(column.type, String) and not isinstance(column.type, Enum):
+    kind = underlying_type(column)
+    if dialect != "sqlite" and isinstance(kind, String) and not isinstance(kind, Enum):
         return column
     return cast(column, Text)
 
@@ -408,7 +423,7 @@ def parsed_timestamp(column, dialect: str):
     value is no timestamp. Time zones: timestamptz converted to UTC; timestamp and datetime
     without zone taken as UTC; a date as midnight UTC; ISO text with its offset (none: UTC).
     Numbers (epochs) and other types: NULL (quarantined as no timestamp)."""
-    kind = column.type
+    kind = underlying_type(column)
     if dialect == "sqlite":  # dynamically typed: whatever the declared type, values may be text
         return _parse_text_timestamp(cast(column, Text), dialect)
     if isinstance(kind, DateTime):
@@ -435,7 +450,7 @@ def bound(moment: datetime, dialect: str, aware: bool = False):
 
 def parsed_number(column, dialect: str):
     """The column as a double where it holds a number (text in DECIMAL_TEXT); NULL otherwise."""
-    kind = column.type
+    kind = underlying_type(column)
     if dialect != "sqlite" and isinstance(kind, Boolean):
         return null()
     if dialect != "sqlite" and isinstance(kind, (Numeric, Float, Integer)):
@@ -498,7 +513,7 @@ class Window:
             column = found[attribute]
             if column is None:
                 self.raw[attribute] = _json_key(table, attribute, dialect)
-            elif isinstance(column.type, Enum) and dialect != "sqlite":
+            elif isinstance(underlying_type(column), Enum) and dialect != "sqlite":
                 self.raw[attribute] = cast(column, Text)
             else:
                 self.raw[attribute] = column
@@ -507,7 +522,7 @@ class Window:
     def key(self, canonical: str):
         """The expression to group and compare on: exact text on MariaDB/MySQL."""
         expression = self.raw[canonical]
-        if self.dialect == "mysql" and isinstance(expression.type, (String, NullType)):
+        if self.dialect == "mysql" and isinstance(underlying_type(expression), (String, NullType)):
             return collate(expression, MYSQL_EXACT)
         return expression
 
@@ -540,8 +555,9 @@ class Window:
         index on it serves), compared with aware bounds when it has a zone; else the parsed
         time."""
         column = self.raw["predicted_at"]
-        if self.dialect != "sqlite" and isinstance(column.type, DateTime):
-            return column, bool(getattr(column.type, "timezone", False)) and self.dialect != "mysql"
+        kind = underlying_type(column)
+        if self.dialect != "sqlite" and isinstance(kind, DateTime):
+            return column, bool(getattr(kind, "timezone", False)) and self.dialect != "mysql"
         return self.time, False
 
     def selected(self):

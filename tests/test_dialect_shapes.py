@@ -1,0 +1,132 @@
+"""Dialects that answer reflection in other shapes, or wrap column types, still scan correctly.
+
+The shapes here are the ones third-party dialects give: PyHive (Spark SQL, Hive) returns a list
+for the primary key and raises NotImplementedError for unique constraints; clickhouse-sqlalchemy
+returns an empty dict; PyHive reflects Hive's timestamp as a TypeDecorator over TIMESTAMP, and
+clickhouse-sqlalchemy wraps nullable columns in Nullable(...).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from types import SimpleNamespace
+
+import pytest
+from sqlalchemy import Column, DateTime, Integer, MetaData, String, Table, TypeDecorator
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.types import TypeEngine
+
+from biasaudit.db import cells
+from biasaudit.db.source import Window, parsed_number, parsed_timestamp, table_problems
+from biasaudit.schemas.config import parse_config
+
+AUDIT = parse_config(
+    {"audits": [{"name": "a", "model": "m", "source": "src", "attributes": ["grp"]}]}
+).audits[0]
+COLUMNS = {
+    "prediction_id": String(20),
+    "model_id": String(20),
+    "predicted_at": DateTime(),
+    "y_true": Integer(),
+    "y_pred": Integer(),
+    "grp": String(10),
+}
+
+
+def source(**types) -> Table:
+    """The audit's source table, with the column types given here instead of the usual ones."""
+    return Table("src", MetaData(), *[Column(n, types.get(n, t)) for n, t in COLUMNS.items()])
+
+
+TABLE = source()
+
+
+def unsupported(*_args, **_kwargs):
+    raise NotImplementedError
+
+
+class FakeInspector:
+    """An inspector answering each reflection call with a fixed value (or raising it)."""
+
+    def __init__(self, pk, unique, indexes):
+        self.answers = {"pk": pk, "unique": unique, "indexes": indexes}
+
+    def _answer(self, name):
+        answer = self.answers[name]
+        return answer() if callable(answer) else answer
+
+    def get_pk_constraint(self, name, schema=None):
+        return self._answer("pk")
+
+    def get_unique_constraints(self, name, schema=None):
+        return self._answer("unique")
+
+    def get_indexes(self, name, schema=None):
+        return self._answer("indexes")
+
+
+SHAPES = {
+    "pyhive": FakeInspector(
+        [], unsupported, [{"name": "partition", "column_names": ["day"], "unique": False}]
+    ),
+    "clickhouse": FakeInspector({}, unsupported, []),
+    "nothing reflected": FakeInspector(unsupported, unsupported, unsupported),
+    "odd entries": FakeInspector(
+        {"constrained_columns": None}, [None, {"column_names": "prediction_id"}], [{}]
+    ),
+}
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_reflection_in_another_shape_means_no_known_key(monkeypatch, shape):
+    """It treats a primary key reflected as a list, a NotImplementedError, or entries without
+    column lists as "no unique key known" (the duplicate scan runs), instead of failing."""
+    monkeypatch.setattr(cells, "inspect", lambda _connection: SHAPES[shape])
+    connection = SimpleNamespace(dialect=SimpleNamespace(name="other"))
+    assert cells.ids_are_unique(connection, TABLE, AUDIT) is False
+
+
+def test_reflected_unique_key_is_still_found(monkeypatch):
+    """It still finds a key among well-shaped answers when another call is unsupported."""
+    inspector = FakeInspector(
+        unsupported, [{"column_names": ["model_id", "prediction_id"]}], unsupported
+    )
+    monkeypatch.setattr(cells, "inspect", lambda _connection: inspector)
+    connection = SimpleNamespace(dialect=SimpleNamespace(name="other"))
+    assert cells.ids_are_unique(connection, TABLE, AUDIT) is True
+
+
+class TextTimestamp(TypeDecorator):
+    """Like PyHive's HiveTimestamp: a TypeDecorator whose values are timestamps."""
+
+    impl = DateTime
+    cache_ok = True
+
+
+class Nullable(TypeEngine):
+    """Like clickhouse-sqlalchemy's Nullable: a wrapper holding the type as ``nested_type``."""
+
+    def __init__(self, nested_type):
+        self.nested_type = nested_type
+
+
+def test_a_decorated_timestamp_is_a_timestamp():
+    """It reads a timestamp column whose type is a TypeDecorator over DateTime as the column
+    itself (not NULL, which would make every row suspect), and accepts it as a timestamp."""
+    table = source(predicted_at=TextTimestamp())
+    assert parsed_timestamp(table.c.predicted_at, "postgresql") is table.c.predicted_at
+    assert table_problems(table, AUDIT, "postgresql") == []
+    window = Window(table, AUDIT, "postgresql")
+    compiled = window.where(None, datetime(2026, 6, 1, tzinfo=UTC)).compile(
+        dialect=postgresql.dialect()
+    )
+    assert "src.predicted_at <=" in str(compiled)
+
+
+def test_a_wrapped_number_and_text_keep_their_kind():
+    """It casts a Nullable(Integer) score as a number and reads a Nullable(String) id as text."""
+    score = Column("score", Nullable(Integer()))
+    compiled = str(parsed_number(score, "postgresql").compile(dialect=postgresql.dialect()))
+    assert compiled.startswith("CAST(score AS DOUBLE PRECISION)")
+    table = source(prediction_id=Nullable(String()))
+    assert table_problems(table, AUDIT, "postgresql") == []
