@@ -2,7 +2,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-slow test-all lint typecheck
+.PHONY: demo test test-slow test-all lint typecheck spark
 demo: $(VENV)/.installed
 	$(VENV)/bin/biasaudit demo
 
@@ -29,4 +29,13 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[test]"
+	touch $@
+
+# Spark for the Spark SQL tests, from the pyspark package (4.3: Java 17, the Thrift server and the
+# standalone master and workers in one download, 456 MB), installed beside the virtual
+# environment, not in it: with pyspark importable, pandera imports pyspark.pandas at every start,
+# which warns on pandas 3. tests/clusters.py finds it here (or at BIASAUDIT_SPARK_HOME).
+spark: .spark/.installed
+.spark/.installed: $(VENV)/.installed
+	$(PY) -m pip install --quiet --target .spark "pyspark>=4.3,<4.4"
 	touch $@

@@ -85,7 +85,7 @@ def duplicated_ids(connection, window: Window, start, end, now: datetime) -> lis
 
 def window_and_duplicates(connection, audit: Audit, start, end, now: datetime):
     """The source's window and the prediction ids it holds more than once (none where a key of
-    the source guarantees unique ids)."""
+    the source, or the user's ``scan.ids_unique``, guarantees unique ids)."""
     window = window_of(connection, audit)
-    unique = ids_are_unique(connection, window.table, audit)
+    unique = audit.scan.ids_unique or ids_are_unique(connection, window.table, audit)
     return window, ([] if unique else duplicated_ids(connection, window, start, end, now))

@@ -132,8 +132,15 @@ def _to_double(element, compiler, **kw):
 @compiles(to_double, "mariadb")
 @compiles(to_double, "sqlite")
 @compiles(to_double, "duckdb")
+@compiles(to_double, "hive")
 def _to_double_short(element, compiler, **kw):
     return f"CAST({compiler.process(element.clauses, **kw)} AS DOUBLE)"
+
+
+@compiles(to_double, "clickhouse")
+def _to_double_clickhouse(element, compiler, **kw):
+    # A function keeps NULL where CAST to a non-Nullable type fails on it.
+    return f"toFloat64({compiler.process(element.clauses, **kw)})"
 
 
 def source_url(audit: Audit, store_url: str) -> str:

@@ -137,6 +137,11 @@ class Scan(BaseModel):
 
     mode: Literal["memory", "stream", "pushdown"] = "memory"
     chunk_rows: Annotated[int, Field(ge=1000, le=50_000_000)] = 200_000
+    # The user's word that prediction ids are unique per model in the source, for engines that
+    # declare no unique constraints (Spark SQL, ClickHouse): the scans then skip the duplicate-id
+    # scan, a GROUP BY over every id. Stored with the run's configuration; if it is wrong, a
+    # repeated id counts twice.
+    ids_unique: bool = False
 
 
 class Monitor(BaseModel):

@@ -29,6 +29,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 os.environ.setdefault("BIASAUDIT_RETRY_BASE_SECONDS", "0.2")  # retries still back off, briefly
 
+import importlib.util
 import random
 
 import pytest
@@ -47,6 +48,8 @@ MARIADB_URL = os.environ.get(
     "BIASAUDIT_TEST_MARIADB_URL", "mysql+pymysql://root@127.0.0.1:3306/mysql"
 )
 REQUIRE_MARIADB = os.environ.get("BIASAUDIT_REQUIRE_MARIADB") == "1"
+REQUIRE_CLICKHOUSE = os.environ.get("BIASAUDIT_REQUIRE_CLICKHOUSE") == "1"
+REQUIRE_SPARK = os.environ.get("BIASAUDIT_REQUIRE_SPARK") == "1"
 # Once a test has run a flow, Prefect's events client keeps a websocket open in a background thread,
 # and websockets draws every keepalive ping's payload from the global `random` module. Hypothesis
 # fails a property test (warnings are errors) when the global random state changes while it draws
@@ -136,6 +139,51 @@ def db_url(request, tmp_path):
         engine.dispose()
     upgrade(url)
     return url
+
+
+def _missing(what: str, reason: str, required: bool, how: str):
+    """Skip for lack of an engine, or fail where it is required (``how`` names the setting)."""
+    if required:
+        pytest.fail(f"{what}: {reason} ({how})")
+    pytest.skip(f"{what}: {reason}")
+
+
+@pytest.fixture(scope="session")
+def clickhouse_url(tmp_path_factory):
+    """A private ClickHouse cluster for the session (two shards; tests.clusters), started once per
+    test process under its own folder and ports: the URL of the server holding the Distributed
+    tables (tests.clusters.source_table creates them)."""
+    from tests.clusters import CLICKHOUSE_SERVER, clickhouse_cluster
+
+    how = "BIASAUDIT_REQUIRE_CLICKHOUSE=1"
+    if importlib.util.find_spec("clickhouse_sqlalchemy") is None:
+        _missing("ClickHouse", "clickhouse-sqlalchemy is not installed", REQUIRE_CLICKHOUSE, how)
+    if not Path(CLICKHOUSE_SERVER).exists():
+        _missing("ClickHouse", f"no {CLICKHOUSE_SERVER}", REQUIRE_CLICKHOUSE, how)
+    with clickhouse_cluster(tmp_path_factory.mktemp("clickhouse")) as urls:
+        yield urls[0]
+
+
+@pytest.fixture(scope="session")
+def spark_url(tmp_path_factory):
+    """A private Spark standalone cluster for the session (master, two workers, Thrift server;
+    tests.clusters), about 50-80 s to start, once per test process: its ``hive://`` URL."""
+    from tests.clusters import SPARK_HOME, spark_cluster
+
+    how = "BIASAUDIT_REQUIRE_SPARK=1"
+    if importlib.util.find_spec("pyhive") is None:
+        _missing("Spark", "PyHive is not installed", REQUIRE_SPARK, how)
+    if not (SPARK_HOME / "bin" / "spark-submit").exists():
+        _missing("Spark", f"no Spark at {SPARK_HOME} (make spark)", REQUIRE_SPARK, how)
+    with spark_cluster(tmp_path_factory.mktemp("spark")) as url:
+        yield url
+
+
+@pytest.fixture(params=["clickhouse", "spark"])
+def engine_url(request):
+    """A distributed SQL engine of the session holding source tables (ClickHouse or Spark):
+    create them with tests.clusters.source_table."""
+    return request.getfixturevalue(f"{request.param}_url")
 
 
 @pytest.fixture(params=["sqlite", "postgresql", "mariadb", "duckdb"])

@@ -130,3 +130,37 @@ def test_a_wrapped_number_and_text_keep_their_kind():
     assert compiled.startswith("CAST(score AS DOUBLE PRECISION)")
     table = source(prediction_id=Nullable(String()))
     assert table_problems(table, AUDIT, "postgresql") == []
+
+
+def test_declared_unique_ids_skip_the_duplicate_scan(tmp_path):
+    """With ``scan.ids_unique`` the push-down runs no duplicate-id scan (the user's word, kept in
+    the audit's configuration, so in its hash and stored run): a table without a key that does
+    repeat an id then counts it twice; undeclared, the repeat is quarantined."""
+    from sqlalchemy import event
+
+    from biasaudit.db.engine import make_engine
+
+    engine = make_engine(f"sqlite:///{tmp_path / 's.db'}")
+    source().create(engine)
+    rows = [("a", "2026-05-01 10:00:00"), ("a", "2026-05-02 10:00:00"), ("b", "2026-05-03 10:00:00")]
+    with engine.begin() as connection:
+        connection.execute(
+            TABLE.insert(),
+            [
+                {"prediction_id": p, "model_id": "m", "predicted_at": datetime.fromisoformat(t),
+                 "y_true": 1, "y_pred": 0, "grp": "A"}
+                for p, t in rows
+            ],
+        )
+    statements: list[str] = []
+    event.listen(engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    now = datetime(2026, 6, 1, tzinfo=UTC)
+    declared = AUDIT.model_copy(update={"scan": AUDIT.scan.model_copy(update={"ids_unique": True})})
+    assert declared.config_hash() != AUDIT.config_hash()
+    trusted = scan.pushdown_cells(engine, declared, None, now, now)
+    assert trusted.rows_valid == 3 and trusted.quarantine.empty
+    assert not [s for s in statements if "HAVING" in s]
+    checked = scan.pushdown_cells(engine, AUDIT, None, now, now)
+    assert checked.rows_valid == 2 and list(checked.quarantine["rule"]) == ["field_uniqueness"]
+    assert [s for s in statements if "HAVING" in s]
+    engine.dispose()

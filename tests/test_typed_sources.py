@@ -35,6 +35,7 @@ from biasaudit.db.engine import make_engine
 from biasaudit.db.scan import memory_cells, pushdown_cells, stream_cells
 from biasaudit.db.source import window_bounds
 from biasaudit.schemas.config import parse_config
+from tests.clusters import source_table
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
@@ -77,10 +78,7 @@ def same_cells(actual: pd.DataFrame, expected: pd.DataFrame):
 
 
 def create(engine, table: Table, rows: list[dict]):
-    table.drop(engine, checkfirst=True)
-    table.create(engine)
-    with engine.begin() as connection:
-        connection.execute(table.insert(), rows)
+    source_table(engine, table, rows)
 
 
 TIME_KINDS = ["timestamptz", "timestamp", "date", "text"]
@@ -91,7 +89,17 @@ def test_typed_columns_give_identical_results_in_every_mode(source_db_url, kind)
     """It audits a table of bigint ids, boolean labels, integer decisions, integer and text
     attributes and no score column, with any timestamp type, identically in the three modes and
     equal to the counts of the generated values."""
-    engine = make_engine(source_db_url)
+    typed_columns_audit(source_db_url, kind)
+
+
+def test_typed_columns_give_identical_results_on_distributed_engines(engine_url):
+    """The same on ClickHouse (two shards behind a Distributed table) and Spark SQL, with a
+    timestamp column."""
+    typed_columns_audit(engine_url, "timestamp")
+
+
+def typed_columns_audit(url: str, kind: str):
+    engine = make_engine(url)
     dialect = engine.dialect.name
     rng = np.random.default_rng(1)
     n = 300
