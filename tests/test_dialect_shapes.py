@@ -117,7 +117,8 @@ def test_a_decorated_timestamp_is_a_timestamp():
     assert parsed_timestamp(table.c.predicted_at, "postgresql") is table.c.predicted_at
     assert table_problems(table, AUDIT, "postgresql") == []
     window = Window(table, AUDIT, "postgresql")
-    compiled = window.where(None, datetime(2026, 6, 1, tzinfo=UTC)).compile(
+    end = datetime(2026, 6, 1, tzinfo=UTC)
+    compiled = window.where(None, end, end).compile(
         dialect=postgresql.dialect()
     )
     assert "src.predicted_at <=" in str(compiled)
