@@ -168,14 +168,21 @@ def pushdown_cells(
             "y_pred": _decision_expression(window, audit),
         }
         keys = [expressions[n].label(f"k_{n}") for n in names]
-        suspect = case((ok, 0), else_=1).label("suspect")
-        inner = select(*keys, suspect).where(in_window).subquery()
-        grouping = [inner.c[f"k_{n}"] for n in names]
-        result = connection.execute(
-            select(
+        suspect = case((ok, 0), else_=1)
+        if window.dialect == "clickhouse":
+            # ClickHouse computes a derived table over a Distributed table on the server that
+            # was asked, every row sent to it; grouping the table itself aggregates on each
+            # shard (2x the bare GROUP BY's time against 1.4x, 10M rows).
+            query = select(
+                *keys, func.count().label("n"), func.sum(suspect).label("suspect")
+            ).where(in_window).group_by(*[expressions[n] for n in names])
+        else:
+            inner = select(*keys, suspect.label("suspect")).where(in_window).subquery()
+            grouping = [inner.c[f"k_{n}"] for n in names]
+            query = select(
                 *grouping, func.count().label("n"), func.sum(inner.c.suspect).label("suspect")
             ).group_by(*grouping)
-        )
+        result = connection.execute(query)
         grouped = rows_frame(result, list(result.keys()))
         rows = int(grouped["n"].sum()) if len(grouped) else 0
         if not rows:

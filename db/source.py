@@ -103,6 +103,10 @@ READABLE = {
     "decision_score": ("text", "number"),
     "attribute": ("text", "number", "boolean"),
 }
+# Engines for which the SQL here parses no text (the regular expressions and text casts are
+# written for the four databases above): their timestamps and scores come from typed columns.
+TYPED_ONLY = {"clickhouse": "ClickHouse", "hive": "Spark SQL / Hive"}
+TYPED = {"predicted_at": ("timestamp",), "score": ("number",), "decision_score": ("number",)}
 # Names a problem lists of what the database or table has, at most.
 LISTED = 30
 
@@ -347,13 +351,15 @@ def table_problems(table: Table, audit: Audit, dialect: str) -> list[str]:
             if why is not None:
                 problems.append(f"source {audit.source!r}: no column {name!r} ({why}); it has: {has}")
             continue
-        readable = READABLE.get("attribute" if is_attribute else canonical)
+        typed = TYPED.get(canonical) if dialect in TYPED_ONLY and not is_attribute else None
+        readable = typed or READABLE.get("attribute" if is_attribute else canonical)
         if readable and dialect != "sqlite" and _kind(column) not in readable:
             what = f"attribute {canonical!r}" if is_attribute else canonical
-            kinds = f"{', '.join(readable[:-1])} or {readable[-1]}"
+            kinds = f"{', '.join(readable[:-1])} or {readable[-1]}" if readable[1:] else readable[0]
             problems.append(
                 f"source {audit.source!r}: column {name!r} ({what}) is of type "
                 f"{type(column.type).__name__}; {what} is read from a {kinds} column"
+                + (f" on {TYPED_ONLY[dialect]}" if typed else "")
             )
     return problems
 

@@ -165,3 +165,15 @@ def test_declared_unique_ids_skip_the_duplicate_scan(tmp_path):
     assert checked.rows_valid == 2 and list(checked.quarantine["rule"]) == ["field_uniqueness"]
     assert [s for s in statements if "HAVING" in s]
     engine.dispose()
+
+
+@pytest.mark.parametrize("dialect", ["clickhouse", "hive"])
+def test_text_timestamps_on_engines_without_text_parsing_are_one_clear_line(dialect):
+    """It refuses a text timestamp on ClickHouse and Spark (whose SQL here parses no text) before
+    any row is read, in one line naming the column and what is accepted there; elsewhere text is
+    accepted."""
+    table = source(predicted_at=String(40))
+    assert table_problems(table, AUDIT, "postgresql") == []
+    [problem] = table_problems(table, AUDIT, dialect)
+    assert "column 'predicted_at' (predicted_at) is of type String" in problem
+    assert "read from a timestamp column on " in problem

@@ -1,0 +1,187 @@
+"""The scans on distributed engines: ClickHouse (two shards behind a Distributed table) and Spark
+SQL (standalone master, two one-core workers, Thrift server), each started privately by
+tests/clusters.py, with the predictions generated inside the engine.
+
+For each engine, in one run: the engine's own bare GROUP BY over the cells' columns (the floor),
+the push-down as configured by default (it runs the duplicate-id scan, as neither engine declares
+unique keys), the push-down with ``scan.ids_unique`` declared, the duplicate-id scan alone, and the
+memory mode (optional: it moves every row into Python). Times are the median of ``--repeat`` runs
+(memory: one run).
+
+    .venv/bin/python benchmarks/engines.py --rows 10000000 --engines clickhouse,spark --memory
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy import create_engine, text
+from sqlalchemy.exc import SQLAlchemyError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from biasaudit.db.engine import make_engine
+from biasaudit.db.scan import _duplicated_ids, memory_cells, pushdown_cells
+from biasaudit.db.source import window_of
+from biasaudit.schemas.config import parse_config
+from tests.clusters import CLUSTER, SHARDS, clickhouse_cluster, spark_cluster
+
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+COLUMNS = "pid, model, made, label, pred, race, sex"
+BARE = "SELECT race, sex, label, pred, count(*) FROM bench GROUP BY race, sex, label, pred"
+
+
+def audit(ids_unique: bool):
+    return parse_config(
+        {
+            "audits": [
+                {
+                    "name": "bench",
+                    "model": "m",
+                    "source": "bench",
+                    "attributes": ["race", "sex"],
+                    "columns": {
+                        "prediction_id": "pid",
+                        "model_id": "model",
+                        "predicted_at": "made",
+                        "y_true": "label",
+                        "y_pred": "pred",
+                    },
+                    "scan": {"mode": "pushdown", "ids_unique": ids_unique},
+                }
+            ]
+        }
+    ).audits[0]
+
+
+def prepare_clickhouse(url: str, rows: int):
+    """Per shard a MergeTree table of half the rows (ids interleaved), a Distributed table over
+    them: 10% unlabelled, four races, two sexes, timestamps over 58 days."""
+    shards = SHARDS[url]
+    schema = (
+        "pid Int64, model String, made DateTime, label Nullable(UInt8), pred UInt8, "
+        "race String, sex String"
+    )
+    for number, shard_url in enumerate(shards):
+        shard = create_engine(shard_url)
+        with shard.connect() as connection:
+            connection.execute(text("DROP TABLE IF EXISTS bench_local"))
+            connection.execute(
+                text(f"CREATE TABLE bench_local ({schema}) ENGINE = MergeTree() ORDER BY tuple()")
+            )
+            n = len(shards)
+            connection.execute(
+                text(
+                    f"INSERT INTO bench_local SELECT toInt64(number * {n} + {number}), 'm', "
+                    "toDateTime('2026-01-01 00:00:00') + (number % 5000000), "
+                    "if(number % 10 = 0, NULL, toUInt8(number % 2)), "
+                    "toUInt8(intHash32(number) % 2), ['a', 'b', 'c', 'd'][number % 4 + 1], "
+                    f"['F', 'M'][intHash32(number + 1) % 2 + 1] FROM numbers({rows // n})"
+                )
+            )
+        shard.dispose()
+    with create_engine(url).connect() as connection:
+        connection.execute(text("DROP TABLE IF EXISTS bench"))
+        connection.execute(
+            text(f"CREATE TABLE bench ({schema}) ENGINE = Distributed({CLUSTER}, default, bench_local, rand())")
+        )
+
+
+def prepare_spark(url: str, rows: int):
+    """A Parquet table of the same shape, written by Spark itself."""
+    with create_engine(url).connect() as connection:
+        connection.execute(text("DROP TABLE IF EXISTS bench"))
+        connection.execute(
+            text(
+                "CREATE TABLE bench USING parquet AS SELECT id AS pid, 'm' AS model, "
+                "timestamp_seconds(1767225600 + id % 5000000) AS made, "
+                "CASE WHEN id % 10 = 0 THEN NULL ELSE CAST(id % 2 AS INT) END AS label, "
+                "CAST(hash(id) & 1 AS INT) AS pred, "
+                "element_at(array('a', 'b', 'c', 'd'), CAST(id % 4 + 1 AS INT)) AS race, "
+                "CASE WHEN hash(id + 1) & 1 = 0 THEN 'F' ELSE 'M' END AS sex "
+                f"FROM range({rows})"
+            )
+        )
+
+
+def timed(call, repeat: int) -> tuple[float, object]:
+    times, result = [], None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
+
+
+def measure(name: str, url: str, repeat: int, memory: bool) -> list[tuple[str, str, str]]:
+    engine = make_engine(url)
+    figures = []
+
+    def bare():
+        with engine.connect() as connection:
+            return connection.execute(text(BARE)).all()
+
+    def duplicates():
+        with engine.connect() as connection:
+            window = window_of(connection, audit(False))
+            return _duplicated_ids(connection, window, None, NOW, NOW)
+
+    floor, cells = timed(bare, repeat)
+    figures.append((name, "bare GROUP BY", f"{floor:.2f} s", "1.0x", f"{len(cells)} cells"))
+    for label, call in [
+        ("duplicate-id scan alone", duplicates),
+        ("push-down (duplicate scan)", lambda: pushdown_cells(engine, audit(False), None, NOW, NOW)),
+        ("push-down, ids_unique", lambda: pushdown_cells(engine, audit(True), None, NOW, NOW)),
+    ]:
+        seconds, result = timed(call, repeat)
+        detail = f"{result.rows_valid:,} valid" if hasattr(result, "rows_valid") else ""
+        figures.append((name, label, f"{seconds:.2f} s", f"{seconds / floor:.1f}x", detail))
+    if memory:
+        try:
+            seconds, result = timed(lambda: memory_cells(engine, audit(False), None, NOW, NOW), 1)
+            detail = f"{result.rows_valid:,} valid"
+        except SQLAlchemyError as exc:  # report what the engine or driver did, not a traceback
+            seconds, detail = float("nan"), f"failed: {type(exc).__name__}: {str(exc)[:120]}"
+        figures.append((name, "memory mode", f"{seconds:.2f} s", f"{seconds / floor:.1f}x", detail))
+    engine.dispose()
+    return figures
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--engines", default="clickhouse,spark")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--memory", action="store_true", help="also the memory mode (slow)")
+    args = parser.parse_args()
+    figures = []
+    with tempfile.TemporaryDirectory(prefix="biasaudit-engines-") as folder, ExitStack() as stack:
+        for name in args.engines.split(","):
+            start = time.perf_counter()
+            if name == "clickhouse":
+                url = stack.enter_context(clickhouse_cluster(Path(folder) / name))[0]
+                up = time.perf_counter() - start
+                prepare_clickhouse(url, args.rows)
+            else:
+                (Path(folder) / name).mkdir()
+                url = stack.enter_context(spark_cluster(Path(folder) / name, memory="2g"))
+                up = time.perf_counter() - start
+                prepare_spark(url, args.rows)
+            loaded = time.perf_counter() - start - up
+            print(f"{name}: up in {up:.1f} s, {args.rows:,} rows written in {loaded:.1f} s", flush=True)
+            figures += measure(name, url, args.repeat, args.memory)
+            for row in figures[-5:]:
+                print(" | ".join(row), flush=True)
+    print("\n| engine | scan | time | vs bare | result |\n| --- | --- | ---: | ---: | --- |")
+    for row in figures:
+        print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()
