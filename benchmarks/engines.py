@@ -26,8 +26,9 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from biasaudit.db.cells import duplicated_ids
 from biasaudit.db.engine import make_engine
-from biasaudit.db.scan import _duplicated_ids, memory_cells, pushdown_cells
+from biasaudit.db.scan import memory_cells, pushdown_cells
 from biasaudit.db.source import window_of
 from biasaudit.schemas.config import parse_config
 from tests.clusters import CLUSTER, SHARDS, clickhouse_cluster, spark_cluster
@@ -130,7 +131,7 @@ def measure(name: str, url: str, repeat: int, memory: bool) -> list[tuple[str, s
     def duplicates():
         with engine.connect() as connection:
             window = window_of(connection, audit(False))
-            return _duplicated_ids(connection, window, None, NOW, NOW)
+            return duplicated_ids(connection, window, None, NOW, NOW)
 
     floor, cells = timed(bare, repeat)
     figures.append((name, "bare GROUP BY", f"{floor:.2f} s", "1.0x", f"{len(cells)} cells"))

@@ -17,6 +17,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.types import TypeEngine
 
 from biasaudit.db import cells
+from biasaudit.db.scan import pushdown_cells
 from biasaudit.db.source import Window, parsed_number, parsed_timestamp, table_problems
 from biasaudit.schemas.config import parse_config
 
@@ -158,10 +159,10 @@ def test_declared_unique_ids_skip_the_duplicate_scan(tmp_path):
     now = datetime(2026, 6, 1, tzinfo=UTC)
     declared = AUDIT.model_copy(update={"scan": AUDIT.scan.model_copy(update={"ids_unique": True})})
     assert declared.config_hash() != AUDIT.config_hash()
-    trusted = scan.pushdown_cells(engine, declared, None, now, now)
+    trusted = pushdown_cells(engine, declared, None, now, now)
     assert trusted.rows_valid == 3 and trusted.quarantine.empty
     assert not [s for s in statements if "HAVING" in s]
-    checked = scan.pushdown_cells(engine, AUDIT, None, now, now)
+    checked = pushdown_cells(engine, AUDIT, None, now, now)
     assert checked.rows_valid == 2 and list(checked.quarantine["rule"]) == ["field_uniqueness"]
     assert [s for s in statements if "HAVING" in s]
     engine.dispose()
