@@ -22,7 +22,8 @@ over cells (tasks.counts.group_counts). Three modes:
   and nothing invalid is counted and nothing is lost.
 
 All three give the same cells, quarantine and accounting on the same data, on PostgreSQL, SQLite,
-MariaDB and DuckDB (tests/test_scan.py, tests/test_hostile_sources.py).
+MariaDB and DuckDB, and on ClickHouse and Spark SQL with typed timestamps and scores
+(tests/test_scan.py, tests/test_hostile_sources.py, tests/test_typed_sources.py).
 
 With a ``decision`` from a score, y_pred is whether the score reaches the audit's threshold
 (decided in SQL by the push-down, in pandas otherwise).
