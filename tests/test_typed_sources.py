@@ -585,3 +585,42 @@ def test_compas_as_is_with_a_decile_threshold(tmp_path):
     assert int(black["tp"].iloc[0]) == int((high & recid).sum())
     assert int(black["fp"].iloc[0]) == int((high & ~recid).sum())
     assert (rows["score_text"] != "Low").equals(high)  # the threshold is ProPublica's split
+
+
+def test_decision_from_a_typed_score_on_distributed_engines(engine_url):
+    """On ClickHouse and Spark SQL a decision from an integer score at a threshold (decided in the
+    push-down's GROUP BY) gives the counts of the generated values in every mode; a row without
+    a score is quarantined."""
+    engine = make_engine(engine_url)
+    table = Table(
+        "src",
+        MetaData(),
+        Column("pid", BigInteger),
+        Column("made_at", DateTime),
+        Column("label", Integer),
+        Column("decile", Integer),
+        Column("grp", String(10)),
+    )
+    made = datetime(2026, 5, 1)
+    rows = [
+        {"pid": i, "made_at": made, "label": i % 2, "decile": i % 11, "grp": "AB"[i % 3 % 2]}
+        for i in range(60)
+    ]
+    create(engine, table, [*rows, {"pid": 99, "made_at": made, "label": 1, "decile": None, "grp": "A"}])
+    audit = audit_of(
+        decision={"score": "decile", "threshold": 5},
+        columns={"prediction_id": "pid", "predicted_at": "made_at", "y_true": "label"},
+    )
+    truth = pd.DataFrame(
+        {
+            "grp": [r["grp"] for r in rows],
+            "y_true": [r["label"] for r in rows],
+            "y_pred": [int(r["decile"] >= 5) for r in rows],
+        }
+    )
+    expected = expected_cells(truth, ["grp"])
+    for mode, scanned in all_modes(engine, audit).items():
+        assert list(scanned.quarantine["rule"]) == ["not_nullable"], mode
+        assert scanned.rows_read == 61 and scanned.rows_valid == 60, mode
+        same_cells(scanned.cells, expected)
+    engine.dispose()
