@@ -4,7 +4,9 @@ Conventions (the suite runs in parallel, one pytest-xdist worker per core):
 - no test relies on another or on their order; files go under ``tmp_path``/``tmp_path_factory``
   only, never into the repository or a fixed path;
 - databases come from the fixtures below (``db_url``, ``source_db_url``, ``postgres_server_url``,
-  ``mariadb_server_url``, ``separate_database``): every name is unique per worker;
+  ``mariadb_server_url``, ``separate_database``): every name is unique per worker; ClickHouse and
+  Spark clusters (``clickhouse_url``, ``spark_url``, ``engine_url``) are started once per worker,
+  each under its own folder and free ports;
 - servers and proxies bind port 0 (or ask for a free port), never a fixed one;
 - ``@pytest.mark.slow`` marks a test that takes over ~20 s on its own (long simulations, end to end
   through real servers): ``make test`` leaves it out, ``make test-slow`` runs it, CI runs both.
@@ -179,7 +181,8 @@ def spark_url(tmp_path_factory):
         yield url
 
 
-@pytest.fixture(params=["clickhouse", "spark"])
+# Spark's cluster takes 50-80 s to start (per worker that runs a Spark test): its tests are slow.
+@pytest.fixture(params=["clickhouse", pytest.param("spark", marks=pytest.mark.slow)])
 def engine_url(request):
     """A distributed SQL engine of the session holding source tables (ClickHouse or Spark):
     create them with tests.clusters.source_table."""
