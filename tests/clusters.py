@@ -81,9 +81,13 @@ def _stop(processes: list[subprocess.Popen]):
 
 
 def _start(command: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:
+    """Start a server in a process group of its own that gets SIGTERM when this process dies
+    (util-linux's ``setpriv --pdeathsig``), so a test run killed before its teardown leaves no
+    server behind."""
+    guard = ["setpriv", "--pdeathsig", "TERM", "--"] if shutil.which("setpriv") else []
     with open(log, "ab") as out:
         return subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            [*guard, *command], stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
 
 
