@@ -87,6 +87,11 @@ ConfigOption = Annotated[
 
 
 FormatOption = Annotated[str, typer.Option("--format", metavar="FORMAT", help="table, csv or json")]
+AuditArgument = Annotated[
+    str, typer.Argument(metavar="AUDIT", help="Name of the audit in the configuration")
+]
+FromOption = Annotated[str, typer.Option("--from", metavar="DATE", help="First as-of date (ISO)")]
+ToOption = Annotated[str, typer.Option("--to", metavar="DATE", help="Last as-of date (ISO)")]
 
 
 def _say(message: str, style: str | None = None) -> None:

@@ -135,15 +135,9 @@ def load(
         frame["model_id"] = model
     if model_version:
         frame["model_version"] = model_version
-    needed = [
-        "prediction_id",
-        "model_id",
-        "model_version",
-        "predicted_at",
-        "y_true",
-        "y_pred",
-        *attribute,
-    ]
+    from biasaudit.schemas.config import CANONICAL_COLUMNS
+
+    needed = [*(c for c in CANONICAL_COLUMNS if c != "score"), *attribute]
     missing = [c for c in needed if c not in frame.columns]
     if missing:
         _fail(f"{path}: missing columns {missing} (use --map, --model, --model-version)")

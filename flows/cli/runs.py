@@ -9,9 +9,12 @@ from typing import Annotated, Any
 import typer
 
 from biasaudit.flows.cli.common import (
+    AuditArgument,
     ConfigOption,
     DbOption,
+    FromOption,
     Mistake,
+    ToOption,
     _check_format,
     _date,
     _emit,
@@ -30,9 +33,7 @@ DEMO_CONFIG = Path(__file__).parents[1] / "demo_audits.toml"
 
 @app.command()
 def run(
-    audit: Annotated[
-        str, typer.Argument(metavar="AUDIT", help="Name of the audit in the configuration")
-    ],
+    audit: AuditArgument,
     config: ConfigOption = None,
     db: DbOption = None,
     as_of: Annotated[
@@ -124,11 +125,9 @@ def abandon(
 
 @app.command()
 def backfill(
-    audit: Annotated[
-        str, typer.Argument(metavar="AUDIT", help="Name of the audit in the configuration")
-    ],
-    from_: Annotated[str, typer.Option("--from", metavar="DATE", help="First as-of date (ISO)")],
-    to: Annotated[str, typer.Option("--to", metavar="DATE", help="Last as-of date (ISO)")],
+    audit: AuditArgument,
+    from_: FromOption,
+    to: ToOption,
     every: Annotated[
         str, typer.Option(metavar="PERIOD", help="Calendar period: Nd (days) or Nmo (months)")
     ] = "1d",
@@ -167,11 +166,9 @@ def backfill(
 
 @app.command()
 def backtest(
-    audit: Annotated[
-        str, typer.Argument(metavar="AUDIT", help="Name of the audit in the configuration")
-    ],
-    from_: Annotated[str, typer.Option("--from", metavar="DATE", help="First as-of date (ISO)")],
-    to: Annotated[str, typer.Option("--to", metavar="DATE", help="Last as-of date (ISO)")],
+    audit: AuditArgument,
+    from_: FromOption,
+    to: ToOption,
     format_: Annotated[
         str,
         typer.Option(
