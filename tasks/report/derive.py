@@ -24,7 +24,7 @@ from biasaudit.schemas.metric_ids import (
 from biasaudit.schemas.report import ReportFrames
 from biasaudit.tasks.counts import label_completeness
 from biasaudit.tasks.rates import reason_kind
-from biasaudit.tasks.report.html import points_plain
+from biasaudit.tasks.report.text import points
 
 FOUR_FIFTHS = (0.8, 1.25)
 
@@ -363,3 +363,7 @@ def _with_sequences(comp: pd.DataFrame, monitor: pd.DataFrame) -> pd.DataFrame:
     if comp.empty or not {*keys, "cs_low", "cs_high"} <= set(monitor.columns):
         return comp
     return comp.merge(monitor[[*keys, "cs_low", "cs_high"]], on=keys, how="left")
+
+
+def points_plain(frames: ReportFrames) -> str:
+    return points(thresholds(frames)["tolerance"]).lstrip("+")

@@ -24,6 +24,7 @@ from biasaudit.tasks.report.derive import (
     _with_sequences,
     comparisons,
     groups,
+    points_plain,
     ranked_findings,
     rate_interval,
     rate_table,
@@ -79,10 +80,6 @@ summary.metric{margin:8px 0 2px 12px}details details>table,details details>.plot
 figure{margin:6px 0}figcaption{font-size:12px;color:#555}.plots{display:flex;gap:12px;
 flex-wrap:wrap}
 """
-
-
-def points_plain(frames: ReportFrames) -> str:
-    return points(thresholds(frames)["tolerance"]).lstrip("+")
 
 
 def _table(header: Iterable[str], rows: Iterable[Iterable[str]], left: int = 1) -> str:
