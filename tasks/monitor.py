@@ -75,6 +75,7 @@ STATE_COLUMNS = [
     "cs_high",
 ]
 PRIOR_PAIRS = 4.0  # pseudo-pairs of second moment 1/4 that keep early bets small
+SHARE_KEPT = 1e-9  # share of the wealth left on the side not bet on
 V_MAX = 0.8  # largest bet fraction v = λ(1 + tol) of the test
 CS_LAMBDA_MAX = 0.25  # largest bet of the confidence sequence (so that λ(Z − u) ≥ −1/2)
 GRID = np.linspace(-1.0, 1.0, 801)
@@ -110,19 +111,41 @@ def pair_moments(x_g, n_g, x_r, n_r):
     return k, d, np.where(k > 0, var, 0.0)
 
 
-def log_e_value(k, d, var, lam, tol, side):
-    """log of the night's e-value for H0+ (side=+1: U ≤ tol) or H0− (side=−1: U ≥ −tol)."""
-    mean = side * d - tol
-    v = lam * (1.0 + tol)
-    return k * (lam * mean - _fan_factor(v) * lam**2 * (var + mean**2))
+def log_e_value(x_g, n_g, x_r, n_r, lam, tol, side):
+    """log of the night's e-value for H0+ (side=+1: U ≤ tol) or H0− (side=−1: U ≥ −tol).
+
+    Each of the k pairs holds one row of the smaller side (a Bernoulli(p̂) draw under a random
+    arrangement) and a block mean Ȳ of the other side (mean p̂_B, variance σ̂²_B): given the
+    single row's value x, Y = s·Z − tol = c_x + e with c_x = s·o·(x − p̂_B) − tol (o = +1 when the
+    single row is the group's, −1 when it is the reference's) and e = −s·o·(Ȳ − p̂_B) ≥ −m of
+    mean 0, so log(1 + λY) = log(1 + λc_x) + log(1 + u_x·e), u_x = λ/(1 + λc_x), and the
+    Fan-Grama-Liu inequality bounds the second term's mean below by −ψ_E(u_x·m)/m²·σ̂²_B:
+    exact in the single row, the inequality only for the block's small spread."""
+    x_g, n_g, x_r, n_r = (np.asarray(v, dtype=float) for v in (x_g, n_g, x_r, n_r))
+    k = np.minimum(n_g, n_r)
+    group_single = n_g <= n_r
+    x_1, n_1 = np.where(group_single, x_g, x_r), np.where(group_single, n_g, n_r)
+    x_b, n_b = np.where(group_single, x_r, x_g), np.where(group_single, n_r, n_g)
+    orient = side * np.where(group_single, 1.0, -1.0)
+    size = np.floor(n_b / np.maximum(k, 1.0))  # the block's rows
+    p_1 = x_1 / np.maximum(n_1, 1.0)
+    p_b = x_b / np.maximum(n_b, 1.0)
+    fpc = np.where(n_b > 1, (n_b - size) / (np.maximum(size, 1.0) * np.maximum(n_b - 1, 1.0)), 0.0)
+    var_b = p_b * (1 - p_b) * fpc
+    reach = np.where(orient > 0, 1 - p_b, p_b)  # m: e ≥ −m as Ȳ ∈ [0, 1]
+    total = np.zeros(np.broadcast(k, lam).shape)
+    for x, weight in ((1.0, p_1), (0.0, 1 - p_1)):
+        c = orient * (x - p_b) - tol
+        u = lam / (1 + lam * c)
+        total = total + weight * (np.log1p(lam * c) - _fan_factor(u * reach) * u**2 * var_b)
+    return np.where(k > 0, k * total, 0.0)
 
 
 def bet(w_k, w_d, w_v, tol, side, v_max=V_MAX):
     """Bet λ for one side from exponentially weighted past moments (module docstring)."""
     mean = side * w_d - tol * w_k
     second = w_v - 2 * side * tol * w_d + tol**2 * w_k + PRIOR_PAIRS / 4.0
-    r = np.maximum(mean, 0.0) * (1.0 + tol) / second
-    return np.minimum(r / (1.0 + r), v_max) / (1.0 + tol)
+    return np.minimum(np.maximum(mean, 0.0) / second, v_max / (1.0 + tol))
 
 
 def cs_bet(n_pairs, s_d, s_v, k, alpha):
@@ -188,12 +211,14 @@ def step(state: dict, x_g, n_g, x_r, n_r, settings: Settings, grid=GRID):
     k, d, var = pair_moments(x_g, n_g, x_r, n_r)
     lam_up = bet(state["w_k"], state["w_d"], state["w_v"], tol, +1, settings.v_max)
     lam_down = bet(state["w_k"], state["w_d"], state["w_v"], tol, -1, settings.v_max)
-    log_e_up = log_e_value(k, d, var, lam_up, tol, +1)
-    log_e_down = log_e_value(k, d, var, lam_down, tol, -1)
+    log_e_up = log_e_value(x_g, n_g, x_r, n_r, lam_up, tol, +1)
+    log_e_down = log_e_value(x_g, n_g, x_r, n_r, lam_down, tol, -1)
     new = {name: np.array(value, dtype=float) for name, value in state.items()}
     log_m_before = np.logaddexp(state["log_m_up"], state["log_m_down"]) - np.log(2)
-    new["log_m_up"] = state["log_m_up"] + log_e_up
-    new["log_m_down"] = state["log_m_down"] + log_e_down
+    # The wealth goes to the side bet on (a predictable split: M stays a test supermartingale).
+    share_up = np.select([lam_up > lam_down, lam_up < lam_down], [1 - SHARE_KEPT, SHARE_KEPT], 0.5)
+    new["log_m_up"] = log_m_before + np.log(2 * share_up) + log_e_up
+    new["log_m_down"] = log_m_before + np.log(2 * (1 - share_up)) + log_e_down
     log_m = np.logaddexp(new["log_m_up"], new["log_m_down"]) - np.log(2)
     rho = 2.0 ** (-1.0 / settings.half_life)
     new["w_k"] = rho * state["w_k"] + k
