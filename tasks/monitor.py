@@ -75,7 +75,6 @@ STATE_COLUMNS = [
     "cs_high",
 ]
 PRIOR_PAIRS = 4.0  # pseudo-pairs of second moment 1/4 that keep early bets small
-SHARE_KEPT = 1e-9  # share of the wealth left on the side not bet on
 V_MAX = 0.8  # largest bet fraction v = λ(1 + tol) of the test
 CS_LAMBDA_MAX = 0.25  # largest bet of the confidence sequence (so that λ(Z − u) ≥ −1/2)
 GRID = np.linspace(-1.0, 1.0, 801)
@@ -215,10 +214,8 @@ def step(state: dict, x_g, n_g, x_r, n_r, settings: Settings, grid=GRID):
     log_e_down = log_e_value(x_g, n_g, x_r, n_r, lam_down, tol, -1)
     new = {name: np.array(value, dtype=float) for name, value in state.items()}
     log_m_before = np.logaddexp(state["log_m_up"], state["log_m_down"]) - np.log(2)
-    # The wealth goes to the side bet on (a predictable split: M stays a test supermartingale).
-    share_up = np.select([lam_up > lam_down, lam_up < lam_down], [1 - SHARE_KEPT, SHARE_KEPT], 0.5)
-    new["log_m_up"] = log_m_before + np.log(2 * share_up) + log_e_up
-    new["log_m_down"] = log_m_before + np.log(2 * (1 - share_up)) + log_e_down
+    new["log_m_up"] = state["log_m_up"] + log_e_up
+    new["log_m_down"] = state["log_m_down"] + log_e_down
     log_m = np.logaddexp(new["log_m_up"], new["log_m_down"]) - np.log(2)
     rho = 2.0 ** (-1.0 / settings.half_life)
     new["w_k"] = rho * state["w_k"] + k
