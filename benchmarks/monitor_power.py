@@ -13,7 +13,9 @@ night, as tasks.monitor.advance raises them.
     night: delay to that comparison's first alarm (median, p10, p90; never alarmed = infinite),
     share of years alarmed within the remaining 185 nights, share whose own e-process reached
     1/α; beside it the oracle: one fixed-sample test that knows the change night, at level
-    α/m two-sided with the true rates (post-change nights for power 1/2; power in 185 nights).
+    α/m two-sided with the true rates (post-change nights for power 1/2; power in 185 nights),
+    and the betting oracle: the same e-process that knows the change night and bets the
+    growth-optimal λ for the true rates from it (alarm at m/α, a lone comparison's e-BH level).
     Also with 12 and 30 comparisons (4 and 10 groups, a 5% group changing).
 
     .venv/bin/python benchmarks/monitor_power.py [--replays 1000] [--seed 0]
@@ -29,7 +31,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from biasaudit.tasks.monitor import Settings, e_bh, initial_state, step
+from biasaudit.tasks.monitor import Settings, e_bh, initial_state, log_e_value, step
 
 FAMILIES = {  # comparisons: group shares (the first 5% group is the one that changes)
     12: np.array([0.55, 0.25, 0.15, 0.05]),
@@ -130,6 +132,29 @@ def oracle(volume: int, comparisons: int = 24) -> tuple[int, float]:
     return int(nights[np.argmax(power(nights) >= 0.5)]), float(power(NIGHTS - CHANGE))
 
 
+def betting_oracle(volume: int, replays: int, seed: int, comparisons: int = 24) -> np.ndarray:
+    """Nights from the change to the betting oracle's alarm (inf: none within the year)."""
+    rng = np.random.default_rng(seed)
+    shares = FAMILIES[comparisons]
+    target = changed(shares)
+    _, tpr, _ = rates("change", shares, CHANGE)
+    positives = volume * shares * PREVALENCE
+    mean_g, rest = tpr[target] * positives[target], positives.sum() - positives[target]
+    expected = np.array([mean_g, positives[target], TPR * rest, rest])[:, None]
+    lams = np.linspace(0.01, 0.75, 75)[None, :]
+    lam = lams[0, np.argmax(log_e_value(*expected, lams, TOLERANCE, -1))]
+    log_wealth, delay = np.zeros(replays), np.full(replays, np.inf)
+    for t in range(NIGHTS - CHANGE):
+        n = rng.multinomial(volume, shares, size=replays)
+        positive = rng.binomial(n, PREVALENCE)
+        tp = rng.binomial(positive, tpr)
+        x, m = tp[:, target], positive[:, target]
+        log_wealth += log_e_value(x, m, tp.sum(1) - x, positive.sum(1) - m, lam, TOLERANCE, -1)
+        e_process = (1 + np.exp(log_wealth)) / 2
+        delay = np.where(np.isinf(delay) & (e_process >= comparisons / ALPHA), t, delay)
+    return delay
+
+
 def false_alarms(replays: int, seed: int) -> pd.DataFrame:
     rows = []
     for case in ("stationary", "drifting", "delayed"):
@@ -149,6 +174,7 @@ def power(replays: int, seed: int, comparisons: int) -> pd.DataFrame:
         delay = np.where(first["alarm"] >= CHANGE, first["alarm"] - CHANGE, np.inf)
         early = ((first["alarm"] >= 0) & (first["alarm"] < CHANGE)).mean()
         need, oracle_power = oracle(volume, comparisons)
+        ideal = betting_oracle(volume, replays, seed, comparisons)
         rows.append(
             (
                 comparisons,
@@ -161,6 +187,8 @@ def power(replays: int, seed: int, comparisons: int) -> pd.DataFrame:
                 early,
                 need,
                 oracle_power,
+                np.quantile(ideal, 0.5, method="inverted_cdf"),
+                np.isfinite(ideal).mean(),
             )
         )
     columns = [
@@ -174,6 +202,8 @@ def power(replays: int, seed: int, comparisons: int) -> pd.DataFrame:
         "before change",
         "oracle nights",
         "oracle power 185",
+        "betting oracle median",
+        "betting oracle in 185",
     ]
     return pd.DataFrame(rows, columns=columns)
 
