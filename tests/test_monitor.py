@@ -59,7 +59,7 @@ def test_night_e_value_is_below_the_arrangement_average(rows_g, rows_r, lam, tol
     pair_moments' variance is the brute-force variance of a pair's block difference."""
     average, mean_z, var_z = _arrangement_average(rows_g, rows_r, lam, tol, side)
     counts = sum(rows_g), len(rows_g), sum(rows_r), len(rows_r)
-    k, d, var = pair_moments(*counts)
+    _, d, var = pair_moments(*counts)
     assert d == pytest.approx(mean_z)
     assert var == pytest.approx(var_z)
     assert np.exp(log_e_value(*counts, lam, tol, side)) <= average + 1e-12
