@@ -20,6 +20,7 @@ _SPEC.loader.exec_module(bench)
 REPLAYS = 100
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["stationary", "drifting", "delayed"])
 def test_fair_years_alarm_at_most_alpha(case):
     """At 300 a night (the noisiest bets): alarms in at most 12 of 100 fair years, a count
@@ -28,6 +29,7 @@ def test_fair_years_alarm_at_most_alpha(case):
     assert (first >= 0).sum() <= stats.binom.isf(0.002, REPLAYS, bench.ALPHA)
 
 
+@pytest.mark.slow
 def test_a_tpr_drop_in_a_small_group_is_found_sooner():
     """The 5% group's TPR drops by 0.10 at night 180 (1,500 a night): median delay to its alarm
     at most 78 nights (the monitor that bounded every pair's log-wealth by the Fan-Grama-Liu
