@@ -1,6 +1,6 @@
 """Time and peak memory of the meta-metrics stage's bootstrap, before and after drawing in blocks.
 
-One attribute of G groups (2-300 outcomes each, some observed at 0 or 1), one rate metric,
+One attribute of G groups (20-300 outcomes each, some observed at 0 or 1), one rate metric,
 B replicates, through tasks.metametrics.attribute_meta_metrics; peak memory is tracemalloc's
 (numpy's arrays are traced). "before" is tasks/metametrics.py as it was before the blocks (found
 in git: the parent of the commit that added BOOTSTRAP_BYTES), loaded as a module of its own and
@@ -57,7 +57,7 @@ def before_module():
 
 def groups_frame(k: int, seed: int = 0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
-    denominator = rng.integers(2, 300, k).astype(float)
+    denominator = rng.integers(20, 300, k).astype(float)
     numerator = rng.binomial(denominator.astype(int), rng.uniform(0, 1, k)).astype(float)
     return pd.DataFrame(
         {

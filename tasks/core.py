@@ -109,13 +109,6 @@ def smoothed_metrics(
     )
 
 
-def group_sizes(counts: pd.DataFrame) -> pd.DataFrame:
-    """Valid predictions (labelled or not) of every group: attribute, group_name, size."""
-    groups = counts[counts["subset"] == "group"]
-    size = groups[["tp", "fp", "fn", "tn", "n_unlabelled"]].sum(axis=1)
-    return groups[["attribute", "group_name"]].assign(size=size.to_numpy())
-
-
 def run_summary(
     counts: pd.DataFrame,
     metrics: pd.DataFrame,
@@ -229,7 +222,6 @@ def audit_counts(
         n_boot=thresholds.bootstrap_replicates,
         confidence=1 - thresholds.alpha,
         seed=bootstrap_seed(counts),
-        group_sizes=group_sizes(counts),
         min_group_size=thresholds.min_group_size,
     )
     summary = run_summary(counts, metrics, match, detection, planning, comparison, thresholds.alpha)
