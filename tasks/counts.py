@@ -18,6 +18,7 @@ from biasaudit.schemas.config import INTERSECTION_SEP, UnknownReferenceGroup
 from biasaudit.schemas.frames import COUNT_COLUMNS, listed
 from biasaudit.schemas.metric_ids import UNLABELLED_COLUMNS
 from biasaudit.schemas.results import GROUP_COUNTS
+from biasaudit.tasks.multiplicity import holm_adjust
 
 # Cell code 2*y_true + y_pred: tn=0, fp=1, fn=2, tp=3; outcome unknown: 4 + y_pred.
 _CELLS = ["tn", "fp", "fn", "tp", "unlabelled_neg", "unlabelled_pos"]
@@ -136,21 +137,32 @@ def check_reference_groups(
 def label_completeness(
     counts: pd.DataFrame, alpha: float = 0.05, min_gap: float = 0.05
 ) -> pd.DataFrame:
-    """Per group: labelled share of all valid predictions, overall and by decision.
+    """Per group: labelled share of all valid predictions, overall and by decision, and whether
+    labels depend on the decision there.
 
-    Per attribute, three chi-square tests of homogeneity (scipy.stats.chi2_contingency) of
-    labelled/unlabelled x group: over all predictions, among predicted positives and among
-    predicted negatives; ``p_value`` is the smallest, Bonferroni-adjusted for the three, and
-    ``uneven`` says it is below ``alpha`` and the shares of that attribute's groups differ by more
-    than ``min_gap`` in one of the three (a gap that matters, not only one a large audit can
-    see): error-rate metrics (which use labelled rows only) are then biased by who receives a
-    label, while PPR and PNR (every prediction) are not.
+    Which metrics missing labels bias. Say a group's predictions with decision d are labelled with
+    probability r_d, whatever their outcome. Its labelled counts are then r1·TP, r1·FP, r0·FN,
+    r0·TN in expectation, so a metric within one decision column (PPV, FDR, NPV, FOR) is unbiased,
+    while TPR, FPR and their complements are not: their odds from labelled rows are the true odds
+    times r1/r0 (r1 > r0: TPR and FPR overstated, FNR and TNR understated), and every metric that
+    mixes both decisions (accuracy, error rate, prevalence, F1, MCC, ...) is biased too. PPR and
+    PNR count every prediction. If r_d is the same for both decisions (labels missing by group,
+    or at random), no metric of the group is biased, however the share differs between groups.
+    Missingness that depends on the outcome itself cannot be seen in the data; missingness that
+    depends on a sub-group (sex within race) shows here when the sub-groups' decisions differ.
+
+    The test, per group: Fisher's exact test of labelled/unlabelled x decision (``p_value``), Holm-
+    adjusted over every group of every attribute (``p_adjusted``), so that an audit whose labels
+    do not depend on the decision is warned about with probability at most ``alpha``
+    (benchmarks/label_missingness.py). ``uneven``: ``p_adjusted`` below ``alpha`` and the two
+    shares more than ``min_gap`` apart (a gap that matters, not only one a large audit can see).
     """
     groups = counts[counts["subset"] == "group"] if "subset" in counts else counts
-    pos_labelled = (groups["tp"] + groups["fp"]).to_numpy(float)
-    neg_labelled = (groups["fn"] + groups["tn"]).to_numpy(float)
-    pos_all = pos_labelled + groups["unlabelled_pos"].to_numpy(float)
-    neg_all = neg_labelled + groups["unlabelled_neg"].to_numpy(float)
+    pos_labelled = (groups["tp"] + groups["fp"]).to_numpy(np.int64)
+    neg_labelled = (groups["fn"] + groups["tn"]).to_numpy(np.int64)
+    pos_unlabelled = groups["unlabelled_pos"].to_numpy(np.int64)
+    neg_unlabelled = groups["unlabelled_neg"].to_numpy(np.int64)
+    pos_all, neg_all = pos_labelled + pos_unlabelled, neg_labelled + neg_unlabelled
     with np.errstate(divide="ignore", invalid="ignore"):
         frame = groups[["attribute", "group_name"]].assign(
             predictions=pos_all + neg_all,
@@ -159,41 +171,42 @@ def label_completeness(
             completeness_predicted_pos=pos_labelled / pos_all,
             completeness_predicted_neg=neg_labelled / neg_all,
         )
-    p_values, gaps = {}, {}
-    for attribute, part in frame.groupby("attribute", sort=False):
-        shares = part[["completeness", "completeness_predicted_pos", "completeness_predicted_neg"]]
-        gaps[attribute] = float(np.nan_to_num((shares.max() - shares.min()).max()))
-        index = part.index
-        tables = [
-            (part["labelled"], part["predictions"]),
-            (pd.Series(pos_labelled, groups.index)[index], pd.Series(pos_all, groups.index)[index]),
-            (pd.Series(neg_labelled, groups.index)[index], pd.Series(neg_all, groups.index)[index]),
-        ]
-        p_values[attribute] = min(3 * _homogeneity(*t) for t in tables)
-    p = frame["attribute"].map(p_values).clip(upper=1.0)
-    gap = frame["attribute"].map(gaps)
-    return frame.assign(p_value=p, uneven=(p < alpha) & (gap > min_gap)).reset_index(drop=True)
+    tables = np.stack([pos_labelled, pos_unlabelled, neg_labelled, neg_unlabelled], axis=1)
+    p = np.array([_decision_test(t.reshape(2, 2)) for t in tables], dtype=float)
+    adjusted = holm_adjust(p) if p.size else p
+    gap = np.abs(frame["completeness_predicted_pos"] - frame["completeness_predicted_neg"])
+    return frame.assign(
+        p_value=p, p_adjusted=adjusted, uneven=(adjusted < alpha) & (gap.fillna(0) > min_gap)
+    ).reset_index(drop=True)
 
 
-def _homogeneity(labelled: pd.Series, total: pd.Series) -> float:
-    """p-value of the chi-square test that the labelled share is the same in every group."""
-    keep = total.to_numpy() > 0
-    table = np.stack([labelled.to_numpy()[keep], (total - labelled).to_numpy()[keep]], axis=1)
-    if len(table) < 2 or (table.sum(axis=0) == 0).any():
-        return 1.0  # one group, or nobody (or everybody) labelled: nothing can differ
-    return float(stats.chi2_contingency(table, correction=False).pvalue)
+def _decision_test(table: np.ndarray) -> float:
+    """Two-sided Fisher exact p-value of labelled x decision ([[pos labelled, pos unlabelled],
+    [neg labelled, neg unlabelled]]); 1 where one decision or one label status is empty."""
+    if (table.sum(axis=0) == 0).any() or (table.sum(axis=1) == 0).any():
+        return 1.0
+    return float(stats.fisher_exact(table).pvalue)
 
 
 def completeness_warnings(completeness: pd.DataFrame) -> list[str]:
-    """One line per attribute whose label completeness differs between groups beyond chance."""
+    """One line per attribute with groups whose labels depend on the decision, naming the groups,
+    their labelled shares by decision and the metrics that are biased (label_completeness)."""
     lines = []
     for attribute, part in completeness[completeness["uneven"]].groupby("attribute", sort=True):
         shares = ", ".join(
-            f"{r.group_name} {r.completeness:.0%}" for r in part.itertuples() if r.predictions > 0
+            f"{r.group_name} ({r.completeness_predicted_pos:.0%} of selected, "
+            f"{r.completeness_predicted_neg:.0%} of rejected)"
+            for r in part.itertuples()
         )
         lines.append(
-            f"label completeness differs between {attribute} groups (chi-square p "
-            f"{part['p_value'].iloc[0]:.2g}): {shares}; error-rate metrics are biased by who "
-            "gets a label"
+            f"labels depend on the decision in {attribute} groups {shares}, Holm-adjusted Fisher "
+            f"p {part['p_adjusted'].min():.2g}: {DECISION_BIAS}"
         )
     return lines
+
+
+DECISION_BIAS = (
+    "their TPR, FPR, FNR, TNR and the metrics mixing both decisions (accuracy, F1, MCC, ...) are "
+    "biased; PPV, FDR, NPV, FOR and the selection rate are not"
+)
+"""What labels missing by decision do to a group's metrics (label_completeness)."""

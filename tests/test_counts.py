@@ -2,6 +2,7 @@
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from biasaudit.tasks.counts import completeness_warnings, group_counts, label_completeness
 
@@ -76,7 +77,8 @@ def late_label_audit(rng, n=5000, selection=0.28, labelled_neg=(0.6, 0.3, 0.3)):
 
 def test_selection_rate_uses_every_prediction_and_completeness_is_reported():
     """It computes PPR over labelled and unlabelled predictions alike (the labelled-only PPR of
-    the favoured-labelling group is ~0.37, not 0.28), and warns that completeness differs."""
+    the favoured-labelling group is ~0.37, not 0.28), and warns that labels depend on the
+    decision."""
     from biasaudit.tasks.metrics import compute_metrics
 
     data = late_label_audit(np.random.default_rng(5))
@@ -92,18 +94,10 @@ def test_selection_rate_uses_every_prediction_and_completeness_is_reported():
     assert np.allclose(
         completeness["completeness_predicted_neg"].sort_index(), by_rows_neg.sort_index()
     )
-    assert completeness["uneven"].all()
-    assert (
-        "label completeness differs between g groups"
-        in completeness_warnings(completeness.reset_index())[0]
+    assert completeness["uneven"].all()  # every group: selections all labelled, rejections not
+    assert completeness_warnings(completeness.reset_index())[0].startswith(
+        "labels depend on the decision in g groups A (100% of selected, 6"
     )
-    even = label_completeness(
-        group_counts(
-            late_label_audit(np.random.default_rng(6), labelled_neg=(0.3, 0.3, 0.3)), ["g"], []
-        ),
-        0.05,
-    )
-    assert not even["uneven"].any()
 
 
 def test_fair_model_with_unequal_label_completeness_is_not_flagged():
@@ -118,7 +112,93 @@ def test_fair_model_with_unequal_label_completeness_is_not_flagged():
     audits = 200
     for _ in range(audits):
         counts = group_counts(late_label_audit(rng), ["g"], [])
-        result = detect(comparison_rates(*comparison_pairs(counts, {}), ["ppr"]), tolerance=0.0, alpha=0.05)
+        result = detect(
+            comparison_rates(*comparison_pairs(counts, {}), ["ppr"]), tolerance=0.0, alpha=0.05
+        )
         flagged += bool(result["flagged"].any())
     # binomial(200, 0.05) exceeds 17 with probability < 0.01
     assert flagged <= 17
+
+
+def full_outcomes(rng, n):
+    """Attributes g (4 groups, 50/30/15/5%) and s (2), PPR 0.3, outcomes depending on the
+    decision; every label known."""
+    y_pred = (rng.random(n) < 0.3).astype("int8")
+    return pd.DataFrame(
+        {
+            "g": rng.choice(4, n, p=[0.5, 0.3, 0.15, 0.05]).astype(str),
+            "s": rng.choice(["F", "M"], n),
+            "y_true": (rng.random(n) < 0.4 + 0.2 * y_pred).astype(float),
+            "y_pred": y_pred,
+        }
+    )
+
+
+def labelled_audit(rng, data, share, affected=None):
+    """``data`` with labels observed with probability ``share[g]`` whatever the decision and
+    outcome (missing at random), except in group ``affected``, where 90% of selections and 60%
+    of rejections are labelled."""
+    g = data["g"].astype(int).to_numpy()
+    observed = np.asarray(share)[g]
+    if affected is not None:
+        observed = np.where(g == affected, np.where(data["y_pred"] == 1, 0.9, 0.6), observed)
+    return data.assign(y_true=data["y_true"].where(rng.random(len(data)) < observed))
+
+
+def warned(data: pd.DataFrame) -> bool:
+    counts = group_counts(data, ["g", "s"], [["g", "s"]])
+    return bool(label_completeness(counts, 0.05)["uneven"].any())
+
+
+def test_labels_missing_at_random_warn_in_at_most_alpha_of_audits():
+    """It warns in at most α of 200 audits whose labels are missing by group only (labelled
+    90/60/75/50% by group, whatever the decision), where the chi-square across groups warned in
+    every audit; benchmarks/label_missingness.py measures it over 2,000."""
+    rng = np.random.default_rng(11)
+    share = [0.9, 0.6, 0.75, 0.5]
+    warnings = sum(warned(labelled_audit(rng, full_outcomes(rng, 4000), share)) for _ in range(200))
+    assert warnings <= 17  # binomial(200, 0.05) exceeds 17 with probability < 0.01
+
+
+def test_labels_missing_by_decision_warn_in_most_audits():
+    """It warns in >= 80% of 100 audits where one group of ~600 labels 90% of its selections and
+    60% of its rejections, naming that group and the metrics biased."""
+    rng = np.random.default_rng(12)
+    audits = [labelled_audit(rng, full_outcomes(rng, 4000), [0.75] * 4, 2) for _ in range(100)]
+    assert sum(warned(a) for a in audits) >= 80
+    counts = group_counts(audits[0], ["g", "s"], [["g", "s"]])
+    lines = completeness_warnings(label_completeness(counts, 0.05))
+    assert lines[0].startswith("labels depend on the decision in g groups 2 (9")
+    assert "TPR, FPR, FNR, TNR" in lines[0] and "PPV, FDR, NPV, FOR" in lines[0]
+
+
+def test_labels_missing_by_decision_bias_tpr_odds_by_the_label_ratio_and_not_ppv():
+    """It holds what the docstring derives: with 90% of selections and 60% of rejections
+    labelled, the labelled rows' TPR and FPR odds are the true odds x 1.5 and their PPV and NPV
+    are unbiased."""
+    rng = np.random.default_rng(13)
+    full = full_outcomes(rng, 300_000)
+    labelled = labelled_audit(rng, full, [0.75] * 4, affected=0).dropna()
+    full, labelled = full[full["g"] == "0"], labelled[labelled["g"] == "0"]  # the affected group
+
+    def odds(rows, given, value):
+        other = "y_pred" if given == "y_true" else "y_true"
+        rate = rows.loc[rows[given] == value, other].mean()
+        return rate / (1 - rate)
+
+    for actual in (1.0, 0.0):  # TPR (among actual positives), FPR (among actual negatives)
+        ratio = odds(labelled, "y_true", actual) / odds(full, "y_true", actual)
+        assert ratio == pytest.approx(1.5, rel=0.04)
+    for decision in (1, 0):  # PPV, NPV
+        ratio = odds(labelled, "y_pred", decision) / odds(full, "y_pred", decision)
+        assert ratio == pytest.approx(1.0, rel=0.04)
+
+
+def test_holm_matches_statsmodels():
+    """It adjusts p-values as statsmodels' Holm does."""
+    from statsmodels.stats.multitest import multipletests
+
+    from biasaudit.tasks.multiplicity import holm_adjust
+
+    p = np.random.default_rng(14).uniform(0, 0.2, 25) ** 2
+    assert holm_adjust(p) == pytest.approx(multipletests(p, method="holm")[1], rel=1e-12)

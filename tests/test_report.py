@@ -888,16 +888,17 @@ def test_label_completeness_by_decision_is_shown_when_groups_differ(compas):
         "(100% of selected, 50.0% of rejected)"
     )
     assert expected in page
-    # completeness differs beyond chance: Pearson's chi-square by hand (O − E)²/E, df = k − 1
-    race = counts[(counts["attribute"] == "race") & (counts["subset"] == "group")]
-    labelled_counts = race[["tp", "fp", "fn", "tn"]].sum(axis=1).to_numpy(float)
-    observed = np.stack([labelled_counts, race["n_unlabelled"].to_numpy(float)], axis=1)
-    expected_counts = observed.sum(1, keepdims=True) * observed.sum(0) / observed.sum()
-    chi2 = ((observed - expected_counts) ** 2 / expected_counts).sum()
-    p = stats.chi2.sf(chi2, len(race) - 1)
+    # labels depend on the decision beyond chance: Fisher's exact p by hand, the hypergeometric
+    # probability of every table at most as likely as the observed one (all selections labelled)
+    selected = int(counts.loc[black, ["tp", "fp"]].sum(axis=1).iloc[0])
+    table = stats.hypergeom(n, selected + rejected, selected)  # draw the selected; count labelled
+    support = np.arange(selected + 1)
+    p = table.pmf(support)[table.pmf(support) <= table.pmf(selected) * (1 + 1e-7)].sum()
     assert p < 0.001
-    assert "⚠ label completeness differs between groups (χ² p <0.001)" in page
-    assert "label completeness differs" not in compas["page"]  # COMPAS: every row labelled
+    warning = "⚠ labels depend on the decision in <span class=datum>African-American</span> "
+    assert warning + "(Holm-adjusted Fisher p <0.001)" in page
+    assert "TPR, FPR, FNR, TNR" in page
+    assert "labels depend on the decision" not in compas["page"]  # COMPAS: every row labelled
 
 
 @needs_compas
@@ -912,9 +913,10 @@ def test_completeness_warning_is_the_runs_own_decision(compas):
     rejected = int(counts.loc[black, ["fn", "tn"]].sum(axis=1).iloc[0])
     counts.loc[black, "unlabelled_neg"] = round(0.03 * rejected)  # 3% of rejections unlabelled
     counts.loc[black, "n_unlabelled"] = round(0.03 * rejected)
-    race = label_completeness(counts[counts["attribute"] == "race"])
-    assert race["p_value"].iloc[0] < 0.001 and not race["uneven"].any()  # seen, but small
-    assert "label completeness differs" not in render_html(
+    race = label_completeness(counts[counts["attribute"] == "race"]).set_index("group_name")
+    assert race.loc["African-American", "p_adjusted"] < 0.001  # seen,
+    assert not race["uneven"].any()  # but small
+    assert "labels depend on the decision" not in render_html(
         dataclasses.replace(frames, counts=counts)
     )
 

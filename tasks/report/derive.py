@@ -243,26 +243,28 @@ def verdicts(frames: ReportFrames) -> pd.DataFrame:
                 "smallest": int(part["n"].min()),
                 "flagged": flagged,
                 "tested": len(tested),
-                "completeness_p": uneven.get(attribute, float("nan")),
+                "completeness_p": uneven.get(attribute, (float("nan"), ""))[0],
+                "completeness_groups": uneven.get(attribute, (float("nan"), ""))[1],
             }
         )
     return pd.DataFrame(rows)
 
 
 @per_frames
-def completeness_by_attribute(frames: ReportFrames) -> dict[str, float]:
-    """The run's own label-completeness decision (tasks.counts.label_completeness; who
-    receives a label biases error rates): per attribute whose completeness differs between groups
-    beyond chance and by a gap that matters, its p-value; attributes without such a difference
-    are absent."""
+def completeness_by_attribute(frames: ReportFrames) -> dict[str, tuple[float, str]]:
+    """The run's own label-completeness decision (tasks.counts.label_completeness): per attribute
+    with groups whose labels depend on the decision beyond chance and by a gap that matters, the
+    smallest Holm-adjusted p-value and those groups; other attributes are absent."""
     counts = frames.counts
     needed = {"tp", "fp", "fn", "tn", "unlabelled_pos", "unlabelled_neg"}
     if counts.empty or not needed <= set(counts.columns):
         return {}
     alpha = float(thresholds(frames)["alpha"])
     table = label_completeness(counts, alpha)
-    uneven = table[table["uneven"]]
-    return uneven.groupby("attribute")["p_value"].first().astype(float).to_dict()
+    return {
+        str(attribute): (float(part["p_adjusted"].min()), ", ".join(part["group_name"]))
+        for attribute, part in table[table["uneven"]].groupby("attribute", sort=False)
+    }
 
 
 def untested(frames: ReportFrames) -> pd.Series:

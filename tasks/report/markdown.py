@@ -8,17 +8,16 @@ import pandas as pd
 
 from biasaudit.schemas.names import printable
 from biasaudit.schemas.report import ReportFrames
+from biasaudit.tasks.counts import DECISION_BIAS
 from biasaudit.tasks.report.derive import (
     FIRST_SCREEN_ROWS,
     VERDICTS,
     comparisons,
     groups,
     ranked_findings,
-    thresholds,
     verdicts,
 )
 from biasaudit.tasks.report.text import (
-    _missing,
     _model_version,
     _title,
     _tuples,
@@ -47,10 +46,13 @@ def _md_groups(part: pd.DataFrame) -> str:
     return text
 
 
-def _md_completeness(p: float, alpha: float) -> str:
-    if _missing(p) or p >= alpha:
+def _md_completeness(p: float, names: str) -> str:
+    if not names:
         return ""
-    return f"; label completeness differs between groups (χ² p {md(p_text(p))})"
+    return (
+        f"; labels depend on the decision in {md(names)} (Holm-adjusted Fisher p "
+        f"{md(p_text(p))}): {DECISION_BIAS}"
+    )
 
 
 def render_markdown(frames: ReportFrames, report_path: str | None = None) -> str:
@@ -59,7 +61,6 @@ def render_markdown(frames: ReportFrames, report_path: str | None = None) -> str
     run = frames.run
     verdict = verdicts(frames)
     sizes = groups(frames)
-    alpha = thresholds(frames)["alpha"]
     as_of = run.get("as_of")
     as_of = f"{as_of:%Y-%m-%d %H:%M}" if isinstance(as_of, datetime) else md(as_of)
     lines = [
@@ -77,7 +78,7 @@ def render_markdown(frames: ReportFrames, report_path: str | None = None) -> str
         part = sizes[sizes["attribute"] == row.attribute]
         lines.append(
             f"| {md(row.attribute)} | **{VERDICTS[row.verdict][0]}** | {md(row.why)} | "
-            f"{_md_groups(part)}{_md_completeness(row.completeness_p, alpha)} |"
+            f"{_md_groups(part)}{_md_completeness(row.completeness_p, row.completeness_groups)} |"
         )
     findings = ranked_findings(frames)
     lines += ["", f"## Flagged comparisons ({len(findings)}), largest first", ""]

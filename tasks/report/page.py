@@ -17,6 +17,7 @@ from biasaudit.schemas.metric_ids import (
     role,
 )
 from biasaudit.schemas.report import ReportFrames
+from biasaudit.tasks.counts import DECISION_BIAS
 from biasaudit.tasks.report.derive import (
     CONTEXT,
     FIRST_SCREEN_ROWS,
@@ -194,12 +195,12 @@ def _group_chips(part: pd.DataFrame, minimum: int) -> str:
     return "".join(chips) + note
 
 
-def _completeness_warning(p: float, alpha: float) -> str:
-    if _missing(p) or p >= alpha:
+def _completeness_warning(p: float, names: str) -> str:
+    if not names:
         return ""
     return (
-        f'<br><span class="why">⚠ label completeness differs between groups (χ² p '
-        f"{p_text(p)}): error rates may be biased by who receives a label</span>"
+        f'<br><span class="why">⚠ labels depend on the decision in {datum(names)} '
+        f"(Holm-adjusted Fisher p {p_text(p)}): {DECISION_BIAS}</span>"
     )
 
 
@@ -264,7 +265,7 @@ def first_screen(frames: ReportFrames) -> str:
                 f"<b>{datum(row.attribute)}</b>{ref}",
                 f"{_badge(row.verdict)} <span class=muted>{esc(row.why)}</span>",
                 _group_chips(part, limits["min_group_size"])
-                + _completeness_warning(row.completeness_p, limits["alpha"]),
+                + _completeness_warning(row.completeness_p, row.completeness_groups),
             ]
         )
     findings = ranked_findings(frames)
