@@ -2,7 +2,8 @@
 
 The real-data example of "De-biasing 'bias' measurement" (its section 6 used the Adult data), on
 ProPublica's COMPAS predictions (prediction = score_text != "Low", truth = two_year_recid), across
-race (6 groups, two of them tiny), age category (3) and race x sex (12).
+race (6 groups, two of them tiny), age category (3) and race x sex (12), with the default
+min_group_size judged on each metric's denominator, as an audit leaves groups out.
 
     python benchmarks/metametrics_compas.py [--boot 2000]
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from biasaudit.db.history import META_COLUMNS
+from biasaudit.schemas.config import Thresholds
 from biasaudit.tasks.counts import group_counts
 from biasaudit.tasks.metametrics import attribute_meta_metrics
 from biasaudit.tasks.metrics import compute_metrics
@@ -38,7 +40,14 @@ def main() -> None:
     )
     counts = group_counts(predictions, ["race", "age_cat", "sex"], [["race", "sex"]])
     metrics = compute_metrics(counts, ["fpr", "tpr", "ppr"])
-    table = attribute_meta_metrics(metrics, ["fpr", "tpr", "ppr"], n_boot=args.boot, confidence=0.95, seed=0)
+    table = attribute_meta_metrics(
+        metrics,
+        ["fpr", "tpr", "ppr"],
+        n_boot=args.boot,
+        confidence=0.95,
+        seed=0,
+        min_group_size=Thresholds().min_group_size,  # as an audit with the defaults
+    )
     table = table[table["attribute"] != "sex"]
     columns = META_COLUMNS
     print(f"B = {args.boot}; var = naive variance; interval = double-corrected 95% bootstrap\n")

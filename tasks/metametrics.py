@@ -21,13 +21,13 @@ confusion-matrix rate, n_k is the metric's denominator count (its positives for 
 
 A group whose denominator is tiny cannot take part honestly. The estimate before truncation is
 unbiased, but one group of n_k = 3 makes it so noisy that max(0, ·) lifts its mean far above the
-truth, and the bootstrap interval then always starts at 0 (K = 4 groups with one of 3: +167%;
-K = 12: +59%; benchmarks/metametrics_tiny.py). No unbiased estimator can do better, since the
+truth, and the bootstrap interval then always starts at 0 (K = 4 groups with one of 3: +152%;
+K = 12: +62%; benchmarks/metametrics_tiny.py). No unbiased estimator can do better, since the
 target weights that group's rate, seen in 3 outcomes, as much as any other. So the stage leaves
 out of a metric's meta-metrics every group whose denominator for that metric (TPR's positives,
 not the group's rows) is below ``min_group_size`` or below MIN_DENOMINATOR, and says so in
-``reason``: its numbers describe the k groups that remain (bias within ±2% and coverage
-0.94-0.96 there in the same simulations).
+``reason``: its numbers describe the k groups that remain (bias −4% to +8% and coverage
+0.95-0.98 there in the same simulations).
 """
 
 from __future__ import annotations
@@ -191,7 +191,9 @@ def attribute_meta_metrics(
             why.append(f"{len(part) - len(defined)} undefined")
         small = defined["denominator"] < smallest
         if small.any():
-            why.append(f"{int(small.sum())} with a {metric} denominator below {smallest} ({rule})")
+            why.append(
+                f"{int(small.sum())} with a denominator below {smallest} for {metric} ({rule})"
+            )
             defined = defined[~small]
         row = {
             "attribute": attribute,
