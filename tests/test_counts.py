@@ -150,16 +150,18 @@ def warned(data: pd.DataFrame) -> bool:
     return bool(label_completeness(counts, 0.05)["uneven"].any())
 
 
+@pytest.mark.slow
 def test_labels_missing_at_random_warn_in_at_most_alpha_of_audits():
     """It warns in at most α of 200 audits whose labels are missing by group only (labelled
     90/60/75/50% by group, whatever the decision), where the chi-square across groups warned in
-    every audit; benchmarks/label_missingness.py measures it over 2,000."""
+    every audit; benchmarks/label_missingness.py measures it over 500 audits of each size."""
     rng = np.random.default_rng(11)
     share = [0.9, 0.6, 0.75, 0.5]
     warnings = sum(warned(labelled_audit(rng, full_outcomes(rng, 4000), share)) for _ in range(200))
     assert warnings <= 17  # binomial(200, 0.05) exceeds 17 with probability < 0.01
 
 
+@pytest.mark.slow
 def test_labels_missing_by_decision_warn_in_most_audits():
     """It warns in >= 80% of 100 audits where one group of ~600 labels 90% of its selections and
     60% of its rejections, naming that group and the metrics biased."""

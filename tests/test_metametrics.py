@@ -233,6 +233,7 @@ def test_tiny_denominators_are_left_out_whatever_min_group_size(denominator):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", [4, 12, 30])
 def test_one_tiny_group_leaves_the_estimate_and_interval_honest(k):
     """With one group of 3 outcomes among K (others 200, rates on [0.4, 0.6]) the stage's
