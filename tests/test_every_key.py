@@ -74,6 +74,7 @@ SAMPLES: dict[str, dict] = {
     "smoothing.additive_pseudocount": {"smoothing": {"additive_pseudocount": 0.5}},
     "scan.mode": {"scan": {"mode": "pushdown"}},
     "scan.chunk_rows": {"scan": {"mode": "stream", "chunk_rows": 1000}},
+    "scan.ids_unique": {"scan": {"mode": "pushdown", "ids_unique": True}},
     "monitor.label_delay_days": {"monitor": {"label_delay_days": 7.0}},
     "monitor.metrics": {"monitor": {"metrics": ["tpr"]}},
     "monitor.half_life": {"monitor": {"half_life": 3.0}},
