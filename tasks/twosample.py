@@ -126,9 +126,10 @@ def _window(n: int, p_low: float, p_high: float) -> np.ndarray:
     return np.arange(first, min(n, int(np.ceil(n * p_high + k))) + 1, dtype="float64")
 
 
-def _boundary(n_a: int, n_b: int, t, u_tol: float, xs: np.ndarray | None = None):
+def _boundary(n_a, n_b, t, u_tol: float, xs: np.ndarray | None = None):
     """The region {T >= t}, t > 0, described along the smaller group's counts ``xs`` (default:
-    all of them); ``t`` a number (edges: one row) or one per row (edges: a row each).
+    all of them); ``t`` a number (edges: one row) or one per row (edges: a row each); the sizes
+    numbers, or one per row (a column, ``xs`` a row each) with the same group the smaller in all.
 
     Returns (a_small, edge). If A is the smaller group: the region is {x_B <= edge[x_A]} (edge −1:
     none). Otherwise: the region is {x_A >= edge[x_B]} (edge n_A + 1: none). Where T > 0 the
@@ -141,7 +142,7 @@ def _boundary(n_a: int, n_b: int, t, u_tol: float, xs: np.ndarray | None = None)
     is then checked and moved against T itself, so rounding never moves an edge (a root more
     than _WALK counts off, a tie at the tolerance or no real root: bisection instead).
     """
-    a_small = n_a <= n_b
+    a_small = bool(np.all(np.asarray(n_a) <= np.asarray(n_b)))  # callers keep it one way
     small, large = (n_a, n_b) if a_small else (n_b, n_a)
     if xs is None:
         xs = np.arange(small + 1, dtype="float64")
@@ -180,12 +181,13 @@ def _boundary(n_a: int, n_b: int, t, u_tol: float, xs: np.ndarray | None = None)
     return a_small, _bisected_edges(a_small, shape, large, inside)  # the root was far off
 
 
-def _bisected_edges(a_small: bool, shape: tuple[int, ...], large: int, inside) -> np.ndarray:
+def _bisected_edges(a_small: bool, shape: tuple[int, ...], large, inside) -> np.ndarray:
     """_boundary's edges by bisection over the larger group's counts (log2 of them evaluations
     of T), where the quadratic's root is no guide."""
     # a_small: largest x_B inside (prefix); else: smallest x_A inside (suffix)
+    large = np.broadcast_to(np.asarray(large, dtype="float64"), shape)
     lo = np.full(shape, -1.0 if a_small else 0.0)
-    hi = np.full(shape, float(large) if a_small else large + 1.0)
+    hi = large.copy() if a_small else large + 1.0
     while True:
         open_ = hi - lo > 1
         if not open_.any():
@@ -197,7 +199,7 @@ def _bisected_edges(a_small: bool, shape: tuple[int, ...], large: int, inside) -
         else:
             hi, lo = np.where(open_ & good, mid, hi), np.where(open_ & ~good, mid, lo)
     if a_small:
-        edge = np.where(inside(np.full(shape, float(large))), large, lo)
+        edge = np.where(inside(large), large, lo)
     else:
         edge = np.where(inside(np.zeros(shape)), 0, hi)
     return _monotone(a_small, edge.astype("int64"))
@@ -210,44 +212,60 @@ def _monotone(a_small: bool, edge: np.ndarray) -> np.ndarray:
     return np.minimum.accumulate(edge[..., ::-1], axis=-1)[..., ::-1]
 
 
-def _log_pmf(k: np.ndarray, n: int, p: np.ndarray) -> np.ndarray:
+def _log_pmf(k: np.ndarray, n, p: np.ndarray) -> np.ndarray:
     """log Binomial(n, p) pmf at counts k (row, or one row per p) for probabilities p (column);
-    log C(n, k) from log-gamma over the range of counts asked for only (n may be millions)."""
-    counts = k.astype("int64")
-    low = int(counts.min())
-    span = np.arange(low, int(counts.max()) + 1, dtype="float64")
-    log_choose = special.gammaln(n + 1) - special.gammaln(span + 1) - special.gammaln(n - span + 1)
+    log C(n, k) from log-gamma over the range of counts asked for only (n may be millions), or
+    per element where n is one per row (the same values)."""
+    if np.ndim(n) == 0:
+        counts = k.astype("int64")
+        low = int(counts.min())
+        span = np.arange(low, int(counts.max()) + 1, dtype="float64")
+        log_choose = (
+            special.gammaln(n + 1) - special.gammaln(span + 1) - special.gammaln(n - span + 1)
+        )[counts - low]
+    else:
+        log_choose = special.gammaln(n + 1) - special.gammaln(k + 1) - special.gammaln(n - k + 1)
     p = np.asarray(p, dtype="float64")
     with np.errstate(divide="ignore", invalid="ignore"):
         successes, failures = k * np.log(p), (n - k) * np.log1p(-p)
     if (p <= 0).any() or (p >= 1).any():  # 0·log 0 = 0 (special.xlogy's convention)
         successes, failures = np.nan_to_num(successes, nan=0.0), np.nan_to_num(failures, nan=0.0)
-    return log_choose[counts - low] + successes + failures
+    return log_choose + successes + failures
 
 
-def _tails(a_small: bool, n_l: int, p_l: np.ndarray, first: np.ndarray, width: int):
+def _tails(a_small: bool, n_l, p_l: np.ndarray, first: np.ndarray, width):
     """The larger group's tail at rates ``p_l``: its CDF P(X <= k) when A is the smaller group,
     else its survival P(X >= k), by cumulative sums of its pmf: within 1e-12 of scipy's binomial
     CDF up to n ~ 1,000, 1e-9 at n ~ 10⁴ and 5e-9 at n ~ 10⁶, where the log-gamma of n carries
-    the rounding. Row r holds the tail at counts first[r] − 1 .. first[r] + width, its first and
-    last columns the constant tail beyond the kept counts (_Probabilities)."""
-    counts = (first[:, None] + np.arange(width)[None, :]).astype("float64")
-    pmf = np.exp(_log_pmf(counts, n_l, p_l[:, None]))
+    the rounding. Row r holds the tail at counts first[r] − 1 .. first[r] + width[r], its first
+    column and column width[r] + 1 the constant tail beyond the kept counts (_Probabilities);
+    ``n_l`` and ``width`` a number or one per row (the rows padded to the widest)."""
+    n_l, width = np.asarray(n_l), np.asarray(width)
+    rows = np.arange(len(first))
+    columns = np.arange(int(width.max()))[None, :]
+    kept = columns < np.reshape(width, (-1, 1))
+    counts = (first[:, None] + np.minimum(columns, np.reshape(width, (-1, 1)) - 1)).astype(
+        "float64"
+    )
+    n_column = n_l if n_l.ndim == 0 else n_l[:, None]
+    pmf = np.where(kept, np.exp(_log_pmf(counts, n_column, p_l[:, None])), 0.0)
     if a_small:  # CDF; 1 exactly where the kept counts reach n
         tails = np.cumsum(pmf, axis=1)
-        tails[first + width - 1 == n_l, -1] = 1.0
+        tails[rows, width - 1] = np.where(first + width - 1 == n_l, 1.0, tails[rows, width - 1])
         beyond = (0.0, 1.0)
     else:  # survival; 1 exactly where the kept counts start at 0
         tails = np.cumsum(pmf[:, ::-1], axis=1)[:, ::-1]
         tails[first == 0, 0] = 1.0
         beyond = (1.0, 0.0)
-    return np.pad(np.minimum(tails, 1.0), ((0, 0), (1, 1)), constant_values=(beyond, beyond))
+    table = np.pad(np.minimum(tails, 1.0), ((0, 0), (1, 1)), constant_values=(beyond, beyond))
+    table[rows, width + 1] = beyond[1]
+    return table
 
 
-def _binomial_tail(a_small: bool, n_l: int, edge: np.ndarray, p: np.ndarray) -> np.ndarray:
+def _binomial_tail(a_small: bool, n_l, edge: np.ndarray, p: np.ndarray) -> np.ndarray:
     """The larger group's CDF P(X <= edge) (A smaller; edge −1: 0, n: 1) or survival
     P(X >= edge) = bdtrc(edge − 1) (B smaller; edge 0: 1, n + 1: 0) at rates ``p``."""
-    cut = edge.astype("float64")
+    cut, n_l = edge.astype("float64"), np.asarray(n_l).astype("int64")  # bdtr: integer n
     if a_small:
         inner = special.bdtr(np.clip(cut, 0, n_l), n_l, p)
         return np.where(cut < 0, 0.0, np.where(cut >= n_l, 1.0, inner))
@@ -265,38 +283,95 @@ class _Probabilities:
     1). Where few edges fall among them (a larger group of millions against a small one: each
     count of the small group moves the edge by several of the large one's standard errors), the
     binomial CDF at those edges, until they cost more than a table of the tails there (_tails),
-    which then serves every region asked about (planning's bisection)."""
+    which then serves every region asked about (planning's bisection).
 
-    def __init__(self, n_a: int, n_b: int, xs: np.ndarray, p_b: np.ndarray, shift: float):
-        self.a_small = n_a <= n_b
+    Many comparisons at once: ``n_a``, ``n_b`` one per row (the same one smaller in every row),
+    ``xs`` a row of counts per row (``kept``: the columns that hold counts, the rest padding),
+    ``owner`` the comparison of each row; each comparison chooses between CDF and table by its
+    own rows, as it would alone."""
+
+    def __init__(
+        self,
+        n_a,
+        n_b,
+        xs: np.ndarray,
+        p_b: np.ndarray,
+        shift: float,
+        kept: np.ndarray | None = None,
+        owner: np.ndarray | None = None,
+    ):
+        self.a_small = bool(np.all(np.asarray(n_a) <= np.asarray(n_b)))
         p_b = np.asarray(p_b, dtype="float64")
         p_a = np.minimum(p_b + shift, 1.0)
         n_s, p_s = (n_a, p_a) if self.a_small else (n_b, p_b)
         self.n_l, self.p_l = (n_b, p_b) if self.a_small else (n_a, p_a)
-        self.pmf = np.exp(_log_pmf(xs[None, :], n_s, p_s[:, None]))
-        self.width = min(self.n_l + 1, 2 * int(np.ceil(_SPREAD * np.sqrt(self.n_l))) + 1)
+        n_column = n_s if np.ndim(n_s) == 0 else np.asarray(n_s)[:, None]
+        self.pmf = np.exp(_log_pmf(np.atleast_2d(xs), n_column, p_s[:, None]))
+        if kept is not None:
+            self.pmf = np.where(kept, self.pmf, 0.0)
+        self.kept = kept
+        spread = 2 * np.ceil(_SPREAD * np.sqrt(self.n_l)).astype("int64") + 1
+        width = np.minimum(np.asarray(self.n_l) + 1, spread).astype("int64")
+        self.width = np.broadcast_to(width, self.p_l.shape)
         middle = np.round(self.n_l * self.p_l).astype("int64") - self.width // 2
-        self.first = np.clip(middle, 0, self.n_l + 1 - self.width)
+        self.first = np.clip(middle, 0, self.n_l + 1 - self.width).astype("int64")
+        self.owner = np.zeros(len(self.p_l), "int64") if owner is None else owner
+        owners = int(self.owner.max()) + 1 if len(self.owner) else 0
+        self.rows = np.bincount(self.owner, minlength=owners)  # per comparison
+        self.cost = np.bincount(self.owner, self.width, minlength=owners)  # its table's
+        self.spent = np.zeros(owners, "int64")  # CDFs so far, per comparison
+        self.tabled = np.zeros(owners, bool)
         self.table: np.ndarray | None = None
-        self.spent = 0
 
     def __call__(self, edge: np.ndarray, table: bool | None = None) -> np.ndarray:
         """``table``: force the table (True) or the CDF (False); None: the cheaper."""
         edge = np.broadcast_to(edge, self.pmf.shape)
         column = edge - self.first[:, None] + 1  # the table's columns 1 .. width: kept counts
-        if self.table is None and table is not True:
-            inside = (column >= 1) & (column <= self.width)
-            self.spent += int(inside.sum())  # CDFs so far, against the table's cost
-            if table is False or self.spent * _TABLE_RATIO <= len(self.p_l) * self.width:
-                beyond = (0.0, 1.0) if self.a_small else (1.0, 0.0)
-                tail = np.where(column < 1, *beyond)
-                rates = np.broadcast_to(self.p_l[:, None], edge.shape)
-                tail[inside] = _binomial_tail(self.a_small, self.n_l, edge[inside], rates[inside])
-                return (self.pmf * tail).sum(axis=1)
+        inside = (column >= 1) & (column <= self.width[:, None])
+        if self.kept is not None:
+            inside &= self.kept
+        if table is True:
+            self.tabled[:] = True
+        else:  # the table once a comparison's CDFs have cost more than it would
+            fresh = ~self.tabled
+            found = np.bincount(self.owner, inside.sum(axis=1), len(fresh)).astype("int64")
+            self.spent += np.where(fresh, found, 0)
+            if table is None:
+                self.tabled |= fresh & (self.spent * _TABLE_RATIO > self.cost)
+        use = self.tabled[self.owner]
+        out = np.empty(len(self.p_l))
+        cdf = ~use
+        if cdf.any():
+            beyond = (0.0, 1.0) if self.a_small else (1.0, 0.0)
+            tail = np.where(column[cdf] < 1, *beyond)
+            cells = inside[cdf]
+            rates = np.broadcast_to(self.p_l[cdf, None], tail.shape)
+            n_l = (
+                self.n_l
+                if np.ndim(self.n_l) == 0
+                else np.broadcast_to(np.asarray(self.n_l)[cdf, None], tail.shape)[cells]
+            )
+            tail[cells] = _binomial_tail(self.a_small, n_l, edge[cdf][cells], rates[cells])
+            out[cdf] = (self.pmf[cdf] * tail).sum(axis=1)
+        if use.any():
+            self._fill(use)
+            assert self.table is not None
+            width = self.width[use, None]
+            at = np.clip(column[use], 0, width + 1)
+            out[use] = (self.pmf[use] * np.take_along_axis(self.table[use], at, axis=1)).sum(axis=1)
+        return out
+
+    def _fill(self, use: np.ndarray) -> None:
+        """The tail table of the rows in ``use`` that have none yet."""
         if self.table is None:
-            self.table = _tails(self.a_small, self.n_l, self.p_l, self.first, self.width)
-        column = np.clip(column, 0, self.width + 1)
-        return (self.pmf * np.take_along_axis(self.table, column, axis=1)).sum(axis=1)
+            self.table = np.empty((len(self.p_l), int(self.width.max()) + 2))
+            self.filled = np.zeros(len(self.p_l), bool)
+        rows = use & ~self.filled
+        if rows.any():
+            n_l = self.n_l if np.ndim(self.n_l) == 0 else np.asarray(self.n_l)[rows]
+            block = _tails(self.a_small, n_l, self.p_l[rows], self.first[rows], self.width[rows])
+            self.table[rows, : block.shape[1]] = block
+            self.filled |= rows
 
 
 def _smaller_counts(n_a: int, n_b: int, p_b: np.ndarray, u_tol: float) -> np.ndarray:
@@ -313,23 +388,108 @@ def exact_one_sided(
 
     1 where T <= 0 (the estimate is not above the tolerance: a valid, conservative p-value; the
     test cannot reject there at any level below 1/2)."""
-    t = float(statistic(x_a, n_a, x_b, n_b, u_tol))
-    if t <= 0:
-        return 1.0
+    table = [np.array([v], dtype="float64") for v in (x_a, n_a, x_b, n_b)]
+    return float(_one_sided_pvalues(table[0], table[1], table[2], table[3], u_tol, gamma)[0])
+
+
+def _one_sided_pvalues(x_a, n_a, x_b, n_b, u_tol: float, gamma: float) -> np.ndarray:
+    """exact_one_sided of every table (arrays): γ where the rectangle lies in H1, else γ plus
+    the supremum over the boundary's grid values spanning the segment, all tables at once."""
+    t = statistic(x_a, n_a, x_b, n_b, u_tol)
+    p = np.ones(len(t))
+    positive = np.flatnonzero(t > 0)
+    if not len(positive):
+        return p
+    x_a, n_a, x_b, n_b, t = (v[positive] for v in (x_a, n_a, x_b, n_b, t))
     low, high, empty = _segment(x_a, n_a, x_b, n_b, u_tol, gamma)
-    if empty:
-        return gamma
-    return min(1.0, gamma + _supremum(int(n_a), int(n_b), t, u_tol, float(low), float(high)))
+    p[positive[empty]] = gamma
+    on = ~empty
+    sup = _suprema(n_a[on], n_b[on], t[on], u_tol, low[on], high[on])
+    p[positive[on]] = np.minimum(1.0, gamma + sup)
+    return p
 
 
-def _supremum(n_a: int, n_b: int, t: float, u_tol: float, low: float, high: float) -> float:
-    """max over the nuisance grid's values spanning [low, high] of P_p_B(S >= t)."""
-    grid = _nuisance_grid(n_a, n_b, u_tol)
-    first, last = _snap(grid, low, high)
-    p_b = grid[first : last + 1]
-    xs = _smaller_counts(n_a, n_b, p_b, u_tol)
-    _, edge = _boundary(n_a, n_b, t, u_tol, xs)
-    return float(_Probabilities(n_a, n_b, xs, p_b, u_tol)(edge).max())
+def _ragged(start: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """start[i], start[i] + 1, ..., start[i] + count[i] − 1 for every i, concatenated."""
+    before = np.cumsum(count) - count
+    return np.repeat(start - before, count) + np.arange(int(count.sum()))
+
+
+def _nuisance_values(n_a, n_b, u_tol: float, low, high) -> tuple[np.ndarray, np.ndarray]:
+    """Each comparison's nuisance grid values spanning [low, high] (_snap), concatenated: (the
+    values, how many per comparison); one grid per distinct pair of sizes."""
+    pairs, inverse = np.unique(np.stack([n_a, n_b], axis=1), axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    grids = [_nuisance_grid(int(a), int(b), u_tol) for a, b in pairs]
+    offset = np.cumsum([0] + [len(g) for g in grids])[inverse]
+    first, last = np.empty(len(n_a), "int64"), np.empty(len(n_a), "int64")
+    order = np.argsort(inverse, kind="stable")
+    for grid, rows in zip(grids, np.split(order, np.cumsum(np.bincount(inverse))[:-1])):
+        first[rows], last[rows] = _snap(grid, low[rows], high[rows])
+    values = np.concatenate(grids)[_ragged(offset + first, last - first + 1)]
+    return values, last - first + 1
+
+
+class _Layout:
+    """Comparisons (one group the smaller in all) and their nuisance values laid out as rows, one
+    per (comparison, value): per row its sizes and the smaller group's counts that matter at all
+    of its comparison's values (_window), padded to the widest."""
+
+    def __init__(self, n_a, n_b, p_b: np.ndarray, count: np.ndarray, u_tol: float):
+        self.owner = np.repeat(np.arange(len(n_a)), count)
+        self.n_a, self.n_b = np.asarray(n_a)[self.owner], np.asarray(n_b)[self.owner]
+        self.p_b = p_b
+        ends = np.cumsum(count)
+        low, high = p_b[ends - count], p_b[ends - 1]
+        a_small = np.all(np.asarray(n_a) <= np.asarray(n_b))
+        n_s = n_a if a_small else n_b
+        if a_small:
+            low, high = np.minimum(low + u_tol, 1.0), np.minimum(high + u_tol, 1.0)
+        k = np.sqrt(n_s * np.log(2 / _NEGLIGIBLE) / 2)
+        start = np.maximum(0, np.floor(n_s * low - k))
+        stop = np.minimum(n_s, np.ceil(n_s * high + k))
+        self.start, self.width = start, (stop - start + 1).astype("int64")
+        columns = np.arange(int(self.width.max()))[None, :]
+        self.kept = columns < self.width[self.owner, None]
+        self.xs = start[self.owner, None] + np.minimum(columns, self.width[self.owner, None] - 1)
+        self.probability = _Probabilities(
+            self.n_a, self.n_b, self.xs, p_b, u_tol, self.kept, self.owner
+        )
+        self.u_tol = u_tol
+
+    def edges(self, t: np.ndarray) -> np.ndarray:
+        """_boundary's edges of {T >= t} in every row, ``t`` one per row."""
+        return _boundary(self.n_a[:, None], self.n_b[:, None], t, self.u_tol, self.xs)[1]
+
+
+def _batches(n_a, n_b, low, high, u_tol: float) -> list[np.ndarray]:
+    """The comparisons split so each _Layout holds one group the smaller and rows of like
+    widths (within a factor 2 of the smaller group's window and of the larger one's table)."""
+    if not len(n_a):
+        return []
+    a_small = n_a <= n_b
+    n_s, n_l = np.where(a_small, n_a, n_b), np.where(a_small, n_b, n_a)
+    span = np.where(
+        a_small, np.minimum(high + u_tol, 1.0) - np.minimum(low + u_tol, 1.0), high - low
+    )
+    span = np.maximum(span, 0.0)
+    window = n_s * span + np.sqrt(n_s * np.log(2 / _NEGLIGIBLE) * 2) + 2
+    key = np.stack([a_small, np.ceil(np.log2(window)), np.ceil(np.log2(np.sqrt(n_l) + 1))], axis=1)
+    _, inverse = np.unique(key, axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    order = np.argsort(inverse, kind="stable")
+    return np.split(order, np.cumsum(np.bincount(inverse))[:-1])
+
+
+def _suprema(n_a, n_b, t, u_tol: float, low, high) -> np.ndarray:
+    """_supremum of each comparison (arrays), in batches of like sizes."""
+    out = np.empty(len(n_a))
+    for rows in _batches(n_a, n_b, low, high, u_tol):
+        p_b, count = _nuisance_values(n_a[rows], n_b[rows], u_tol, low[rows], high[rows])
+        layout = _Layout(n_a[rows], n_b[rows], p_b, count, u_tol)
+        probability = layout.probability(layout.edges(t[rows][layout.owner]))
+        out[rows] = np.maximum.reduceat(probability, np.cumsum(count) - count)
+    return out
 
 
 def two_sample_test(
@@ -339,7 +499,7 @@ def two_sample_test(
 
     p = min(1, 2·min(p_up, p_down)), each side Berger-Boos exact (exact_one_sided); at most one
     side has T > 0 (U_tol >= 0), the other's p is 1. Rows with a zero count are the caller's to
-    mask (their p here is 1, ``tested`` False).
+    mask (their p here is 1, ``tested`` False). Each distinct table is computed once.
     """
     x_a, n_a, x_b, n_b = np.broadcast_arrays(
         *(np.asarray(v, dtype="float64") for v in (x_a, n_a, x_b, n_b))
@@ -347,13 +507,19 @@ def two_sample_test(
     z_up, z_down = statistic(x_a, n_a, x_b, n_b, u_tol), statistic(x_b, n_b, x_a, n_a, u_tol)
     tested = (n_a > 0) & (n_b > 0)
     p = np.ones(np.shape(x_a))
-    seen: dict[tuple[int, ...], float] = {}
-    for i in np.flatnonzero(np.ravel(tested & (np.maximum(z_up, z_down) > 0))):
-        xa, na, xb, nb = (int(v.flat[i]) for v in (x_a, n_a, x_b, n_b))
-        key = (xa, na, xb, nb) if z_up.flat[i] > 0 else (xb, nb, xa, na)
-        if key not in seen:
-            seen[key] = exact_one_sided(*key, u_tol=u_tol, gamma=gamma)
-        p.flat[i] = min(1.0, 2 * seen[key])
+    at = np.flatnonzero(np.ravel(tested & (np.maximum(z_up, z_down) > 0)))
+    if not len(at):
+        return np.maximum(z_up, z_down), p, tested
+    up = np.ravel(z_up)[at] > 0
+    sides = [
+        np.where(up, *(np.ravel(v)[at] for v in pair))
+        for pair in ((x_a, x_b), (n_a, n_b), (x_b, x_a), (n_b, n_a))
+    ]
+    tables, inverse = np.unique(np.stack(sides, axis=1), axis=0, return_inverse=True)
+    one_sided = _one_sided_pvalues(
+        tables[:, 0], tables[:, 1], tables[:, 2], tables[:, 3], u_tol, gamma
+    )
+    p.flat[at] = np.minimum(1.0, 2 * one_sided[inverse.ravel()])
     return np.maximum(z_up, z_down), p, tested
 
 
