@@ -1,0 +1,429 @@
+"""Audits of a score: discrimination, calibration within groups and the threshold sweep.
+
+Every statistic here is computed from counts per (group, score bin, label), never from rows, so
+the scan can push the counting down into the database. A bin is one distinct score value where
+the score has few (COMPAS's deciles) or a quantile bin of the window's scores otherwise
+(:func:`score_edges`); bins are identified by their lower edge ``score_bin``, and the bins of an
+attribute's groups are the same, so a reference's counts are a sum of its groups' counts.
+
+What the results can and cannot say together: when base rates differ between groups, a score
+cannot be calibrated within groups and have equal false positive and false negative rates
+across them (Kleinberg, Mullainathan & Raghavan 2016; Chouldechova 2017, eq. 2.6:
+FPR = p/(1-p) * (1-PPV)/PPV * (1-FNR), with p the base rate). An audit shows which of these
+properties hold; it cannot ask for all of them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import special, stats
+
+from biasaudit.schemas.config import INTERSECTION_SEP
+from biasaudit.tasks.multiplicity import bh_adjust
+
+# Score counts: one row per (attribute, group_name, score_bin); labelled rows split by outcome,
+# unlabelled rows counted apart (they count in selection rates only); score_sum is the labelled
+# rows' total score (their mean score is score_sum / (positives + negatives)).
+SCORE_COUNT_COLUMNS = [
+    "attribute",
+    "group_name",
+    "score_bin",
+    "positives",
+    "negatives",
+    "unlabelled",
+    "score_sum",
+]
+MAX_DISTINCT = 20  # a score with at most this many values is binned by value
+QUANTILE_BINS = 10
+# Below this many positives or negatives, DeLong's variance (from few placements, zero at perfect
+# separation) is floored by Hanley & McNeil's: benchmarks/README.md ("Score audits") measures the
+# coverage of both rules.
+SMALL_SAMPLE = 50
+
+
+def score_edges(scores: np.ndarray) -> np.ndarray:
+    """The bins' lower edges: the distinct values of a score with at most MAX_DISTINCT values,
+    else the window's deciles (distinct quantiles, the lowest being the minimum)."""
+    scores = np.asarray(scores, dtype="float64")
+    values = np.unique(scores[np.isfinite(scores)])
+    if len(values) <= MAX_DISTINCT:
+        return values
+    return np.unique(np.quantile(scores, np.linspace(0, 1, QUANTILE_BINS + 1)[:-1]))
+
+
+def bin_of(scores: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """The lower edge of each score's bin (a score below the lowest edge falls in the first)."""
+    index = np.searchsorted(edges, np.asarray(scores, dtype="float64"), side="right") - 1
+    return edges[np.clip(index, 0, len(edges) - 1)]
+
+
+def score_counts(
+    rows: pd.DataFrame, columns: list[list[str]], edges: np.ndarray, score: str = "score"
+) -> pd.DataFrame:
+    """Score counts (SCORE_COUNT_COLUMNS) of valid ``rows`` (``y_true`` 0/1 or missing, the
+    ``score`` column and the attributes; a column ``n`` weights pre-aggregated rows) for each
+    attribute or intersection in ``columns``."""
+    weight = rows["n"] if "n" in rows else pd.Series(1, index=rows.index, dtype="int64")
+    truth = rows["y_true"].astype("float64")
+    values = rows[score].astype("float64")
+    base = pd.DataFrame(
+        {
+            "score_bin": bin_of(values.to_numpy(), edges),
+            "positives": weight.where(truth == 1, 0),
+            "negatives": weight.where(truth == 0, 0),
+            "unlabelled": weight.where(truth.isna(), 0),
+            "score_sum": (values * weight).where(truth.notna(), 0.0),
+        },
+        index=rows.index,
+    )
+    parts = []
+    for names in columns:
+        group = rows[names].astype(str).agg(INTERSECTION_SEP.join, axis=1)
+        summed = base.groupby([group.rename("group_name"), "score_bin"], sort=True).sum()
+        parts.append(summed.reset_index().assign(attribute=INTERSECTION_SEP.join(names)))
+    if not parts:
+        return pd.DataFrame(columns=SCORE_COUNT_COLUMNS)
+    frame = pd.concat(parts, ignore_index=True)[SCORE_COUNT_COLUMNS]
+    counts = ["positives", "negatives", "unlabelled"]
+    return frame.astype({**{c: "int64" for c in counts}, "score_sum": "float64"})
+
+
+def auc_and_variance(positives: np.ndarray, negatives: np.ndarray):
+    """AUC and DeLong's variance of each row of binned counts (bins ascending by score).
+
+    AUC is the Mann-Whitney statistic with ties counted 1/2: the share of (positive, negative)
+    pairs where the positive scores higher (Hanley & McNeil 1982, eq. 1). DeLong, DeLong &
+    Clarke-Pearson (1988, eqs. 3-4): each positive's placement V10 (share of negatives below it,
+    ties 1/2) and each negative's V01 (share of positives above it); var = S10/P + S01/Q with
+    S10, S01 their sample variances. Rows in one bin share a placement, so both are exact sums
+    over bins. NaN where a row has no positive or no negative."""
+    pos = np.atleast_2d(np.asarray(positives, dtype="float64"))
+    neg = np.atleast_2d(np.asarray(negatives, dtype="float64"))
+    p, q = pos.sum(-1), neg.sum(-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        v10 = (np.cumsum(neg, -1) - 0.5 * neg) / q[:, None]
+        v01 = (p[:, None] - np.cumsum(pos, -1) + 0.5 * pos) / p[:, None]
+        auc = (pos * v10).sum(-1) / p
+        s10 = (pos * (v10 - auc[:, None]) ** 2).sum(-1) / (p - 1)
+        s01 = (neg * (v01 - auc[:, None]) ** 2).sum(-1) / (q - 1)
+        variance = np.where((p > 1) & (q > 1), s10 / p + s01 / q, np.nan)
+    return auc, variance
+
+
+def hanley_mcneil_variance(auc, positives, negatives):
+    """Hanley & McNeil (1982, eq. 2): var = (A(1-A) + (P-1)(Q1-A^2) + (Q-1)(Q2-A^2)) / (P Q),
+    Q1 = A/(2-A), Q2 = 2A^2/(1+A); it depends on AUC and the sample sizes only."""
+    a, p, q = (np.asarray(v, dtype="float64") for v in (auc, positives, negatives))
+    q1, q2 = a / (2 - a), 2 * a * a / (1 + a)
+    return (a * (1 - a) + (p - 1) * (q1 - a * a) + (q - 1) * (q2 - a * a)) / (p * q)
+
+
+def auc_interval(positives: np.ndarray, negatives: np.ndarray, level: float = 0.95):
+    """AUC, its variance and a ``level`` interval of each row of binned counts.
+
+    The interval is Wald's on the logit scale (it stays in (0, 1) and is not symmetric near 1),
+    around the AUC moved by half a pair towards 1/2, (A P Q + 1/2) / (P Q + 1), so that a
+    perfect separation has a finite logit. The variance is DeLong's; where a group has fewer
+    than SMALL_SAMPLE positives or negatives it is at least Hanley & McNeil's, as DeLong's
+    estimate from few placements is unstable (zero when the classes separate)."""
+    pos = np.atleast_2d(np.asarray(positives, dtype="float64"))
+    neg = np.atleast_2d(np.asarray(negatives, dtype="float64"))
+    auc, variance = auc_and_variance(pos, neg)
+    p, q = pos.sum(-1), neg.sum(-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        moved = (auc * p * q + 0.5) / (p * q + 1)
+        small = np.minimum(p, q) < SMALL_SAMPLE
+        floor = hanley_mcneil_variance(moved, p, q)
+        variance = np.where(small, np.fmax(variance, floor), variance)
+        half = stats.norm.ppf(0.5 + level / 2) * np.sqrt(variance) / (moved * (1 - moved))
+        centre = special.logit(moved)
+        return auc, variance, special.expit(centre - half), special.expit(centre + half)
+
+
+def auc_difference_test(pos_a, neg_a, pos_b, neg_b) -> float:
+    """Two-sided p-value of equal AUC in two disjoint samples (a group and its reference):
+    z = (A_a - A_b) / sqrt(var_a + var_b), DeLong's variances without the covariance term
+    (DeLong et al. 1988, eq. 5; the samples are independent). Where a side has fewer than
+    SMALL_SAMPLE positives or negatives its variance is at least Hanley & McNeil's at the AUC
+    both share under the null (their pair-weighted mean): at its own AUC, a small group that
+    happens to separate perfectly would have a variance near zero and reject too often."""
+    sides = [np.asarray(v, dtype="float64") for v in (pos_a, neg_a, pos_b, neg_b)]
+    (auc_a, auc_b), (var_a, var_b) = zip(
+        *(auc_and_variance(p, q) for p, q in (sides[:2], sides[2:]))
+    )
+    pairs = [sides[0].sum() * sides[1].sum(), sides[2].sum() * sides[3].sum()]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        shared = (auc_a[0] * pairs[0] + auc_b[0] * pairs[1]) / (pairs[0] + pairs[1])
+        variances = []
+        for variance, p, q in ((var_a[0], *sides[:2]), (var_b[0], *sides[2:])):
+            p, q = p.sum(), q.sum()
+            floor = hanley_mcneil_variance(shared, p, q)
+            variances.append(np.fmax(variance, floor) if min(p, q) < SMALL_SAMPLE else variance)
+        z = (auc_a[0] - auc_b[0]) / np.sqrt(variances[0] + variances[1])
+    return float(2 * stats.norm.sf(abs(z))) if np.isfinite(z) else np.nan
+
+
+def clopper_pearson(successes, trials, level: float = 0.95):
+    """Exact binomial interval (Clopper & Pearson 1934): beta quantiles, 0 and 1 at the ends."""
+    x, n = np.asarray(successes, dtype="float64"), np.asarray(trials, dtype="float64")
+    tail = (1 - level) / 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        low = np.where(x > 0, stats.beta.ppf(tail, x, n - x + 1), 0.0)
+        high = np.where(x < n, stats.beta.ppf(1 - tail, x + 1, n - x), 1.0)
+    empty = n == 0
+    return np.where(empty, np.nan, low), np.where(empty, np.nan, high)
+
+
+def logistic_fit(design, successes, trials, offset=None, iterations: int = 100):
+    """Binomial GLM with logit link on grouped counts by Newton-Raphson (IRLS), step halving when
+    the log-likelihood falls: (coefficients, covariance, log-likelihood). Where the data separate,
+    the log-likelihood reached is a lower bound of its supremum."""
+    x = np.asarray(design, dtype="float64")
+    y, m = np.asarray(successes, dtype="float64"), np.asarray(trials, dtype="float64")
+    off = np.zeros(len(y)) if offset is None else np.asarray(offset, dtype="float64")
+
+    def loglik(beta):
+        eta = x @ beta + off
+        return float(np.sum(y * eta - m * np.logaddexp(0, eta)))
+
+    beta = np.zeros(x.shape[1])
+    current = loglik(beta)
+    for _ in range(iterations):
+        prob = special.expit(x @ beta + off)
+        hessian = x.T @ (x * (m * prob * (1 - prob))[:, None])
+        step = np.linalg.lstsq(hessian, x.T @ (y - m * prob), rcond=None)[0]
+        size = 1.0
+        while size > 1e-8 and loglik(beta + size * step) < current - 1e-12:
+            size /= 2
+        beta = beta + size * step
+        previous, current = current, loglik(beta)
+        if abs(current - previous) < 1e-10 * (1 + abs(current)):
+            break
+    prob = special.expit(x @ beta + off)
+    information = x.T @ (x * (m * prob * (1 - prob))[:, None])
+    return beta, np.linalg.pinv(information), current
+
+
+def _score_scale(mean_scores: np.ndarray, probability: bool) -> np.ndarray:
+    """The recalibration's covariate: the score's logit for a probability, else the score."""
+    if probability:
+        return special.logit(np.clip(mean_scores, 1e-12, 1 - 1e-12))
+    return mean_scores
+
+
+def recalibration(mean_scores, positives, negatives, probability: bool):
+    """(calibration-in-the-large, calibration slope) of one group's bins.
+
+    Cox (1958) logistic recalibration, logit P(y=1) = a + b x with x = logit(score): the slope b
+    is 1 for a calibrated probability (below 1: too extreme), and with b fixed at 1 (x as
+    offset) the intercept a, calibration-in-the-large, is 0. For a score that is not a probability
+    (COMPAS's deciles) x is the score itself: b is its log-odds per unit of score and
+    in-the-large is not defined (NaN)."""
+    s, pos, neg = (np.asarray(v, dtype="float64") for v in (mean_scores, positives, negatives))
+    keep = pos + neg > 0
+    s, pos, neg = s[keep], pos[keep], neg[keep]
+    if pos.sum() == 0 or neg.sum() == 0 or len(s) < 2:
+        return np.nan, np.nan
+    x = _score_scale(s, probability)
+    design = np.column_stack([np.ones_like(x), x])
+    slope = logistic_fit(design, pos, pos + neg)[0][1]
+    large = logistic_fit(design[:, :1], pos, pos + neg, offset=x)[0][0] if probability else np.nan
+    return float(large), float(slope)
+
+
+def calibration_test(
+    bins: np.ndarray, group: tuple, reference: tuple, probability: bool
+) -> tuple[float, int, float]:
+    """Test of equal calibration of a group and its reference: (statistic, df, p-value).
+
+    The model is the binomial GLM logit P(y=1) = bin_k + c g + d g x (x as in
+    :func:`recalibration`, at the bin's pooled mean score): each bin has its own rate, so the
+    curve's shape is free, and the null c = d = 0 says both share it. The test is the score
+    (Rao) test of c and d conditional on each bin's totals, i.e. the generalised
+    Cochran-Mantel-Haenszel statistic (Mantel 1963) with scores (1, x): U = sum_k z_k (y_gk -
+    m_gk S_k / M_k), V = sum_k z_k z_k' m_gk m_rk S_k (M_k - S_k) / (M_k^2 (M_k - 1)), U' V^-1 U
+    on rank(V) degrees of freedom. It needs no fit, and keeps its size where the likelihood ratio
+    does not: with 15-row groups the LR test rejected 9.5% at 5% (benchmarks/README.md)."""
+    g_pos, g_neg, g_sum = (np.asarray(v, dtype="float64") for v in group)
+    r_pos, r_neg, r_sum = (np.asarray(v, dtype="float64") for v in reference)
+    m_g, m_r = g_pos + g_neg, r_pos + r_neg
+    total, successes = m_g + m_r, g_pos + r_pos
+    informative = total > 1
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.where(total > 0, (g_sum + r_sum) / total, bins)
+        x = _score_scale(mean, probability)
+        x = x - np.average(x, weights=total) if total.sum() else x
+        expected = np.where(total > 0, m_g * successes / total, 0.0)
+        variance = np.where(
+            informative,
+            m_g * m_r * successes * (total - successes) / (total**2 * (total - 1)),
+            0.0,
+        )
+    scores = np.column_stack([np.ones_like(x), x])
+    u = scores.T @ (g_pos - expected)
+    v = (scores * variance[:, None]).T @ scores
+    df = int(np.linalg.matrix_rank(v))
+    if df == 0:
+        return np.nan, 0, np.nan
+    statistic = float(u @ np.linalg.pinv(v) @ u)
+    return statistic, df, float(stats.chi2.sf(statistic, df))
+
+
+def _matrices(counts: pd.DataFrame):
+    """Per attribute: its groups, its bins (ascending) and each count as a groups x bins matrix."""
+    for attribute, part in counts.groupby("attribute", sort=True):
+        wide = part.pivot_table(
+            index="group_name",
+            columns="score_bin",
+            values=["positives", "negatives", "unlabelled", "score_sum"],
+            aggfunc="sum",
+            fill_value=0,
+        ).sort_index(axis=1)
+        bins = np.asarray(wide["positives"].columns, dtype="float64")
+        yield (
+            attribute,
+            wide.index.astype(str).to_numpy(),
+            bins,
+            {c: wide[c].to_numpy(dtype="float64") for c in wide.columns.levels[0]},
+        )
+
+
+def _mean_scores(score_sum: np.ndarray, labelled: np.ndarray, bins: np.ndarray) -> np.ndarray:
+    """Each bin's mean score (its lower edge where it holds no labelled row)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(labelled > 0, score_sum / labelled, bins)
+
+
+def is_probability(counts: pd.DataFrame) -> bool:
+    """Whether the score lies in [0, 1] (then calibration compares it with observed rates)."""
+    return bool(counts["score_bin"].between(0, 1).all())
+
+
+def score_comparisons(
+    counts: pd.DataFrame, reference_groups: dict[str, str], *, confidence: float = 0.95
+) -> pd.DataFrame:
+    """One row per (attribute, group, reference): AUC with intervals (:func:`auc_interval`) and
+    the test of equal AUC, calibration-in-the-large and slope (:func:`recalibration`) and the
+    test of equal calibration (:func:`calibration_test`), of the group and of its reference (the
+    rest of the attribute, and the named reference group where there is one). Benjamini-Hochberg
+    adjusts each kind of p-value across every comparison of the audit."""
+    probability = is_probability(counts)
+    rows = []
+    for attribute, groups, bins, m in _matrices(counts):
+        total = {c: v.sum(0) for c, v in m.items()}
+        pairs = [
+            (i, "rest", {c: total[c] - v[i] for c, v in m.items()}) for i in range(len(groups))
+        ]
+        named = reference_groups.get(attribute)
+        if named is not None and named in groups:
+            j = int(np.flatnonzero(groups == named)[0])
+            pairs += [
+                (i, named, {c: v[j] for c, v in m.items()}) for i in range(len(groups)) if i != j
+            ]
+        for i, reference, other in pairs:
+            row = {"attribute": attribute, "group_name": groups[i], "reference": reference}
+            for side, c in (("group", {k: v[i] for k, v in m.items()}), ("reference", other)):
+                labelled = c["positives"] + c["negatives"]
+                auc, variance, low, high = auc_interval(c["positives"], c["negatives"], confidence)
+                mean = _mean_scores(c["score_sum"], labelled, bins)
+                large, slope = recalibration(mean, c["positives"], c["negatives"], probability)
+                row |= {
+                    f"n_{side}": int(labelled.sum() + c["unlabelled"].sum()),
+                    f"positives_{side}": int(c["positives"].sum()),
+                    f"negatives_{side}": int(c["negatives"].sum()),
+                    f"auc_{side}": auc[0],
+                    f"auc_variance_{side}": variance[0],
+                    f"auc_low_{side}": low[0],
+                    f"auc_high_{side}": high[0],
+                    f"in_the_large_{side}": large,
+                    f"slope_{side}": slope,
+                }
+            sides = [
+                (m["positives"][i], m["negatives"][i], m["score_sum"][i]),
+                (other["positives"], other["negatives"], other["score_sum"]),
+            ]
+            row["auc_p_value"] = auc_difference_test(*sides[0][:2], *sides[1][:2])
+            statistic, _, p_value = calibration_test(bins, sides[0], sides[1], probability)
+            row |= {"calibration_statistic": statistic, "calibration_p_value": p_value}
+            rows.append(row)
+    adjusted = ["auc_p_adjusted", "calibration_p_adjusted", "confidence"]
+    frame = pd.DataFrame(rows, columns=[c for c in SCORE_RESULT_COLUMNS if c not in adjusted])
+    return frame.assign(
+        auc_p_adjusted=bh_adjust(frame["auc_p_value"].to_numpy(dtype=float)),
+        calibration_p_adjusted=bh_adjust(frame["calibration_p_value"].to_numpy(dtype=float)),
+        confidence=confidence,
+    )[SCORE_RESULT_COLUMNS]
+
+
+def calibration_curves(counts: pd.DataFrame, *, confidence: float = 0.95) -> pd.DataFrame:
+    """Calibration within groups: per (attribute, group, bin) the labelled rows, their mean score
+    and observed outcome rate with its exact (Clopper-Pearson) interval."""
+    labelled = counts["positives"] + counts["negatives"]
+    low, high = clopper_pearson(counts["positives"], labelled, confidence)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frame = counts.assign(
+            n=labelled.astype("int64"),
+            mean_score=np.where(labelled > 0, counts["score_sum"] / labelled, np.nan),
+            observed_rate=np.where(labelled > 0, counts["positives"] / labelled, np.nan),
+            rate_low=low,
+            rate_high=high,
+            confidence=confidence,
+        )
+    return frame[CALIBRATION_COLUMNS].sort_values(["attribute", "group_name", "score_bin"])
+
+
+def threshold_sweep(counts: pd.DataFrame) -> pd.DataFrame:
+    """Error and selection rates of the decision ``score >= threshold`` at every bin edge of each
+    group: selected rows (labelled or not), tp, fp, fn, tn and their rates."""
+    parts = []
+    for attribute, groups, bins, m in _matrices(counts):
+        above = {c: np.cumsum(v[:, ::-1], 1)[:, ::-1] for c, v in m.items()}  # bins >= edge
+        p, q = m["positives"].sum(1, keepdims=True), m["negatives"].sum(1, keepdims=True)
+        n = p + q + m["unlabelled"].sum(1, keepdims=True)
+        tp, fp = above["positives"], above["negatives"]
+        selected = tp + fp + above["unlabelled"]
+        shape = tp.shape
+        with np.errstate(divide="ignore", invalid="ignore"):
+            columns = {
+                "attribute": attribute,
+                "group_name": np.repeat(groups, shape[1]),
+                "threshold": np.tile(bins, shape[0]),
+                "n": np.broadcast_to(n, shape).ravel(),
+                "selected": selected.ravel(),
+                "tp": tp.ravel(),
+                "fp": fp.ravel(),
+                "fn": (p - tp).ravel(),
+                "tn": (q - fp).ravel(),
+                "selection_rate": (selected / n).ravel(),
+                "tpr": (tp / p).ravel(),
+                "fpr": (fp / q).ravel(),
+                "fnr": ((p - tp) / p).ravel(),
+            }
+        parts.append(pd.DataFrame(columns))
+    if not parts:
+        return pd.DataFrame(columns=THRESHOLD_COLUMNS)
+    frame = pd.concat(parts, ignore_index=True)
+    counted = ["n", "selected", "tp", "fp", "fn", "tn"]
+    return frame.astype({c: "int64" for c in counted})[THRESHOLD_COLUMNS]
+
+
+SCORE_RESULT_COLUMNS = [
+    "attribute", "group_name", "reference",
+    "n_group", "positives_group", "negatives_group",
+    "auc_group", "auc_variance_group", "auc_low_group", "auc_high_group",
+    "in_the_large_group", "slope_group",
+    "n_reference", "positives_reference", "negatives_reference",
+    "auc_reference", "auc_variance_reference", "auc_low_reference", "auc_high_reference",
+    "in_the_large_reference", "slope_reference",
+    "auc_p_value", "calibration_statistic", "calibration_p_value",
+    "auc_p_adjusted", "calibration_p_adjusted", "confidence",
+]  # fmt: skip
+CALIBRATION_COLUMNS = [
+    "attribute", "group_name", "score_bin", "n", "positives", "mean_score", "observed_rate",
+    "rate_low", "rate_high", "confidence",
+]  # fmt: skip
+THRESHOLD_COLUMNS = [
+    "attribute", "group_name", "threshold", "n", "selected", "tp", "fp", "fn", "tn",
+    "selection_rate", "tpr", "fpr", "fnr",
+]  # fmt: skip

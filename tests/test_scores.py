@@ -1,0 +1,201 @@
+"""Score audits (tasks.scores) from binned counts, checked against independent computations on rows
+(scikit-learn, statsmodels, pandas) and by simulation (benchmarks/score_coverage.py has the full
+figures)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import statsmodels.api as sm
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.metrics import roc_auc_score
+from statsmodels.stats.contingency_tables import StratifiedTable
+from statsmodels.stats.proportion import proportion_confint
+
+from biasaudit.tasks import scores as S
+
+from .conftest import COMPAS
+
+
+def _rows(seed: int, n: int, values: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    y = (rng.random(n) < 0.4).astype(float)
+    score = np.round(rng.normal(size=n) + y, 1) if values > 20 else rng.integers(1, values + 1, n)
+    return pd.DataFrame(
+        {"y_true": y, "score": score.astype(float), "g": rng.choice(["a", "b", "c"], n)}
+    )
+
+
+def _delong_on_rows(y: np.ndarray, s: np.ndarray) -> tuple[float, float]:
+    """DeLong et al. (1988) from every (positive, negative) pair."""
+    pos, neg = s[y == 1], s[y == 0]
+    psi = (pos[:, None] > neg[None, :]) + 0.5 * (pos[:, None] == neg[None, :])
+    v10, v01 = psi.mean(1), psi.mean(0)
+    return psi.mean(), v10.var(ddof=1) / len(pos) + v01.var(ddof=1) / len(neg)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10**6), st.integers(5, 400), st.sampled_from([2, 10, 200]))
+def test_auc_and_delong_variance_equal_the_rows(seed, n, values):
+    """Ties included: AUC equals roc_auc_score, variance DeLong's from all pairs, to 1e-9."""
+    rows = _rows(seed, n, values)
+    counts = S.score_counts(rows, [["g"]], np.unique(rows["score"]))
+    for name, part in rows.groupby("g"):
+        if part["y_true"].nunique() < 2 or min(np.bincount(part["y_true"].astype(int))) < 2:
+            continue
+        mine = counts[counts["group_name"] == name]
+        auc, variance = S.auc_and_variance(mine["positives"], mine["negatives"])
+        expected_auc, expected_var = _delong_on_rows(part["y_true"].values, part["score"].values)
+        assert auc[0] == pytest.approx(roc_auc_score(part["y_true"], part["score"]), abs=1e-9)
+        assert auc[0] == pytest.approx(expected_auc, abs=1e-12)
+        assert variance[0] == pytest.approx(expected_var, abs=1e-12)
+
+
+def test_quantile_bins_of_a_continuous_score():
+    """More than 20 values: decile bins; every score falls in the bin of its lower edge."""
+    rows = _rows(3, 1000, 1000)
+    edges = S.score_edges(rows["score"].values)
+    assert len(edges) == 10 and edges[0] == rows["score"].min()
+    bins = S.bin_of(rows["score"].values, edges)
+    assert (bins <= rows["score"]).all()
+    assert np.array_equal(S.score_edges(np.array([3.0, 1.0, 3.0, 2.0])), [1.0, 2.0, 3.0])
+
+
+def test_clopper_pearson_equals_statsmodels():
+    x, n = np.array([0, 1, 5, 9, 10, 0]), np.array([10, 10, 10, 10, 10, 3])
+    low, high = S.clopper_pearson(x, n, 0.95)
+    expected = proportion_confint(x, n, alpha=0.05, method="beta")
+    np.testing.assert_allclose(low, np.nan_to_num(expected[0], nan=0.0), atol=1e-12)
+    np.testing.assert_allclose(high, np.nan_to_num(expected[1], nan=1.0), atol=1e-12)
+
+
+def _glm(formula_frame, columns, y, weights, offset=None):
+    design = sm.add_constant(formula_frame[columns].astype(float), has_constant="add")
+    return sm.GLM(
+        y, design, family=sm.families.Binomial(), freq_weights=weights, offset=offset
+    ).fit()
+
+
+@pytest.mark.parametrize("probability", [True, False])
+def test_recalibration_equals_a_statsmodels_glm_on_rows(probability):
+    rng = np.random.default_rng(7)
+    n = 3000
+    raw = np.clip(np.round(rng.random(n), 2), 0.01, 0.99) if probability else rng.integers(1, 11, n)
+    p = raw if probability else raw / 11
+    rows = pd.DataFrame(
+        {"y_true": (rng.random(n) < p**1.3).astype(float), "score": raw * 1.0, "g": "a"}
+    )
+    counts = S.score_counts(rows, [["g"]], np.unique(rows["score"]))
+    labelled = counts["positives"] + counts["negatives"]
+    large, slope = S.recalibration(
+        counts["score_sum"] / labelled, counts["positives"], counts["negatives"], probability
+    )
+    x = np.log(rows["score"] / (1 - rows["score"])) if probability else rows["score"]
+    fitted = _glm(pd.DataFrame({"x": x}), ["x"], rows["y_true"], None)
+    assert slope == pytest.approx(fitted.params["x"], abs=1e-7)
+    if probability:
+        offset_fit = sm.GLM(
+            rows["y_true"], np.ones((n, 1)), family=sm.families.Binomial(), offset=x
+        ).fit()
+        assert large == pytest.approx(offset_fit.params.iloc[0], abs=1e-7)
+    else:
+        assert np.isnan(large)
+
+
+def test_calibration_test_equals_the_score_test_on_rows():
+    """The generalised Cochran-Mantel-Haenszel statistic, from the rows: per score value, the
+    group's observed minus expected positives and their hypergeometric variance; its first
+    component alone is statsmodels' Mantel-Haenszel test."""
+    rng = np.random.default_rng(11)
+    n = 2000
+    g = rng.random(n) < 0.3
+    s = rng.integers(1, 11, n).astype(float)
+    y = (rng.random(n) < 0.1 + 0.07 * s - 0.05 * g).astype(float)
+    rows = pd.DataFrame({"y_true": y, "score": s, "g": np.where(g, "b", "a")})
+    counts = S.score_counts(rows, [["g"]], np.unique(s))
+    mine = S.score_comparisons(counts, {}).set_index("group_name").loc["b"]
+    u, v, tables = np.zeros(2), np.zeros((2, 2)), []
+    x_centre = s.mean()
+    for value, part in rows.groupby("score"):
+        in_g = part["g"] == "b"
+        m_g, m, k = in_g.sum(), len(part), part["y_true"].sum()
+        z = np.array([1.0, value - x_centre])
+        u += z * (part.loc[in_g, "y_true"].sum() - m_g * k / m)
+        v += np.outer(z, z) * m_g * (m - m_g) * k * (m - k) / (m**2 * (m - 1))
+        tables.append(pd.crosstab(in_g, part["y_true"]).to_numpy())
+    assert mine["calibration_statistic"] == pytest.approx(u @ np.linalg.solve(v, u), rel=1e-9)
+    first = StratifiedTable(tables).test_null_odds(correction=False).statistic
+    assert u[0] ** 2 / v[0, 0] == pytest.approx(first, rel=1e-9)
+
+
+def test_threshold_sweep_equals_the_rows():
+    rows = _rows(5, 800, 10)
+    rows.loc[::7, "y_true"] = np.nan  # unlabelled rows count in selection only
+    counts = S.score_counts(rows, [["g"]], np.unique(rows["score"]))
+    sweep = S.threshold_sweep(counts).set_index(["group_name", "threshold"])
+    for (name, threshold), got in sweep.iterrows():
+        part = rows[rows["g"] == name]
+        chosen = part["score"] >= threshold
+        truth = part["y_true"]
+        assert got["selected"] == chosen.sum()
+        assert got["selection_rate"] == pytest.approx(chosen.mean(), abs=1e-12)
+        assert got["fpr"] == pytest.approx((chosen & (truth == 0)).sum() / (truth == 0).sum())
+        assert got["fnr"] == pytest.approx((~chosen & (truth == 1)).sum() / (truth == 1).sum())
+
+
+@pytest.mark.skipif(not COMPAS.exists(), reason=f"{COMPAS} is absent")
+def test_compas_calibration_per_decile_equals_pandas():
+    raw = pd.read_csv(COMPAS)
+    rows = pd.DataFrame(
+        {"y_true": raw["two_year_recid"].astype(float), "score": raw["decile_score"] * 1.0}
+    ).assign(race=raw["race"])
+    counts = S.score_counts(rows, [["race"]], S.score_edges(rows["score"].values))
+    curves = S.calibration_curves(counts).set_index(["group_name", "score_bin"])
+    expected = raw.groupby(["race", "decile_score"])["two_year_recid"].agg(["mean", "size"])
+    expected.index = expected.index.set_levels(expected.index.levels[1].astype(float), level=1)
+    observed = curves.loc[expected.index]
+    np.testing.assert_allclose(observed["observed_rate"], expected["mean"], atol=1e-12)
+    assert observed["n"].tolist() == expected["size"].tolist()
+
+
+def _simulate(n, base, shift, reps, rng, bins=10):
+    y = rng.random((reps, n)) < base
+    b = np.searchsorted(np.linspace(-1.5, 2.5, bins - 1), rng.normal(size=(reps, n)) + shift * y)
+    pos = np.stack([((b == k) & y).sum(1) for k in range(bins)], 1)
+    neg = np.stack([((b == k) & ~y).sum(1) for k in range(bins)], 1)
+    return pos, neg
+
+
+def _true_auc(base, shift, rng):
+    pos, neg = _simulate(200_000, base, shift, 1, rng)
+    return S.auc_and_variance(pos, neg)[0][0]
+
+
+@pytest.mark.parametrize("n,base,shift", [(20, 0.3, 1.0), (40, 0.5, 2.0), (400, 0.4, 1.0)])
+def test_auc_interval_covers(n, base, shift):
+    """Coverage of the 95% interval >= 0.94 over 2,000 samples, small groups included."""
+    rng = np.random.default_rng(n)
+    truth = _true_auc(base, shift, rng)
+    pos, neg = _simulate(n, base, shift, 2000, rng)
+    both = (pos.sum(1) > 0) & (neg.sum(1) > 0)
+    _, _, low, high = S.auc_interval(pos[both], neg[both])
+    assert ((low <= truth) & (truth <= high)).mean() >= 0.94
+
+
+@pytest.mark.parametrize("small", [15, 30, 60])
+def test_auc_difference_and_calibration_tests_keep_their_size(small):
+    """Under equal AUC and equal calibration, each test rejects at most alpha = 0.05 of 1,500
+    simulated (group, rest) pairs, the group small."""
+    rng = np.random.default_rng(small)
+    g_pos, g_neg = _simulate(small, 0.4, 1.0, 1500, rng)
+    r_pos, r_neg = _simulate(600, 0.4, 1.0, 1500, rng)
+    auc_p, calibration_p = [], []
+    bins = np.arange(10.0)
+    for i in range(1500):
+        auc_p.append(S.auc_difference_test(g_pos[i], g_neg[i], r_pos[i], r_neg[i]))
+        group = (g_pos[i], g_neg[i], bins * (g_pos[i] + g_neg[i]))  # score sums
+        rest = (r_pos[i], r_neg[i], bins * (r_pos[i] + r_neg[i]))
+        calibration_p.append(S.calibration_test(bins, group, rest, False)[2])
+    for p_values in (np.array(auc_p, float), np.array(calibration_p, float)):
+        made = p_values[~np.isnan(p_values)]
+        assert (made < 0.05).mean() <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / len(made))
