@@ -443,6 +443,72 @@ class MonitorResult(GroupVsReference, Base):
     previous_as_of: Mapped[datetime | None] = mapped_column(Moment)
 
 
+class ScoreResult(RunResult, Base):
+    """A score audit's comparison of a group with its reference (tasks.scores.score_comparisons):
+    AUC with its interval, Cox recalibration, and the tests of equal AUC and equal calibration."""
+
+    __tablename__ = "score_results"
+
+    reference: Mapped[str] = mapped_column(KeyText(512, MARIADB_GROUP_CHARS), primary_key=True)
+    n_group: Mapped[int] = mapped_column(BigInteger)
+    positives_group: Mapped[int] = mapped_column(BigInteger)
+    negatives_group: Mapped[int] = mapped_column(BigInteger)
+    auc_group: Mapped[float | None] = mapped_column(Real)
+    auc_variance_group: Mapped[float | None] = mapped_column(Real)
+    auc_low_group: Mapped[float | None] = mapped_column(Real)
+    auc_high_group: Mapped[float | None] = mapped_column(Real)
+    in_the_large_group: Mapped[float | None] = mapped_column(Real)
+    slope_group: Mapped[float | None] = mapped_column(Real)
+    n_reference: Mapped[int] = mapped_column(BigInteger)
+    positives_reference: Mapped[int] = mapped_column(BigInteger)
+    negatives_reference: Mapped[int] = mapped_column(BigInteger)
+    auc_reference: Mapped[float | None] = mapped_column(Real)
+    auc_variance_reference: Mapped[float | None] = mapped_column(Real)
+    auc_low_reference: Mapped[float | None] = mapped_column(Real)
+    auc_high_reference: Mapped[float | None] = mapped_column(Real)
+    in_the_large_reference: Mapped[float | None] = mapped_column(Real)
+    slope_reference: Mapped[float | None] = mapped_column(Real)
+    auc_p_value: Mapped[float | None] = mapped_column(Real)
+    calibration_statistic: Mapped[float | None] = mapped_column(Real)
+    calibration_p_value: Mapped[float | None] = mapped_column(Real)
+    auc_p_adjusted: Mapped[float | None] = mapped_column(Real)
+    calibration_p_adjusted: Mapped[float | None] = mapped_column(Real)
+    confidence: Mapped[float] = mapped_column(Real)
+
+
+class CalibrationResult(RunResult, Base):
+    """Calibration within a group: one score bin's outcome rate, mean score and exact interval."""
+
+    __tablename__ = "calibration_results"
+
+    score_bin: Mapped[float] = mapped_column(Real, primary_key=True)
+    n: Mapped[int] = mapped_column(BigInteger)
+    positives: Mapped[int] = mapped_column(BigInteger)
+    mean_score: Mapped[float | None] = mapped_column(Real)
+    observed_rate: Mapped[float | None] = mapped_column(Real)
+    rate_low: Mapped[float | None] = mapped_column(Real)
+    rate_high: Mapped[float | None] = mapped_column(Real)
+    confidence: Mapped[float] = mapped_column(Real)
+
+
+class ThresholdResult(RunResult, Base):
+    """The decision score >= threshold at one bin edge of a group: counts and rates."""
+
+    __tablename__ = "threshold_results"
+
+    threshold: Mapped[float] = mapped_column(Real, primary_key=True)
+    n: Mapped[int] = mapped_column(BigInteger)
+    selected: Mapped[int] = mapped_column(BigInteger)
+    tp: Mapped[int] = mapped_column(BigInteger)
+    fp: Mapped[int] = mapped_column(BigInteger)
+    fn: Mapped[int] = mapped_column(BigInteger)
+    tn: Mapped[int] = mapped_column(BigInteger)
+    selection_rate: Mapped[float | None] = mapped_column(Real)
+    tpr: Mapped[float | None] = mapped_column(Real)
+    fpr: Mapped[float | None] = mapped_column(Real)
+    fnr: Mapped[float | None] = mapped_column(Real)
+
+
 def store_limits(dialect: Dialect) -> StoreLimits:
     """What a result store of ``dialect`` holds of names, read from the key columns above: the
     shortest group_name/reference and attribute column as the dialect types them (SQLite

@@ -7,6 +7,7 @@ from typing import Protocol
 import pandas as pd
 
 from biasaudit.db.models import (
+    CalibrationResult,
     ComparisonResult,
     DetectionResult,
     GroupCount,
@@ -14,6 +15,8 @@ from biasaudit.db.models import (
     MetaMetricResult,
     MetricResult,
     PlanningResult,
+    ScoreResult,
+    ThresholdResult,
     TwoGroupResult,
 )
 from biasaudit.schemas.results import CONTRACTS, validate_result
@@ -28,6 +31,9 @@ TABLES: dict[str, type] = {
     "planning": PlanningResult,
     "metametrics": MetaMetricResult,
     "comparison": ComparisonResult,
+    "scores": ScoreResult,
+    "calibration": CalibrationResult,
+    "thresholds": ThresholdResult,
 }
 
 
@@ -60,6 +66,15 @@ class ResultFrames(Protocol):
 
     @property
     def comparison(self) -> pd.DataFrame: ...
+
+    @property
+    def scores(self) -> pd.DataFrame: ...
+
+    @property
+    def calibration(self) -> pd.DataFrame: ...
+
+    @property
+    def thresholds(self) -> pd.DataFrame: ...
 
 
 def result_tables(result: ResultFrames) -> dict[type, pd.DataFrame]:

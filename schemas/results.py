@@ -218,6 +218,63 @@ COMPARISON_RESULTS = _contract(
     ["attribute", "group_name", "metric"],
 )
 
+_INT = pa.Column("int64", _COUNT)
+SCORE_RESULTS = _contract(
+    "score_results",
+    {
+        **_GROUP,
+        "reference": _text(),
+        **{
+            f"{quantity}_{side}": column
+            for side in ("group", "reference")
+            for quantity, column in {
+                "n": _INT,
+                "positives": _INT,
+                "negatives": _INT,
+                "auc": _real(_PROBABILITY),
+                "auc_variance": _real(pa.Check.ge(0)),
+                "auc_low": _real(_PROBABILITY),
+                "auc_high": _real(_PROBABILITY),
+                # Cox recalibration: intercept with slope 1 (probabilities only) and slope
+                "in_the_large": _real(),
+                "slope": _real(),
+            }.items()
+        },
+        "auc_p_value": _real(_PROBABILITY),
+        "calibration_statistic": _real(pa.Check.ge(0)),
+        "calibration_p_value": _real(_PROBABILITY),
+        "auc_p_adjusted": _real(_PROBABILITY),
+        "calibration_p_adjusted": _real(_PROBABILITY),
+        "confidence": _real(_PROBABILITY, nullable=False),
+    },
+    ["attribute", "group_name", "reference"],
+)
+CALIBRATION_RESULTS = _contract(
+    "calibration_results",
+    {
+        **_GROUP,
+        "score_bin": _real(nullable=False),
+        "n": _INT,
+        "positives": _INT,
+        "mean_score": _real(),
+        "observed_rate": _real(_PROBABILITY),
+        "rate_low": _real(_PROBABILITY),
+        "rate_high": _real(_PROBABILITY),
+        "confidence": _real(_PROBABILITY, nullable=False),
+    },
+    ["attribute", "group_name", "score_bin"],
+)
+THRESHOLD_RESULTS = _contract(
+    "threshold_results",
+    {
+        **_GROUP,
+        "threshold": _real(nullable=False),
+        **{c: _INT for c in ("n", "selected", "tp", "fp", "fn", "tn")},
+        **{c: _real(_PROBABILITY) for c in ("selection_rate", "tpr", "fpr", "fnr")},
+    },
+    ["attribute", "group_name", "threshold"],
+)
+
 # The audit result's frames (tasks.core.AuditResult) and the contract of the table each fills.
 CONTRACTS: dict[str, pa.DataFrameSchema] = {
     "counts": GROUP_COUNTS,
@@ -229,7 +286,19 @@ CONTRACTS: dict[str, pa.DataFrameSchema] = {
     "planning": PLANNING_RESULTS,
     "metametrics": METAMETRIC_RESULTS,
     "comparison": COMPARISON_RESULTS,
+    "scores": SCORE_RESULTS,
+    "calibration": CALIBRATION_RESULTS,
+    "thresholds": THRESHOLD_RESULTS,
 }
+
+
+def empty_result(frame_name: str) -> pd.DataFrame:
+    """A frame of no rows with the contract's columns and dtypes (an audit without a score has
+    no score results)."""
+    columns = CONTRACTS[frame_name].columns
+    return pd.DataFrame(
+        {name: pd.Series(dtype=str(c.dtype) if c.dtype else object) for name, c in columns.items()}
+    )
 
 
 def validate_result(frame_name: str, frame: pd.DataFrame) -> pd.DataFrame:

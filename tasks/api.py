@@ -23,6 +23,7 @@ from biasaudit.schemas.config import audit_from_options
 from biasaudit.schemas.quarantine import split_valid, unusable_columns
 from biasaudit.tasks.core import AuditResult, audit_counts
 from biasaudit.tasks.counts import group_counts
+from biasaudit.tasks.scores import numeric_scores, score_audit, score_counts, score_edges
 
 
 def audit_frame(
@@ -32,6 +33,7 @@ def audit_frame(
     intersections: Sequence[Sequence[str]] = (),
     reference_groups: dict[str, str] | None = None,
     metrics: Sequence[str] | None = None,
+    score: str | None = None,
     **options: Any,
 ) -> AuditResult:
     """Audit the predictions in ``frame`` and return every stage's result frames.
@@ -44,6 +46,10 @@ def audit_frame(
     (``tolerance``, ``alpha``, ``power``, ``bootstrap_replicates``, ``cps_lambda``, ...).
     Rows that fail the predictions schema are not audited: they are returned, with the column and
     the rule they broke, in ``result.quarantine`` (and a warning says how many).
+    With ``score`` (a numeric column, e.g. ``"decile_score"``), the score itself is audited too
+    (tasks.scores): ``result.scores`` (AUC and calibration per group against its reference),
+    ``result.calibration`` (outcome rate per score bin) and ``result.thresholds`` (error and
+    selection rates at every bin edge).
     """
     audit = audit_from_options(
         attributes=list(attributes),
@@ -73,4 +79,13 @@ def audit_frame(
         )
     counts = group_counts(valid, audit.attributes, audit.intersections)
     result = audit_counts(counts, audit)
-    return AuditResult(**{**result.__dict__, "quarantine": quarantine})
+    frames = {}
+    if score is not None:
+        if score not in frame.columns:
+            raise ValueError(f"score column {score!r} is not in the frame")
+        rows = valid.assign(_score=numeric_scores(valid[score], score))
+        columns = [[a] for a in audit.attributes] + audit.intersections
+        edges = score_edges(rows["_score"].to_numpy())
+        counted = score_counts(rows, columns, edges, score="_score")
+        frames = score_audit(counted, audit.reference_groups, confidence=1 - audit.thresholds.alpha)
+    return AuditResult(**{**result.__dict__, "quarantine": quarantine, **frames})

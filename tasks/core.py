@@ -24,7 +24,7 @@ import pandas as pd
 from biasaudit.schemas.config import Audit
 from biasaudit.schemas.metric_ids import MATCH_METRICS, TESTED_RATES
 from biasaudit.schemas.quarantine import QUARANTINE_COLUMNS
-from biasaudit.schemas.results import validate_result
+from biasaudit.schemas.results import empty_result, validate_result
 from biasaudit.tasks.compare import Previous, compare_with_previous
 from biasaudit.tasks.counts import (
     check_reference_groups,
@@ -75,6 +75,10 @@ class AuditResult:
     quarantine: pd.DataFrame = field(
         default_factory=lambda: pd.DataFrame(columns=QUARANTINE_COLUMNS)
     )
+    # The score audit (tasks.scores), empty where the audit has no score.
+    scores: pd.DataFrame = field(default_factory=lambda: empty_result("scores"))
+    calibration: pd.DataFrame = field(default_factory=lambda: empty_result("calibration"))
+    thresholds: pd.DataFrame = field(default_factory=lambda: empty_result("thresholds"))
 
     def flagged(self) -> pd.DataFrame:
         """The detection rows flagged after multiplicity adjustment."""

@@ -20,6 +20,7 @@ import pandas as pd
 from scipy import special, stats
 
 from biasaudit.schemas.config import INTERSECTION_SEP
+from biasaudit.schemas.results import validate_result
 from biasaudit.tasks.multiplicity import bh_adjust
 
 # Score counts: one row per (attribute, group_name, score_bin); labelled rows split by outcome,
@@ -244,7 +245,7 @@ def calibration_test(
     Cochran-Mantel-Haenszel statistic (Mantel 1963) with scores (1, x): U = sum_k z_k (y_gk -
     m_gk S_k / M_k), V = sum_k z_k z_k' m_gk m_rk S_k (M_k - S_k) / (M_k^2 (M_k - 1)), U' V^-1 U
     on rank(V) degrees of freedom. It needs no fit, and keeps its size where the likelihood ratio
-    does not: with 15-row groups the LR test rejected 9.5% at 5% (benchmarks/README.md)."""
+    does not: with 10-row groups the LR test rejected 11% at 5% (benchmarks/README.md)."""
     g_pos, g_neg, g_sum = (np.asarray(v, dtype="float64") for v in group)
     r_pos, r_neg, r_sum = (np.asarray(v, dtype="float64") for v in reference)
     m_g, m_r = g_pos + g_neg, r_pos + r_neg
@@ -406,6 +407,36 @@ def threshold_sweep(counts: pd.DataFrame) -> pd.DataFrame:
     frame = pd.concat(parts, ignore_index=True)
     counted = ["n", "selected", "tp", "fp", "fn", "tn"]
     return frame.astype({c: "int64" for c in counted})[THRESHOLD_COLUMNS]
+
+
+def score_audit(
+    counts: pd.DataFrame, reference_groups: dict[str, str], *, confidence: float = 0.95
+) -> dict[str, pd.DataFrame]:
+    """The score results of ``counts`` (SCORE_COUNT_COLUMNS), each checked by its contract
+    (schemas.results): comparisons (``scores``), calibration curves and the threshold sweep."""
+    return {
+        "scores": validate_result(
+            "scores", score_comparisons(counts, reference_groups, confidence=confidence)
+        ),
+        "calibration": validate_result(
+            "calibration", calibration_curves(counts, confidence=confidence)
+        ),
+        "thresholds": validate_result("thresholds", threshold_sweep(counts)),
+    }
+
+
+def numeric_scores(values: pd.Series, column: str) -> pd.Series:
+    """The score column as numbers; a missing or non-numeric score is an error naming the
+    column, the first row and what is accepted."""
+    numbers = pd.to_numeric(values, errors="coerce").astype("float64")
+    bad = ~np.isfinite(numbers.to_numpy())
+    if bad.any():
+        first = values.index[bad][0]
+        raise ValueError(
+            f"score column {column!r}: {int(bad.sum())} rows without a finite number "
+            f"(first at row {first!r}: {values.loc[first]!r}); every row needs a number"
+        )
+    return numbers
 
 
 SCORE_RESULT_COLUMNS = [

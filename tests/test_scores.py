@@ -199,3 +199,47 @@ def test_auc_difference_and_calibration_tests_keep_their_size(small):
     for p_values in (np.array(auc_p, float), np.array(calibration_p, float)):
         made = p_values[~np.isnan(p_values)]
         assert (made < 0.05).mean() <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / len(made))
+
+
+@pytest.mark.skipif(not COMPAS.exists(), reason=f"{COMPAS} is absent")
+def test_compas_score_audit_through_the_api_equals_the_rows():
+    """COMPAS with the decile score: recidivism per decile and race, AUC per race, FPR and FNR
+    at every decile threshold, each equal to pandas or scikit-learn on the rows."""
+    from biasaudit.tasks.api import audit_frame
+
+    raw = pd.read_csv(COMPAS)
+    frame = pd.DataFrame(
+        {
+            "prediction_id": raw["id"].astype(str),
+            "y_true": raw["two_year_recid"].astype(float),
+            "y_pred": (raw["score_text"] != "Low").astype(int),
+            "decile_score": raw["decile_score"],
+            "race": raw["race"],
+        }
+    )
+    result = audit_frame(frame, attributes=["race"], score="decile_score")
+    curves = result.calibration.set_index(["group_name", "score_bin"])["observed_rate"]
+    expected = raw.groupby(["race", "decile_score"])["two_year_recid"].mean()
+    np.testing.assert_allclose(curves.loc[[(r, float(d)) for r, d in expected.index]], expected)
+    auc = result.scores[result.scores["reference"] == "rest"].set_index("group_name")["auc_group"]
+    for race, part in raw.groupby("race"):
+        assert auc[race] == pytest.approx(
+            roc_auc_score(part["two_year_recid"], part["decile_score"]), abs=1e-9
+        )
+    sweep = result.thresholds.set_index(["group_name", "threshold"])
+    for race, part in raw.groupby("race"):
+        truth = part["two_year_recid"] == 1
+        for threshold in range(1, 11):
+            chosen = part["decile_score"] >= threshold
+            got = sweep.loc[(race, float(threshold))]
+            assert got["fpr"] == pytest.approx((chosen & ~truth).sum() / (~truth).sum(), abs=1e-12)
+            assert got["fnr"] == pytest.approx((~chosen & truth).sum() / truth.sum(), abs=1e-12)
+
+
+def test_a_score_column_without_numbers_is_one_clear_error():
+    from biasaudit.tasks.api import audit_frame
+
+    frame = pd.DataFrame({"y_true": [0, 1] * 20, "y_pred": [0, 1] * 20, "g": "a", "s": ["1"] * 40})
+    frame.loc[7, "s"] = "high"
+    with pytest.raises(ValueError, match="score column 's': 1 rows without a finite number"):
+        audit_frame(frame, attributes=["g"], score="s")
