@@ -6,11 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+import numpy as np
 import pandas as pd
 from sqlalchemy import func, inspect, select
 
-from biasaudit.db.source import Window, duckdb_unique_keys, window_of
+from biasaudit.db.source import Window, duckdb_unique_keys, parsed_number, window_of
 from biasaudit.schemas.config import Audit
+from biasaudit.schemas.score_bins import MAX_DISTINCT, quantile_positions, score_counts
 
 OUTCOMES = ["y_true", "y_pred"]
 
@@ -25,6 +27,9 @@ class Scanned:
     rows_valid: int
     rows_unlabelled: int
     fingerprint: str
+    # Counts per (group, score bin, label) of the decision's score (schemas.score_bins), where
+    # the audit derives its decision from a score.
+    score_counts: pd.DataFrame | None = None
 
 
 def cells_of(valid: pd.DataFrame, audit: Audit) -> pd.DataFrame:
@@ -89,3 +94,44 @@ def window_and_duplicates(connection, audit: Audit, start, end, now: datetime):
     window = window_of(connection, audit)
     unique = audit.scan.ids_unique or ids_are_unique(connection, window.table, audit)
     return window, ([] if unique else duplicated_ids(connection, window, start, end, now))
+
+
+def score_expression(window: Window):
+    """The decision's score as a double (NULL where it is no number)."""
+    return parsed_number(window.raw["decision_score"], window.dialect)
+
+
+def window_score_edges(connection, window: Window, start, end, now: datetime) -> np.ndarray:
+    """The score bins' lower edges (schemas.score_bins.score_edges) of the window's numeric
+    decision scores, found in the database: its distinct values where it has few, else order
+    statistics by ORDER BY ... OFFSET."""
+    score = score_expression(window).label("s")
+    inner = select(score).where(window.where(start, end, now)).subquery()
+    known = inner.c.s.is_not(None)
+    distinct = connection.execute(
+        select(inner.c.s).where(known).distinct().order_by(inner.c.s).limit(MAX_DISTINCT + 1)
+    ).scalars()
+    values = np.array([float(v) for v in distinct], dtype="float64")
+    if len(values) <= MAX_DISTINCT:
+        return values
+    n = connection.execute(select(func.count()).select_from(inner).where(known)).scalar_one()
+    sorted_scores = select(inner.c.s).where(known).order_by(inner.c.s)
+    edges = [
+        float(connection.execute(sorted_scores.limit(1).offset(int(k))).scalar_one())
+        for k in quantile_positions(int(n))
+    ]
+    return np.unique(np.array(edges, dtype="float64"))
+
+
+def score_columns(audit: Audit) -> list[list[str]]:
+    """The attributes and intersections whose groups the score audit compares."""
+    return [[a] for a in audit.attributes] + [list(i) for i in audit.intersections]
+
+
+def valid_score_counts(valid: pd.DataFrame, audit: Audit, edges: np.ndarray) -> pd.DataFrame:
+    """Score counts of valid rows (with ``decision_score``) in the window's bins."""
+    rows = valid.assign(
+        y_true=valid["y_true"].astype("float64"),
+        decision_score=valid["decision_score"].astype("float64"),
+    )
+    return score_counts(rows, score_columns(audit), edges, score="decision_score")

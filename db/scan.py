@@ -26,7 +26,12 @@ MariaDB and DuckDB, and on ClickHouse and Spark SQL with typed timestamps and sc
 (tests/test_scan.py, tests/test_hostile_sources.py, tests/test_typed_sources.py).
 
 With a ``decision`` from a score, y_pred is whether the score reaches the audit's threshold
-(decided in SQL by the push-down, in pandas otherwise).
+(decided in SQL by the push-down, in pandas otherwise), and the scan also counts the score per
+(group, score bin, label) for the score audit (tasks.scores): the bins are the window's
+(db.cells.window_score_edges, the same in every mode), the push-down adds the bin to its GROUP BY
+and sums the score of the rows that pass. On MariaDB a single-precision FLOAT score is read by the
+driver as 6-digit text but compared exactly in SQL: a score on a bin edge may then fall in the
+bin below in memory and stream mode; a DOUBLE, DECIMAL or text score has no such difference.
 """
 
 from __future__ import annotations
@@ -38,15 +43,24 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import and_, case, func, literal, not_, or_, select
 
-from biasaudit.db.cells import OUTCOMES, Scanned, cells_of, window_and_duplicates
+from biasaudit.db.cells import (
+    OUTCOMES,
+    Scanned,
+    cells_of,
+    score_columns,
+    score_expression,
+    valid_score_counts,
+    window_and_duplicates,
+    window_score_edges,
+)
 from biasaudit.db.engine import one_snapshot
 from biasaudit.db.source import (
     EmptyWindow,
     Window,
     empty_window_message,
-    parsed_number,
     read_predictions,
     rows_frame,
+    window_of,
 )
 from biasaudit.db.source import fingerprint as frame_fingerprint
 from biasaudit.db.stream import stream_cells
@@ -54,6 +68,7 @@ from biasaudit.schemas.config import Audit
 from biasaudit.schemas.frames import as_binary, canonical_text, non_empty_text
 from biasaudit.schemas.names import StoreLimits
 from biasaudit.schemas.quarantine import QUARANTINE_COLUMNS, split_valid, store_failures
+from biasaudit.schemas.score_bins import bin_of, score_counts, summed
 
 # Where the push-down enforces each rule of the predictions schema (schemas.frames, the one judge):
 # "row" in the per-row condition (db.source.Window.row_ok, left out where the catalogue or the
@@ -97,6 +112,11 @@ def memory_cells(
     with a group name it cannot hold quarantined: schemas.quarantine.store_failures)."""
     frame = read_predictions(engine, audit, start, end, now)
     valid, quarantine = _split(frame, audit, now, store)
+    scores = None
+    if audit.decision:
+        with one_snapshot(engine) as connection:
+            edges = window_score_edges(connection, window_of(connection, audit), start, end, now)
+        scores = valid_score_counts(valid, audit, edges)
     return Scanned(
         cells_of(valid, audit),
         quarantine,
@@ -104,6 +124,7 @@ def memory_cells(
         rows_valid=len(valid),
         rows_unlabelled=int(valid["y_true"].isna().sum()),
         fingerprint=frame_fingerprint(frame),
+        score_counts=scores,
     )
 
 
@@ -111,8 +132,18 @@ def _decision_expression(window: Window, audit: Audit):
     """y_pred as read, or 1 where the parsed decision score reaches the threshold, else 0."""
     if not audit.decision:
         return window.raw["y_pred"]
-    score = parsed_number(window.raw["decision_score"], window.dialect)
+    score = score_expression(window)
     return case((score >= literal(audit.decision.threshold), 1), else_=0)
+
+
+def _bin_expression(window: Window, edges):
+    """The lower edge of the score's bin (schemas.score_bins.bin_of) in SQL: a CASE from the
+    highest edge down, the lowest edge where no other applies."""
+    score = score_expression(window)
+    if len(edges) < 2:
+        return literal(float(edges[0]) if len(edges) else 0.0)
+    whens = [(score >= literal(float(e)), literal(float(e))) for e in edges[:0:-1]]
+    return case(*whens, else_=literal(float(edges[0])))
 
 
 def _valid_keys(grouped: pd.DataFrame, audit: Audit, store: StoreLimits | None) -> pd.Series:
@@ -156,7 +187,7 @@ def pushdown_cells(
     statistics and quarantine. A change that leaves them equal (a valid row's prediction id,
     timestamp or score changed, or moved to another valid row) is unchanged input; a row hash in
     the GROUP BY would see it, at 20-90% of the scan's time (benchmarks/README.md)."""
-    names = [*audit.attributes, *OUTCOMES]
+    names = [*audit.attributes, *OUTCOMES] + (["score_bin"] if audit.decision else [])
     with one_snapshot(engine) as connection:
         window, duplicated = window_and_duplicates(connection, audit, start, end, now)
         ok, in_window = window.row_ok(now), window.where(start, end, now)
@@ -168,21 +199,30 @@ def pushdown_cells(
             "y_true": window.raw["y_true"],
             "y_pred": _decision_expression(window, audit),
         }
+        if audit.decision:  # the score's bin a key, the score of rows that pass summed
+            edges = window_score_edges(connection, window, start, end, now)
+            expressions["score_bin"] = _bin_expression(window, edges)
         keys = [expressions[n].label(f"k_{n}") for n in names]
         suspect = case((ok, 0), else_=1)
+        score_ok = case((ok, score_expression(window)), else_=0.0) if audit.decision else None
         if window.dialect == "clickhouse":
             # ClickHouse computes a derived table over a Distributed table on the server that
             # was asked, every row sent to it; grouping the table itself aggregates on each
             # shard (2x the bare GROUP BY's time against 1.4x, 10M rows).
-            query = select(
-                *keys, func.count().label("n"), func.sum(suspect).label("suspect")
-            ).where(in_window).group_by(*[expressions[n] for n in names])
+            sums = [func.count().label("n"), func.sum(suspect).label("suspect")]
+            if score_ok is not None:
+                sums.append(func.sum(score_ok).label("score_sum"))
+            query = select(*keys, *sums).where(in_window).group_by(*[expressions[n] for n in names])
         else:
-            inner = select(*keys, suspect.label("suspect")).where(in_window).subquery()
+            summed_score = [] if score_ok is None else [score_ok.label("score_ok")]
+            inner = (
+                select(*keys, suspect.label("suspect"), *summed_score).where(in_window).subquery()
+            )
             grouping = [inner.c[f"k_{n}"] for n in names]
-            query = select(
-                *grouping, func.count().label("n"), func.sum(inner.c.suspect).label("suspect")
-            ).group_by(*grouping)
+            sums = [func.count().label("n"), func.sum(inner.c.suspect).label("suspect")]
+            if score_ok is not None:
+                sums.append(func.sum(inner.c.score_ok).label("score_sum"))
+            query = select(*grouping, *sums).group_by(*grouping)
         result = connection.execute(query)
         grouped = rows_frame(result, list(result.keys()))
         rows = int(grouped["n"].sum()) if len(grouped) else 0
@@ -199,7 +239,7 @@ def pushdown_cells(
         }
         any_suspect = bool(grouped["suspect"].any())
         rest = _fetch_suspects(connection, window, in_window, flag, keys, bad, names, any_suspect)
-    parts, accepted_rows, accepted_unlabelled = [], 0, 0
+    parts, score_parts, accepted_rows, accepted_unlabelled = [], [], 0, 0
     quarantine = pd.DataFrame(columns=QUARANTINE_COLUMNS)
     if len(rest):  # rows read again: the schema judges them
         marks = rest[[f"k_{n}" for n in names]].itertuples(index=False)
@@ -209,6 +249,8 @@ def pushdown_cells(
         rest = rest[suspect_rows].drop(columns=[*[f"k_{n}" for n in names], "ok"])
         accepted, quarantine = _split(rest.reset_index(drop=True), audit, now, store)
         parts.append(cells_of(accepted, audit))
+        if audit.decision:
+            score_parts.append(valid_score_counts(accepted, audit, edges))
         accepted_rows, accepted_unlabelled = len(accepted), int(accepted["y_true"].isna().sum())
     counted_cells = grouped[good_keys].rename(columns={f"k_{n}": n for n in names})
     counted_cells = counted_cells.assign(
@@ -222,8 +264,21 @@ def pushdown_cells(
             counted_cells["y_pred"] if audit.decision else as_binary(counted_cells["y_pred"])
         ).astype("int64")
     )
+    scores = None
+    if audit.decision:
+        binned = counted_cells.assign(
+            score_bin=bin_of(counted_cells["score_bin"].astype("float64").to_numpy(), edges),
+            score_sum=counted_cells["score_sum"].astype("float64").where(
+                counted_cells["y_true"].notna(), 0.0
+            ),
+        )
+        counted = score_counts(binned, score_columns(audit), edges, score="score_bin")
+        scores = summed([counted, *score_parts])
+        counted_cells = counted_cells.drop(columns=["score_bin", "score_sum"])
     cells = pd.concat([cells_of(counted_cells, audit), *parts], ignore_index=True)
-    cells = cells.groupby(names, dropna=False, sort=True, as_index=False)["n"].sum()
+    cells = cells.groupby(
+        [*audit.attributes, *OUTCOMES], dropna=False, sort=True, as_index=False
+    )["n"].sum()
     digest = hashlib.sha256(cells.to_csv(index=False).encode())
     digest.update(_records_text(quarantine).encode())
     valid_counted = int(counted_cells["n"].sum())
@@ -235,6 +290,7 @@ def pushdown_cells(
         rows_unlabelled=int(counted_cells.loc[counted_cells["y_true"].isna(), "n"].sum())
         + accepted_unlabelled,
         fingerprint=digest.hexdigest(),
+        score_counts=scores,
     )
 
 

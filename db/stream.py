@@ -40,7 +40,14 @@ import pyarrow as pa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from biasaudit.db.cells import OUTCOMES, Scanned, cells_of, window_and_duplicates
+from biasaudit.db.cells import (
+    OUTCOMES,
+    Scanned,
+    cells_of,
+    valid_score_counts,
+    window_and_duplicates,
+    window_score_edges,
+)
 from biasaudit.db.engine import STATEMENT_TIMEOUT_ENV, answer_deadline, libpq_options, one_snapshot
 from biasaudit.db.source import (
     EmptyWindow,
@@ -53,6 +60,7 @@ from biasaudit.schemas.config import Audit
 from biasaudit.schemas.frames import as_binary, as_number, text_of
 from biasaudit.schemas.names import StoreLimits
 from biasaudit.schemas.quarantine import QUARANTINE_COLUMNS, failures, split_valid
+from biasaudit.schemas.score_bins import summed
 
 SNAPSHOT_ID = re.compile(r"[0-9A-F]+-[0-9A-F]+-[0-9]+")  # pg_export_snapshot's form
 log = logging.getLogger(__name__)
@@ -285,9 +293,9 @@ def _rows(chunk: Chunk, positions: np.ndarray) -> pd.DataFrame:
     return object_frame(chunk.take(pa.array(positions, pa.int64())))
 
 
-def _accepted_cells(typed: pd.DataFrame, audit: Audit) -> pd.DataFrame:
-    """Rows the schema accepted, summed per (attributes, y_true, y_pred) as split_valid and
-    db.cells.cells_of would: attributes as canonical text, labels and decisions as 0/1."""
+def _accepted_rows(typed: pd.DataFrame, audit: Audit) -> pd.DataFrame:
+    """Rows the schema accepted as split_valid leaves them: attributes as canonical text, labels
+    and decisions as 0/1, the decision's score as a number."""
     frame = pd.DataFrame(
         {a: text_of(typed[a]).astype(str) for a in audit.attributes}, index=typed.index
     ).assign(y_true=as_binary(typed["y_true"]))
@@ -295,7 +303,7 @@ def _accepted_cells(typed: pd.DataFrame, audit: Audit) -> pd.DataFrame:
         frame["decision_score"] = as_number(typed["decision_score"])
     else:
         frame["y_pred"] = as_binary(typed["y_pred"]).astype("int8")
-    return cells_of(frame, audit)
+    return frame
 
 
 def _set_aside(ids: pd.Series, duplicated: list) -> np.ndarray:
@@ -320,10 +328,17 @@ def stream_cells(
     result ``store``, its limits on group names too: schemas.quarantine.store_failures)."""
     decision = audit.decision is not None
     intersections = audit.intersections
-    parts, quarantines, repeated, repeated_numbers = [], [], [], []
+    parts, quarantines, repeated, repeated_numbers, scores = [], [], [], [], []
     rows = hash_sum = 0
     with one_snapshot(engine) as connection:
         window, duplicated = window_and_duplicates(connection, audit, start, end, now)
+        edges = window_score_edges(connection, window, start, end, now) if decision else None
+
+        def count(valid: pd.DataFrame) -> None:
+            parts.append(cells_of(valid, audit))
+            if edges is not None:
+                scores.append(valid_score_counts(valid, audit, edges))
+
         for chunk in read_batches(connection, window.query(start, end, now), chunk_rows):
             typed = typed_frame(chunk)
             hash_sum = (hash_sum + row_hash_sum(typed)) % 2**64
@@ -338,7 +353,7 @@ def stream_cells(
                 judged, audit.attributes, now, decision, intersections=intersections, store=store
             )
             rejected[found["index"].astype("int64").to_numpy()] = True
-            parts.append(_accepted_cells(judged[~rejected], audit))
+            count(_accepted_rows(judged[~rejected], audit))
             if rejected.any():
                 positions = places[rejected]
                 valid, quarantine = split_valid(
@@ -350,7 +365,7 @@ def stream_cells(
                     intersections=intersections,
                     store=store,
                 )
-                parts.append(cells_of(valid, audit))
+                count(valid)
                 quarantines.append(quarantine)
             rows += len(typed)
         if rows == 0:
@@ -365,7 +380,7 @@ def stream_cells(
             intersections=intersections,
             store=store,
         )
-        parts.append(cells_of(valid, audit))
+        count(valid)
         quarantines.append(quarantine)
     keys = [*audit.attributes, *OUTCOMES]
     cells = pd.concat(parts, ignore_index=True)
@@ -382,4 +397,5 @@ def stream_cells(
         rows_valid=int(cells["n"].sum()),
         rows_unlabelled=int(cells.loc[cells["y_true"].isna(), "n"].sum()),
         fingerprint=fingerprint(None, hash_sum, rows),
+        score_counts=summed(scores) if decision else None,
     )

@@ -19,6 +19,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import version as package_version
 from pathlib import Path
@@ -51,6 +52,7 @@ from biasaudit.schemas.quarantine import check_invalid_fraction
 from biasaudit.schemas.report import run_label
 from biasaudit.tasks.core import AuditResult, Runner, audit_counts, call
 from biasaudit.tasks.counts import group_counts
+from biasaudit.tasks.scores import score_audit
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -316,6 +318,15 @@ def _audit_and_persist(
         record.window_start,
     )
     result = audit_counts(counts, audit, previous=previous, run=_timed_stages(run, timings))
+    if scanned.score_counts is not None:  # the decision's score audited whole (tasks.scores)
+        scores = run(
+            "scores",
+            score_audit,
+            scanned.score_counts,
+            audit.reference_groups,
+            confidence=1 - audit.thresholds.alpha,
+        )
+        result = replace(result, **scores)
     record.summary = dict(result.summary)
     monitoring = {}
     if audit.monitor is not None:  # this run's increment, anytime-valid alarms

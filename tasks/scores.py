@@ -19,75 +19,19 @@ import numpy as np
 import pandas as pd
 from scipy import special, stats
 
-from biasaudit.schemas.config import INTERSECTION_SEP
 from biasaudit.schemas.results import validate_result
+from biasaudit.schemas.score_bins import (  # noqa: F401 (the bins are the stages' too)
+    SCORE_COUNT_COLUMNS,
+    bin_of,
+    score_counts,
+    score_edges,
+)
 from biasaudit.tasks.multiplicity import bh_adjust
 
-# Score counts: one row per (attribute, group_name, score_bin); labelled rows split by outcome,
-# unlabelled rows counted apart (they count in selection rates only); score_sum is the labelled
-# rows' total score (their mean score is score_sum / (positives + negatives)).
-SCORE_COUNT_COLUMNS = [
-    "attribute",
-    "group_name",
-    "score_bin",
-    "positives",
-    "negatives",
-    "unlabelled",
-    "score_sum",
-]
-MAX_DISTINCT = 20  # a score with at most this many values is binned by value
-QUANTILE_BINS = 10
 # Below this many positives or negatives, DeLong's variance (from few placements, zero at perfect
 # separation) is floored by Hanley & McNeil's: benchmarks/README.md ("Score audits") measures the
 # coverage of both rules.
 SMALL_SAMPLE = 50
-
-
-def score_edges(scores: np.ndarray) -> np.ndarray:
-    """The bins' lower edges: the distinct values of a score with at most MAX_DISTINCT values,
-    else the window's deciles (distinct quantiles, the lowest being the minimum)."""
-    scores = np.asarray(scores, dtype="float64")
-    values = np.unique(scores[np.isfinite(scores)])
-    if len(values) <= MAX_DISTINCT:
-        return values
-    return np.unique(np.quantile(scores, np.linspace(0, 1, QUANTILE_BINS + 1)[:-1]))
-
-
-def bin_of(scores: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """The lower edge of each score's bin (a score below the lowest edge falls in the first)."""
-    index = np.searchsorted(edges, np.asarray(scores, dtype="float64"), side="right") - 1
-    return edges[np.clip(index, 0, len(edges) - 1)]
-
-
-def score_counts(
-    rows: pd.DataFrame, columns: list[list[str]], edges: np.ndarray, score: str = "score"
-) -> pd.DataFrame:
-    """Score counts (SCORE_COUNT_COLUMNS) of valid ``rows`` (``y_true`` 0/1 or missing, the
-    ``score`` column and the attributes; a column ``n`` weights pre-aggregated rows) for each
-    attribute or intersection in ``columns``."""
-    weight = rows["n"] if "n" in rows else pd.Series(1, index=rows.index, dtype="int64")
-    truth = rows["y_true"].astype("float64")
-    values = rows[score].astype("float64")
-    base = pd.DataFrame(
-        {
-            "score_bin": bin_of(values.to_numpy(), edges),
-            "positives": weight.where(truth == 1, 0),
-            "negatives": weight.where(truth == 0, 0),
-            "unlabelled": weight.where(truth.isna(), 0),
-            "score_sum": (values * weight).where(truth.notna(), 0.0),
-        },
-        index=rows.index,
-    )
-    parts = []
-    for names in columns:
-        group = rows[names].astype(str).agg(INTERSECTION_SEP.join, axis=1)
-        summed = base.groupby([group.rename("group_name"), "score_bin"], sort=True).sum()
-        parts.append(summed.reset_index().assign(attribute=INTERSECTION_SEP.join(names)))
-    if not parts:
-        return pd.DataFrame(columns=SCORE_COUNT_COLUMNS)
-    frame = pd.concat(parts, ignore_index=True)[SCORE_COUNT_COLUMNS]
-    counts = ["positives", "negatives", "unlabelled"]
-    return frame.astype({**{c: "int64" for c in counts}, "score_sum": "float64"})
 
 
 def auc_and_variance(positives: np.ndarray, negatives: np.ndarray):

@@ -1,0 +1,98 @@
+"""Score bins and counts per (group, score bin, label): what the scan (db) and the score audit
+(tasks.scores) share. A bin is one distinct score value where the score has at most MAX_DISTINCT
+(COMPAS's deciles), else a decile bin of the window's scores; a bin is named by its lower edge.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from biasaudit.schemas.config import INTERSECTION_SEP
+
+# Score counts: one row per (attribute, group_name, score_bin); labelled rows split by outcome,
+# unlabelled rows counted apart (they count in selection rates only); score_sum is the labelled
+# rows' total score (their mean score is score_sum / (positives + negatives)).
+SCORE_COUNT_COLUMNS = [
+    "attribute",
+    "group_name",
+    "score_bin",
+    "positives",
+    "negatives",
+    "unlabelled",
+    "score_sum",
+]
+MAX_DISTINCT = 20  # a score with at most this many values is binned by value
+QUANTILE_BINS = 10
+QUANTILES = np.linspace(0, 1, QUANTILE_BINS + 1)[:-1]
+
+
+def quantile_positions(n: int) -> np.ndarray:
+    """The sorted positions (0-based) of the lower edges among ``n`` scores: order statistics,
+    so that a database finds them with ORDER BY ... OFFSET."""
+    return np.floor(QUANTILES * (n - 1)).astype("int64")
+
+
+def score_edges(scores: np.ndarray) -> np.ndarray:
+    """The bins' lower edges: the distinct values of a score with at most MAX_DISTINCT values,
+    else the window's deciles (order statistics at quantile_positions, the lowest the minimum)."""
+    scores = np.asarray(scores, dtype="float64")
+    scores = scores[np.isfinite(scores)]
+    values = np.unique(scores)
+    if len(values) <= MAX_DISTINCT:
+        return values
+    return np.unique(np.sort(scores)[quantile_positions(len(scores))])
+
+
+def bin_of(scores: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """The lower edge of each score's bin (a score below the lowest edge falls in the first)."""
+    index = np.searchsorted(edges, np.asarray(scores, dtype="float64"), side="right") - 1
+    return edges[np.clip(index, 0, len(edges) - 1)]
+
+
+def score_counts(
+    rows: pd.DataFrame, columns: list[list[str]], edges: np.ndarray, score: str = "score"
+) -> pd.DataFrame:
+    """Score counts (SCORE_COUNT_COLUMNS) of valid ``rows`` (``y_true`` 0/1 or missing, the
+    ``score`` column and the attributes; pre-aggregated rows carry their count ``n`` and their
+    labelled rows' ``score_sum``) for each attribute or intersection in ``columns``."""
+    weight = rows["n"] if "n" in rows else pd.Series(1, index=rows.index, dtype="int64")
+    truth = rows["y_true"].astype("float64")
+    values = rows[score].astype("float64")
+    base = pd.DataFrame(
+        {
+            "score_bin": bin_of(values.to_numpy(), edges),
+            "positives": weight.where(truth == 1, 0),
+            "negatives": weight.where(truth == 0, 0),
+            "unlabelled": weight.where(truth.isna(), 0),
+            "score_sum": rows["score_sum"].astype("float64")
+            if "score_sum" in rows
+            else (values * weight).where(truth.notna(), 0.0),
+        },
+        index=rows.index,
+    )
+    parts = []
+    for names in columns:
+        group = rows[names[0]].astype(str)
+        for name in names[1:]:
+            group = group + INTERSECTION_SEP + rows[name].astype(str)
+        summed = base.groupby([group.rename("group_name"), "score_bin"], sort=True).sum()
+        parts.append(summed.reset_index().assign(attribute=INTERSECTION_SEP.join(names)))
+    if not parts:
+        return pd.DataFrame(columns=SCORE_COUNT_COLUMNS)
+    frame = pd.concat(parts, ignore_index=True)[SCORE_COUNT_COLUMNS]
+    counts = ["positives", "negatives", "unlabelled"]
+    return frame.astype({**{c: "int64" for c in counts}, "score_sum": "float64"})
+
+
+def summed(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """Score counts of disjoint parts of the rows added up."""
+    keys = ["attribute", "group_name", "score_bin"]
+    frames = [p for p in parts if len(p)]
+    if not frames:
+        return pd.DataFrame(columns=SCORE_COUNT_COLUMNS)
+    return (
+        pd.concat(frames, ignore_index=True)
+        .groupby(keys, sort=True, as_index=False)
+        .sum()[SCORE_COUNT_COLUMNS]
+    )

@@ -1,0 +1,139 @@
+"""Score counts from the scan: every mode (memory, stream, push-down) gives the counts per
+(group, score bin, label) that pandas gives on the rows the schema accepts, in the window's bins."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from sqlalchemy import Double
+
+from biasaudit.db.engine import make_engine
+from biasaudit.db.scan import memory_cells, pushdown_cells, stream_cells
+from biasaudit.db.source import read_predictions
+from biasaudit.schemas.config import parse_config
+from biasaudit.schemas.quarantine import split_valid
+from biasaudit.schemas.score_bins import score_counts, score_edges
+
+from .conftest import COMPAS
+from .test_scan import NOW, write_source
+
+
+def _audit(table: str, score: str):
+    return parse_config(
+        {
+            "audits": [
+                {
+                    "name": "s",
+                    "model": "m",
+                    "source": table,
+                    "attributes": ["race", "sex"],
+                    "intersections": [["race", "sex"]],
+                    "decision": {"score": score, "threshold": 0.5},
+                    "columns": {
+                        "prediction_id": "pid",
+                        "model_id": "model",
+                        "predicted_at": "at",
+                        "y_true": "label",
+                    },
+                }
+            ]
+        }
+    ).audits[0]
+
+
+def _copy(engine, table: str):
+    """The fixture's rows with the score as a double ("doubles": MariaDB's FLOAT is single
+    precision, which its driver returns as 6-digit text while SQL compares the exact value) or as
+    decile text "1".."10" with one non-number ("deciles")."""
+    frame = pd.read_sql_table("scored", engine).drop(columns="pred")
+    if table == "deciles":
+        frame["score"] = (np.floor(frame["score"].clip(0, 0.999) * 10) + 1).astype(int)
+        frame["score"] = frame["score"].astype(str)
+        frame.loc[3, "score"] = "high"
+    kind = {"score": Double()} if table == "doubles" else {}
+    frame.to_sql(table, engine, if_exists="replace", index=False, dtype=kind)
+
+
+@pytest.mark.parametrize("table", ["doubles", "deciles"])
+def test_every_scan_mode_counts_the_score_as_pandas_does(db_url, table):
+    engine = write_source(db_url, rows=3000)
+    _copy(engine, table)
+    audit = _audit(table, "score")
+    frame = read_predictions(engine, audit, None, NOW, NOW)
+    valid, _ = split_valid(frame, audit.attributes, NOW, decision=True)
+    # the bins are the window's: every row read with a numeric score, accepted or not
+    edges = score_edges(pd.to_numeric(frame["decision_score"], errors="coerce").to_numpy())
+    assert len(edges) == 10  # deciles by value; a continuous score by its deciles
+    rows = valid.assign(
+        y_true=valid["y_true"].astype(float), s=valid["decision_score"].astype(float)
+    )
+    keys = ["attribute", "group_name", "score_bin"]
+    expected = score_counts(rows, [["race"], ["sex"], ["race", "sex"]], edges, score="s")
+    expected = expected.sort_values(keys, ignore_index=True)
+    for scanned in (
+        memory_cells(engine, audit, None, NOW, NOW),
+        stream_cells(engine, audit, None, NOW, NOW, chunk_rows=700),
+        pushdown_cells(engine, audit, None, NOW, NOW),
+    ):
+        got = scanned.score_counts.sort_values(keys, ignore_index=True)
+        pd.testing.assert_frame_equal(
+            got.drop(columns="score_sum"), expected.drop(columns="score_sum"), check_dtype=False
+        )
+        np.testing.assert_allclose(got["score_sum"], expected["score_sum"], rtol=1e-9)
+    engine.dispose()
+
+
+def test_an_audit_without_a_decision_has_no_score_counts(db_url):
+    from .test_scan import AUDIT
+
+    engine = write_source(db_url, rows=500)
+    assert memory_cells(engine, AUDIT, None, NOW, NOW).score_counts is None
+    assert pushdown_cells(engine, AUDIT, None, NOW, NOW).score_counts is None
+    engine.dispose()
+
+
+@pytest.mark.usefixtures("prefect_harness")
+@pytest.mark.skipif(not COMPAS.exists(), reason=f"{COMPAS} is absent")
+@pytest.mark.parametrize("mode", ["memory", "stream", "pushdown"])
+def test_compas_score_results_stored_by_the_flow_equal_the_rows(tmp_path, mode):
+    """COMPAS through the flow, its decision from the score (decile / 10 >= 0.5): the stored
+    recidivism per decile and race, AUC per race and FPR/FNR at every decile equal pandas and
+    scikit-learn on the CSV, in every scan mode."""
+    from sklearn.metrics import roc_auc_score
+
+    from biasaudit.db.load import load_predictions
+    from biasaudit.db.migrate import upgrade
+    from biasaudit.flows.audit import run_audit
+
+    from .test_compas import compas_predictions
+
+    url = f"sqlite:///{tmp_path / 'compas.db'}"
+    upgrade(url)
+    load_predictions(make_engine(url), compas_predictions(), ["race", "sex"], "compas")
+    (tmp_path / "a.toml").write_text(
+        '[[audits]]\nname = "c"\nmodel = "compas"\nattributes = ["race"]\n'
+        'metrics = ["fpr", "fnr"]\ndecision = { score = "score", threshold = 0.5 }\n'
+        f'[audits.scan]\nmode = "{mode}"\nchunk_rows = 2000\n'
+    )
+    run = run_audit("c", str(tmp_path / "a.toml"), url, pd.Timestamp("2015-01-01", tz="UTC"))
+    engine = make_engine(url)
+    stored = {
+        t: pd.read_sql(f"SELECT * FROM {t} WHERE run_id = {run['run_id']}", engine)
+        for t in ("score_results", "calibration_results", "threshold_results")
+    }
+    raw = pd.read_csv(COMPAS)
+    decile = raw["decile_score"] / 10
+    rates = stored["calibration_results"].set_index(["group_name", "score_bin"])["observed_rate"]
+    expected = raw.groupby([raw["race"], decile])["two_year_recid"].mean()
+    np.testing.assert_allclose(rates.loc[expected.index], expected, atol=1e-12)
+    scores = stored["score_results"]
+    auc = scores[scores["reference"] == "rest"].set_index("group_name")["auc_group"]
+    sweep = stored["threshold_results"].set_index(["group_name", "threshold"])
+    for race, part in raw.groupby("race"):
+        truth = part["two_year_recid"] == 1
+        assert auc[race] == pytest.approx(roc_auc_score(truth, part["decile_score"]), abs=1e-9)
+        for d in range(1, 11):
+            chosen = part["decile_score"] >= d
+            got = sweep.loc[(race, d / 10)]
+            assert got["fpr"] == pytest.approx((chosen & ~truth).sum() / (~truth).sum())
+            assert got["fnr"] == pytest.approx((~chosen & truth).sum() / truth.sum())
+    engine.dispose()
