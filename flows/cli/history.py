@@ -448,12 +448,31 @@ def report(
         Path | None, typer.Option(help="Output file (default: reports/AUDIT-run-N.html)")
     ] = None,
     db: DbOption = None,
+    format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="html: the audit report; ll144: New York City Local Law 144 tables (HTML and CSV)",
+        ),
+    ] = "html",
 ) -> None:
-    """Render any stored run as a self-contained HTML report."""
+    """Render any stored run as a self-contained HTML report (or its Local Law 144 tables)."""
     from biasaudit.flows.report import build_report, report_path, write_page
 
+    if format not in ("html", "ll144"):
+        _fail(f"--format {format!r}: accepted are html and ll144")
     engine = _engine(db)
     run = _run_or_fail(engine, run_id)
+    if format == "ll144":
+        from biasaudit.flows.ll144 import ll144_report
+
+        default = report_path(run.audit_name, run_id)
+        path = out or default.with_name(default.stem + "-ll144.html")
+        page, table = ll144_report(engine, run_id)
+        write_page(path, page)
+        write_page(path.with_suffix(".csv"), table)
+        _say(f"wrote {path} and {path.with_suffix('.csv')}")
+        return
     path = out or report_path(run.audit_name, run_id)
     write_page(path, build_report(engine, run_id, str(path))[0])
     _say(f"wrote {path}")

@@ -1,0 +1,60 @@
+"""The Local Law 144 report of a stored run (tasks.ll144): the run's group counts (a decision) or
+its threshold sweep (a score), the rows quarantined for an unknown category, the run's dates."""
+
+from __future__ import annotations
+
+import pandas as pd
+from sqlalchemy import Engine, func, select
+
+from biasaudit.db.history import get_run, read_frame
+from biasaudit.db.models import GroupCount, QuarantinedRow, ThresholdResult
+from biasaudit.tasks.ll144 import impact_table, ll144_csv, ll144_html, scoring_counts
+
+
+def _selection_counts(engine: Engine, run_id: int) -> pd.DataFrame:
+    """Per (attribute, group): every audited row, and those selected (y_pred 1, labelled or not)."""
+    query = select(GroupCount).where(GroupCount.run_id == run_id, GroupCount.subset == "group")
+    with engine.connect() as connection:
+        counts = read_frame(query, connection)
+    return counts.assign(
+        n=counts[["tp", "fp", "fn", "tn", "n_unlabelled"]].sum(axis=1),
+        selected=counts["tp"] + counts["fp"] + counts["unlabelled_pos"],
+    )
+
+
+def _unknown(engine: Engine, run_id: int, attributes: list[str]) -> dict[str, int]:
+    """Rows quarantined for their value of each attribute (missing or empty: unknown category)."""
+    query = (
+        select(QuarantinedRow.column_name, func.count(func.distinct(QuarantinedRow.row_ref)))
+        .where(QuarantinedRow.run_id == run_id, QuarantinedRow.column_name.in_(attributes))
+        .group_by(QuarantinedRow.column_name)
+    )
+    with engine.connect() as connection:
+        found = dict(connection.execute(query).all())
+    return {a: int(found.get(a, 0)) for a in attributes}
+
+
+def ll144_report(engine: Engine, run_id: int) -> tuple[str, str]:
+    """(HTML, CSV) of the run's Local Law 144 tables: scoring rates where the run audited a score,
+    else selection rates."""
+    run = get_run(engine, run_id)
+    if run is None:
+        raise ValueError(f"no run with id {run_id}")
+    with engine.connect() as connection:
+        sweep = read_frame(
+            select(ThresholdResult).where(ThresholdResult.run_id == run_id), connection
+        )
+    scores = len(sweep) > 0
+    groups = scoring_counts(sweep) if scores else _selection_counts(engine, run_id)
+    table = impact_table(groups)
+    attributes = list(run.config.get("attributes", [])) if isinstance(run.config, dict) else []
+    start = run.window_start.date().isoformat() if run.window_start else "the first prediction"
+    page = ll144_html(
+        table,
+        title=f"Local Law 144 bias audit: {run.audit_name} (run {run_id})",
+        scores=scores,
+        audit_date=run.finished_at.date().isoformat(),
+        period=f"{start} to {run.window_end.date().isoformat()}",
+        unknown=_unknown(engine, run_id, attributes),
+    )
+    return page, ll144_csv(table)

@@ -1,0 +1,165 @@
+"""New York City Local Law 144 bias-audit tables (6 RCNY 5-300, 5-301): selection or scoring rates
+and impact ratios per category of sex, race/ethnicity and their intersections.
+
+- selection rate: the share of a category selected (a binary decision: y_pred = 1);
+- scoring rate (a score): the share of a category scoring above the median score of the whole
+  sample (every row audited, labelled or not);
+- impact ratio: a category's rate over the highest rate of its attribute;
+- a category with less than 2% of the audited rows may be left out of the impact ratios; it is
+  still shown with its count and rate, and the report says it was left out;
+- the number of individuals whose category is unknown is reported.
+
+The four-fifths rule (an impact ratio below 0.8 suggests adverse impact) is the EEOC's rule of
+thumb (Uniform Guidelines, 29 CFR 1607.4(D)); the law sets no threshold.
+"""
+
+from __future__ import annotations
+
+import html
+
+import numpy as np
+import pandas as pd
+
+MINIMUM_SHARE = 0.02
+TABLE_COLUMNS = [
+    "attribute", "group_name", "n", "selected", "rate", "share", "in_ratios", "impact_ratio",
+]  # fmt: skip
+FOUR_FIFTHS = (
+    "An impact ratio below 0.8 is the EEOC's four-fifths rule of thumb (Uniform Guidelines on "
+    "Employee Selection Procedures, 29 CFR 1607.4(D)); Local Law 144 sets no threshold: it "
+    "requires the ratios to be published."
+)
+
+
+def weighted_median(values: np.ndarray, counts: np.ndarray) -> float:
+    """The median of ``values`` repeated ``counts`` times (the mean of the two middle values
+    where the number of rows is even)."""
+    order = np.argsort(values)
+    values, counts = np.asarray(values, float)[order], np.asarray(counts, float)[order]
+    n = counts.sum()
+    if n == 0:
+        return np.nan
+    ends = np.cumsum(counts)
+    middle = [int((n - 1) // 2), int(n // 2)]  # 0-based positions of the middle rows
+    return float(np.mean([values[np.searchsorted(ends, m, side="right")] for m in middle]))
+
+
+def scoring_counts(thresholds: pd.DataFrame) -> pd.DataFrame:
+    """Per (attribute, group): rows and rows scoring above the attribute's median score, from the
+    threshold sweep (tasks.scores.threshold_sweep: rows at or above each bin's lower edge). The
+    bins are the score's values where it has few; with decile bins of a continuous score, "above
+    the median" is "at or above the first bin edge above the median"."""
+    parts = []
+    for attribute, part in thresholds.groupby("attribute", sort=True):
+        wide = part.pivot_table(
+            index="group_name", columns="threshold", values="selected", aggfunc="sum"
+        ).sort_index(axis=1)
+        edges = wide.columns.to_numpy(dtype=float)
+        at_or_above = wide.to_numpy(dtype=float)
+        in_bin = at_or_above - np.concatenate(
+            [at_or_above[:, 1:], np.zeros((len(wide), 1))], axis=1
+        )
+        median = weighted_median(edges, in_bin.sum(0))
+        above = np.flatnonzero(edges > median)
+        selected = at_or_above[:, above[0]] if len(above) else np.zeros(len(wide))
+        parts.append(
+            pd.DataFrame(
+                {
+                    "attribute": attribute,
+                    "group_name": wide.index.astype(str),
+                    "n": at_or_above[:, 0].astype("int64"),
+                    "selected": selected.astype("int64"),
+                    "median": median,
+                }
+            )
+        )
+    return pd.concat(parts, ignore_index=True)
+
+
+def impact_table(groups: pd.DataFrame, minimum_share: float = MINIMUM_SHARE) -> pd.DataFrame:
+    """Rates, each category's share of its attribute's rows, and impact ratios (rate over the
+    highest rate among the categories with at least ``minimum_share`` of the rows; NaN for the
+    others, which are shown but left out)."""
+    frame = groups[["attribute", "group_name", "n", "selected"]].copy()
+    frame["rate"] = frame["selected"] / frame["n"]
+    frame["share"] = frame["n"] / frame.groupby("attribute")["n"].transform("sum")
+    frame["in_ratios"] = frame["share"] >= minimum_share
+    highest = frame["rate"].where(frame["in_ratios"]).groupby(frame["attribute"]).transform("max")
+    frame["impact_ratio"] = (frame["rate"] / highest).where(frame["in_ratios"])
+    return frame.sort_values(["attribute", "group_name"], ignore_index=True)[TABLE_COLUMNS]
+
+
+def ll144_csv(table: pd.DataFrame) -> str:
+    """The tables as one CSV (an excluded category's impact ratio empty)."""
+    return table.to_csv(index=False)
+
+
+def ll144_html(
+    table: pd.DataFrame,
+    *,
+    title: str,
+    scores: bool,
+    audit_date: str,
+    period: str,
+    unknown: dict[str, int],
+    minimum_share: float = MINIMUM_SHARE,
+) -> str:
+    """A self-contained page: one table per attribute and intersection, the unknown categories,
+    the excluded categories' disclosure, the audit date and the data's period."""
+    rate = "Scoring rate" if scores else "Selection rate"
+    counted = "Scored above the median" if scores else "Selected"
+    e = html.escape
+    parts = [
+        f"<!doctype html><meta charset='utf-8'><title>{e(title)}</title>",
+        (
+            "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}"
+            "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #999;"
+            "padding:.3em .6em;text-align:right}td:first-child,th:first-child{text-align:left}"
+            "</style>"
+        ),
+        f"<h1>{e(title)}</h1>",
+        f"<p>Date of the audit: {e(audit_date)}. Period of the data: {e(period)}.</p>",
+        "<p>"
+        + (
+            "Scoring rate: the share of a category scoring above the median score of the "
+            "whole sample. "
+            if scores
+            else "Selection rate: the share of a category selected. "
+        )
+        + "Impact ratio: a category's rate divided by the highest rate of its attribute.</p>",
+    ]
+    for attribute, part in table.groupby("attribute", sort=True):
+        rows = "".join(
+            f"<tr><td>{e(str(r.group_name))}</td><td>{r.n:,}</td><td>{r.selected:,}</td>"
+            f"<td>{r.rate:.3f}</td><td>{r.share:.1%}</td><td>"
+            + (f"{r.impact_ratio:.3f}" if r.in_ratios else "left out (under 2% of the data)")
+            + "</td></tr>"
+            for r in part.itertuples()
+        )
+        parts.append(
+            f"<h2>{e(str(attribute))}</h2><table><tr><th>Category</th><th>Individuals</th>"
+            f"<th>{counted}</th><th>{rate}</th><th>Share of the data</th>"
+            f"<th>Impact ratio</th></tr>{rows}</table>"
+        )
+    left_out = table[~table["in_ratios"]]
+    parts.append(
+        f"<p>Categories with less than {minimum_share:.0%} of the data are left out of the impact "
+        "ratios (the highest rate is taken among the others); their counts and rates are shown "
+        + (
+            "above: "
+            + ", ".join(
+                f"{e(str(r.attribute))} {e(str(r.group_name))}" for r in left_out.itertuples()
+            )
+            + "."
+            if len(left_out)
+            else "above; none was left out in this audit."
+        )
+        + "</p>"
+    )
+    parts.append(
+        "<p>Individuals in unknown categories (not in any table above): "
+        + "; ".join(f"{e(a)}: {n:,}" for a, n in unknown.items())
+        + ".</p>"
+    )
+    parts.append(f"<p>{e(FOUR_FIFTHS)}</p>")
+    return "\n".join(parts)
