@@ -30,7 +30,7 @@ def _unknown(engine: Engine, run_id: int, attributes: list[str]) -> dict[str, in
         .group_by(QuarantinedRow.column_name)
     )
     with engine.connect() as connection:
-        found = dict(connection.execute(query).all())
+        found = {name: count for name, count in connection.execute(query).all()}
     return {a: int(found.get(a, 0)) for a in attributes}
 
 
