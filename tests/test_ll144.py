@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 from biasaudit.db.engine import make_engine
 from biasaudit.db.load import load_predictions
 from biasaudit.db.migrate import upgrade
-from biasaudit.flows.audit import run_audit
 from biasaudit.flows.cli import app
 from biasaudit.flows.ll144 import ll144_report
+from biasaudit.flows.pipeline import run_audit
 from biasaudit.tasks.ll144 import FOUR_FIFTHS, impact_table, weighted_median
 
 from .conftest import COMPAS
@@ -54,7 +54,6 @@ def _expected(raw: pd.DataFrame, chosen: pd.Series) -> pd.DataFrame:
     return pd.concat(parts).set_index(["attribute", "group_name"]).sort_index()
 
 
-@pytest.mark.usefixtures("prefect_harness")
 @pytest.mark.skipif(not COMPAS.exists(), reason=f"{COMPAS} is absent")
 @pytest.mark.parametrize("scores", [False, True])
 def test_compas_ll144_tables_equal_the_rows(tmp_path, scores):

@@ -91,7 +91,6 @@ def test_an_audit_without_a_decision_has_no_score_counts(db_url):
     engine.dispose()
 
 
-@pytest.mark.usefixtures("prefect_harness")
 @pytest.mark.skipif(not COMPAS.exists(), reason=f"{COMPAS} is absent")
 @pytest.mark.parametrize("mode", ["memory", "stream", "pushdown"])
 def test_compas_score_results_stored_by_the_flow_equal_the_rows(tmp_path, mode):
@@ -102,7 +101,7 @@ def test_compas_score_results_stored_by_the_flow_equal_the_rows(tmp_path, mode):
 
     from biasaudit.db.load import load_predictions
     from biasaudit.db.migrate import upgrade
-    from biasaudit.flows.audit import run_audit
+    from biasaudit.flows.pipeline import run_audit
 
     from .test_compas import compas_predictions
 
