@@ -26,7 +26,6 @@ from biasaudit.schemas.metric_ids import (
     UNLABELLED_COLUMNS,
     canonical_metric,
 )
-from biasaudit.schemas.results import validate_result
 
 Cells = dict[str, np.ndarray]
 Result = tuple[
@@ -190,7 +189,8 @@ def two_group_metrics(group: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFr
 
     OFI = MB_a − MB_b (objective fairness index); TE = FN_a/FP_a − FN_b/FP_b, undefined when either
     group has FP = 0 (Briscoe et al., appendix B, table 5). ``group`` and ``reference`` are aligned
-    count frames; the result keeps ``group``'s keys (schemas.results.TWO_GROUP_RESULTS).
+    count frames; the result keeps ``group``'s keys (whatever they are: tasks.core checks the
+    two_group_results contract).
     """
     a = {c: group[c].to_numpy(dtype="float64") for c in COUNT_COLUMNS}
     b = {c: reference[c].to_numpy(dtype="float64") for c in COUNT_COLUMNS}
@@ -221,7 +221,7 @@ def two_group_metrics(group: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFr
     out = pd.concat(blocks, ignore_index=True)
     reason = out["undefined_reason"].astype(object)
     out["undefined_reason"] = reason.where(reason.notna(), None)
-    return validate_result("two_group", out)
+    return out  # its keys are the caller's: tasks.core checks the two_group_results contract
 
 
 def all_confusion_matrices(n: int) -> pd.DataFrame:

@@ -109,7 +109,7 @@ def test_additive_smoothing_of_an_empty_group_is_undefined():
             "tn": [0, 10],
         }
     )
-    out = smoothed_metrics(groups, ["tpr", "ppr", "acc"], 5.0, 1.0)
+    out = smoothed_metrics(groups, ["tpr", "ppr", "acc"], cps_lambda=5.0, additive_pseudocount=1.0)
     empty = out[(out["estimator"] == "additive") & (out["group_name"] == "x")]
     assert len(empty) == 3 and empty["value"].isna().all()
     assert (empty["undefined_reason"] == EMPTY_GROUP).all()
