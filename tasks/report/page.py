@@ -514,39 +514,28 @@ MONITOR_COLUMNS = ["attribute", "group_name", "reference", "metric", "nights", "
 
 def monitor_section(frames: ReportFrames) -> str:
     """The monitoring stage's anytime-valid confidence sequence and e-process per comparison
-    (alarms first), when that stage has stored rows for the run."""
+    (alarms first), when that stage has stored rows for the run (monitor_results' columns)."""
     monitor = frames.monitor
-    if monitor.empty or not {"attribute", "group_name", "metric"} <= set(monitor.columns):
+    if monitor.empty:
         return ""
-    order = [c for c in ("alarm", "e_process") if c in monitor.columns]
-    monitor = monitor.sort_values(order, ascending=False) if order else monitor
-    header = [c for c in MONITOR_COLUMNS if c in monitor.columns]
+    monitor = monitor.sort_values(["alarm", "e_process"], ascending=False)
     rows = []
     for record in monitor.to_dict(orient="records"):
         record["nights"] = int(record["nights"])  # stored as a real number
-        cells = [datum(record[c]) if c != "difference" else points(record[c]) for c in header]
-        if "cs_low" in record:
-            cells.append(f"[{sig3(100 * record['cs_low'])}, {sig3(100 * record['cs_high'])}]")
-        if "e_process" in record:
-            cells.append(esc(sig3(record["e_process"])))
-        if "alarm" in record:
-            cells.append('<span class="flag">alarm</span>' if record["alarm"] else "–")
+        cells = [
+            datum(record[c]) if c != "difference" else points(record[c]) for c in MONITOR_COLUMNS
+        ]
+        cells.append(f"[{sig3(100 * record['cs_low'])}, {sig3(100 * record['cs_high'])}]")
+        cells.append(esc(sig3(record["e_process"])))
+        cells.append('<span class="flag">alarm</span>' if record["alarm"] else "–")
         rows.append(cells)
-    extra = [
-        name
-        for name, column in (
-            ("confidence sequence, pp", "cs_low"),
-            ("e-process", "e_process"),
-            ("alarm (e-BH)", "alarm"),
-        )
-        if column in monitor.columns
-    ]
+    extra = ["confidence sequence, pp", "e-process", "alarm (e-BH)"]
     return (
         "<h2>Anytime-valid monitoring</h2><p class=meta>Confidence sequences cover the "
         "difference at every run at once, and an alarm keeps its false-alarm guarantee however "
         "often the audit looks (purple bars in the forest plots).</p>"
         f"<details><summary>Every monitored comparison ({len(rows)})</summary>"
-        + _table([*header, *extra], rows, left=4)
+        + _table([*MONITOR_COLUMNS, *extra], rows, left=4)
         + "</details>"
     )
 
