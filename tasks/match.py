@@ -40,7 +40,9 @@ from biasaudit.tasks.multiplicity import bh_adjust
 from biasaudit.tasks.rates import comparison_reasons
 
 _WINDOW_SD = 8  # binomial mass beyond 8 standard deviations (+5) is below 1e-15
-MATCH_EXACT_LIMIT = 20_000  # expected denominator count above which MB and JRMs use the approximation
+MATCH_EXACT_LIMIT = (
+    20_000  # expected denominator count above which MB and JRMs use the approximation
+)
 # MATCH runs where the reference has at least this many times the group's predictions
 # (benchmarks/calibration.py: size <= 0.0525 at α = 0.05 there, 0.18 at a ratio of 0.8).
 MIN_REFERENCE_RATIO = 50.0

@@ -64,8 +64,9 @@ _TABLE_RATIO = 40  # _Probabilities: a tail table's column costs 1/this of a bin
 _SPREAD = 5.0  # _Probabilities: the larger group's counts within this many √n of its mean
 _NEGLIGIBLE = 1e-18  # _window: the smaller group's mass left out, at most (Hoeffding)
 _WALK = 8  # _boundary: steps from the quadratic's root before it bisects instead
-_PRECISION = 1e-6  # exact_power: critical statistics to this (the statistics' gaps are wider)
-_BRACKET = 0.05  # exact_power: their first bracket, either side of a first guess
+_ROUNDING = 1e-6  # _boundary: a root within this of a count is checked against T itself
+_BRACKET = 0.05  # exact_power: the smallest step of their search
+_STEPS = 400  # exact_power: their search's steps, at most
 _OUTSIDE = 1e-13  # exact_power: mass of each group's counts left out, at most
 
 
@@ -138,9 +139,11 @@ def _boundary(n_a, n_b, t, u_tol: float, xs: np.ndarray | None = None):
     <= s² when 0 < D < 1 − m_B; likewise for x_A), so each section of the region is an interval
     and the region is monotone, as Barnard's construction needs. Each section's end solves T = t:
     with y the larger group's adjusted rate, c the smaller's shifted by ∓U_tol and v its variance
-    term, (c − y)² = t²(v + y(1 − y)/(n + 2)) is a quadratic in y; its root, rounded to a count,
-    is then checked and moved against T itself, so rounding never moves an edge (a root more
-    than _WALK counts off, a tie at the tolerance or no real root: bisection instead).
+    term, (c − y)² = t²(v + y(1 − y)/(n + 2)) is a quadratic in y whose smaller (larger) root is
+    T = t's own when c is in [0, 1]. Rounded to a count it is the edge, except where rounding
+    could move it (within _ROUNDING of a count, c outside [0, 1], a near double root): there T
+    itself decides, walking from the root (cells more than _WALK counts off, a tie at the
+    tolerance or no real root: bisection at those cells instead).
     """
     a_small = bool(np.all(np.asarray(n_a) <= np.asarray(n_b)))  # callers keep it one way
     small, large = (n_a, n_b) if a_small else (n_b, n_a)
@@ -150,43 +153,64 @@ def _boundary(n_a, n_b, t, u_tol: float, xs: np.ndarray | None = None):
     threshold = (t - _TIE * (1 + np.abs(t)))[..., None]
     shape = np.broadcast_shapes(threshold.shape, xs.shape)
 
-    def inside(x_large):
+    def inside(x_large, at):  # T >= t at the larger group's counts, at cells ``at`` (flat)
+        index = np.unravel_index(at, shape)
+        xs_, na, nb, limit = (np.broadcast_to(v, shape)[index] for v in (xs, n_a, n_b, threshold))
         if a_small:
-            return statistic(xs, n_a, x_large, n_b, u_tol) >= threshold
-        return statistic(x_large, n_a, xs, n_b, u_tol) >= threshold
+            return statistic(xs_, na, x_large, nb, u_tol) >= limit
+        return statistic(x_large, na, xs_, nb, u_tol) >= limit
 
     m = (xs + 1) / (small + 2)
     c, v = (m - u_tol if a_small else m + u_tol), m * (1 - m) / (small + 2)
     k = threshold**2 / (large + 2)
     b = 2 * c + k
     discriminant = b**2 - 4 * (1 + k) * (c**2 - threshold**2 * v)
-    if (threshold <= 0).any() or (
-        discriminant < 0
-    ).any():  # a tie at the tolerance, or U_tol near 1
-        return a_small, _bisected_edges(a_small, shape, large, inside)
-    root = np.sqrt(discriminant)
+    guide = (threshold > 0) & (discriminant >= 0)  # else a tie at the tolerance, U_tol near 1
+    root = np.sqrt(np.where(guide, discriminant, 0.0))
     if a_small:  # largest x_B whose rate is at most the smaller root
-        edge = np.floor((b - root) / (2 * (1 + k)) * (large + 2) - 1)
+        count = (b - root) / (2 * (1 + k)) * (large + 2) - 1
+        edge = np.floor(count)
     else:  # smallest x_A whose rate is at least the larger root
-        edge = np.ceil((b + root) / (2 * (1 + k)) * (large + 2) - 1)
-    edge = np.clip(edge, -1, large + 1)
+        count = (b + root) / (2 * (1 + k)) * (large + 2) - 1
+        edge = np.ceil(count)
+    edge = np.broadcast_to(np.clip(edge, -1, large + 1), shape).reshape(-1).copy()
+    top = np.broadcast_to(large, shape).reshape(-1)
+    # The root is T = t's own (c in [0, 1] puts c between the roots), so only a count within
+    # rounding of an integer, c outside [0, 1] or a near double root needs T to decide.
+    check = (
+        (np.abs(count - np.round(count)) < _ROUNDING * (1 + large / 1e7))
+        | (c < 0)
+        | (c > 1)
+        | (discriminant < 1e-8 * b**2)
+    )
+    at = np.flatnonzero(np.broadcast_to(check & guide, shape))
+    near = edge[at]
     step = 1 if a_small else -1  # the direction that takes in more of the larger group's counts
     for _ in range(_WALK):  # out to the last count inside, in from the first outside: T decides
-        ahead = edge + step
-        grow = (ahead >= 0) & (ahead <= large) & inside(np.clip(ahead, 0, large))
-        shrink = (edge >= 0) & (edge <= large) & ~inside(np.clip(edge, 0, large))
-        if not (grow.any() or shrink.any()):
-            return a_small, _monotone(a_small, edge.astype("int64"))
-        edge = edge + step * (grow.astype("int64") - shrink.astype("int64"))
-    return a_small, _bisected_edges(a_small, shape, large, inside)  # the root was far off
+        ahead = near + step
+        grow = (ahead >= 0) & (ahead <= top[at]) & inside(np.clip(ahead, 0, top[at]), at)
+        shrink = (near >= 0) & (near <= top[at]) & ~inside(np.clip(near, 0, top[at]), at)
+        settled = ~(grow | shrink)
+        edge[at[settled]] = near[settled]
+        at, near = (
+            at[~settled],
+            (near + step * (grow.astype("int64") - shrink.astype("int64")))[~settled],
+        )
+        if not len(at):
+            break
+    lost = np.union1d(at, np.flatnonzero(~np.broadcast_to(guide, shape)))  # the root no guide
+    if len(lost):
+        edge[lost] = _bisected_edges(a_small, top[lost], lambda x: inside(x, lost))
+    return a_small, _monotone(a_small, edge.reshape(shape).astype("int64"))
 
 
-def _bisected_edges(a_small: bool, shape: tuple[int, ...], large, inside) -> np.ndarray:
-    """_boundary's edges by bisection over the larger group's counts (log2 of them evaluations
-    of T), where the quadratic's root is no guide."""
+def _bisected_edges(a_small: bool, large: np.ndarray, inside) -> np.ndarray:
+    """_boundary's edges at some cells (``large``: the larger group's size at each) by bisection
+    over the larger group's counts (log2 of them evaluations of T), where the quadratic's root
+    is no guide."""
     # a_small: largest x_B inside (prefix); else: smallest x_A inside (suffix)
-    large = np.broadcast_to(np.asarray(large, dtype="float64"), shape)
-    lo = np.full(shape, -1.0 if a_small else 0.0)
+    large = np.asarray(large, dtype="float64")
+    lo = np.full(large.shape, -1.0 if a_small else 0.0)
     hi = large.copy() if a_small else large + 1.0
     while True:
         open_ = hi - lo > 1
@@ -199,10 +223,8 @@ def _bisected_edges(a_small: bool, shape: tuple[int, ...], large, inside) -> np.
         else:
             hi, lo = np.where(open_ & good, mid, hi), np.where(open_ & ~good, mid, lo)
     if a_small:
-        edge = np.where(inside(large), large, lo)
-    else:
-        edge = np.where(inside(np.zeros(shape)), 0, hi)
-    return _monotone(a_small, edge.astype("int64"))
+        return np.where(inside(large), large, lo)
+    return np.where(inside(np.zeros(large.shape)), 0, hi)
 
 
 def _monotone(a_small: bool, edge: np.ndarray) -> np.ndarray:
@@ -223,14 +245,32 @@ def _log_pmf(k: np.ndarray, n, p: np.ndarray) -> np.ndarray:
         log_choose = (
             special.gammaln(n + 1) - special.gammaln(span + 1) - special.gammaln(n - span + 1)
         )[counts - low]
-    else:
-        log_choose = special.gammaln(n + 1) - special.gammaln(k + 1) - special.gammaln(n - k + 1)
+    else:  # the same values, each distinct (n, count) once: rows share their n (planning)
+        log_choose = _log_choose_by_size(k, np.broadcast_to(n, (k.shape[0], 1))[:, 0])
     p = np.asarray(p, dtype="float64")
     with np.errstate(divide="ignore", invalid="ignore"):
         successes, failures = k * np.log(p), (n - k) * np.log1p(-p)
     if (p <= 0).any() or (p >= 1).any():  # 0·log 0 = 0 (special.xlogy's convention)
         successes, failures = np.nan_to_num(successes, nan=0.0), np.nan_to_num(failures, nan=0.0)
     return log_choose + successes + failures
+
+
+def _log_choose_by_size(k: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """log C(n_r, k) for each row r of counts ``k`` (2-D), from log-gamma over each distinct n's
+    range of counts once."""
+    sizes, inverse = np.unique(n, return_inverse=True)
+    inverse = inverse.ravel()
+    low, high = np.full(len(sizes), np.inf), np.full(len(sizes), -np.inf)
+    np.minimum.at(low, inverse, k.min(axis=1))
+    np.maximum.at(high, inverse, k.max(axis=1))
+    length = (high - low + 1).astype("int64")
+    counts = _ragged(low, length)
+    size = np.repeat(sizes, length)
+    table = (
+        special.gammaln(size + 1) - special.gammaln(counts + 1) - special.gammaln(size - counts + 1)
+    )
+    start = (np.cumsum(length) - length - low)[inverse]
+    return table[(start[:, None] + k).astype("int64")]
 
 
 def _tails(a_small: bool, n_l, p_l: np.ndarray, first: np.ndarray, width):
@@ -372,13 +412,6 @@ class _Probabilities:
             block = _tails(self.a_small, n_l, self.p_l[rows], self.first[rows], self.width[rows])
             self.table[rows, : block.shape[1]] = block
             self.filled |= rows
-
-
-def _smaller_counts(n_a: int, n_b: int, p_b: np.ndarray, u_tol: float) -> np.ndarray:
-    """The smaller group's counts that matter at every nuisance value ``p_b`` (_window)."""
-    if n_a <= n_b:
-        return _window(n_a, min(p_b[0] + u_tol, 1.0), min(p_b[-1] + u_tol, 1.0))
-    return _window(n_b, p_b[0], p_b[-1])
 
 
 def exact_one_sided(
@@ -567,105 +600,303 @@ def _range_max(values: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.nd
 
 
 def _critical_statistics(
-    n_a: int, n_b: int, u_tol: float, budget: float, p_b: np.ndarray
+    n_a, n_b, p_b, u_tol: float, budget: float, precision: float = 1e-6
 ) -> np.ndarray:
-    """For each nuisance value p_B, the smallest t with P_p_B(S >= t) <= ``budget``, to
-    _PRECISION (inf where no t > 0 has it): one bisection for all values, from _BRACKET either
-    side of a first guess (moved out where it does not bracket)."""
-    xs = _smaller_counts(n_a, n_b, p_b, u_tol)
-    probability = _Probabilities(n_a, n_b, xs, p_b, u_tol)
+    """For each row (sizes n_a, n_b and nuisance value p_b, arrays), the smallest t with
+    P_p_B(S >= t) <= ``budget``, to ``precision`` (inf where no t > 0 has it), in batches of like
+    sizes (_batches)."""
+    out = np.empty(len(p_b))
+    for rows in _batches(n_a, n_b, p_b, p_b, u_tol):
+        out[rows] = _searched_critical(n_a[rows], n_b[rows], p_b[rows], u_tol, budget, precision)
+    return out
 
-    def too_likely(t: np.ndarray) -> np.ndarray:  # P(S >= t) > budget
-        return probability(_boundary(n_a, n_b, t, u_tol, xs)[1]) > budget
+
+def _searched_critical(n_a, n_b, p_b, u_tol: float, budget: float, precision: float) -> np.ndarray:
+    """_critical_statistics of rows with the same group the smaller, all rows' searches at once.
+    Each row sums over the smaller group's counts that matter at its nuisance value (_window),
+    padded.
+
+    A bracket [low, high] with P(S >= low) > budget >= P(S >= high) (low = 0 at first: T > 0
+    only) narrows by Illinois steps on the gap Φ̄⁻¹(P(S >= t)) − Φ̄⁻¹(budget), nearly t − c, so
+    a step lands close to c at once (an end kept twice has its gap halved; a point within
+    ``precision`` of an end is moved that far inside). Where the regions at the two ends differ
+    by one table only, c sits just above that table's statistic T*: t = T* (plus the tie margin)
+    is tried next, and where it holds, the row is done with c exact (small groups, whose
+    statistics are far apart, end there in a few steps)."""
+    a_small = bool(n_a[0] <= n_b[0])
+    n_s = n_a if a_small else n_b
+    p_s = np.minimum(p_b + u_tol, 1.0) if a_small else p_b
+    k = np.sqrt(n_s * np.log(2 / _NEGLIGIBLE) / 2)
+    start = np.maximum(0, np.floor(n_s * p_s - k))
+    width = (np.minimum(n_s, np.ceil(n_s * p_s + k)) - start + 1).astype("int64")
+    columns = np.arange(int(width.max()))[None, :]
+    kept = columns < width[:, None]
+    xs = start[:, None] + np.minimum(columns, width[:, None] - 1)
+    probability = _Probabilities(n_a, n_b, xs, p_b, u_tol, kept, np.arange(len(p_b)))
+    sizes = (n_a[:, None], n_b[:, None])
 
     z = float(stats.norm.isf(budget))
-    # Φ̄⁻¹(P(S >= t)) ≈ t + bias: one probability at t = z places the bracket; where it misses,
-    # its ends move out
-    at_z = probability(_boundary(n_a, n_b, np.full(len(p_b), z), u_tol, xs)[1])
-    guess = np.clip(2 * z - stats.norm.isf(np.clip(at_z, 1e-300, 1.0)), _BRACKET, 2 * z + 10)
-    low, high = guess - _BRACKET, guess + _BRACKET
-    while (closed := ~too_likely(low) & (low > 0)).any():
-        low = np.where(closed, np.maximum(low - 2 * (guess - low), 0.0), low)
-    while (open_ := too_likely(high) & np.isfinite(high)).any():
-        low, high = np.where(open_, high, low), np.where(open_, 2 * high, high)
-        high[high > 1e6] = np.inf
-    finite = np.isfinite(high)
-    while ((high - low)[finite] > _PRECISION).any():
-        mid = np.where(finite, (low + high) / 2, 1.0)
-        above = too_likely(mid)
-        low, high = np.where(above, mid, low), np.where(above | ~finite, high, mid)
+    rows = len(p_b)
+    low, high = np.zeros(rows), np.full(rows, np.inf)
+    gap_low, gap_high = np.full(rows, np.nan), np.full(rows, np.nan)  # low = 0: not evaluated
+    edge_low, edge_high = np.zeros(xs.shape, "int64"), np.zeros(xs.shape, "int64")
+    moved = np.zeros(rows, bool)  # the last step moved low (else high)
+    pinned, pending = np.zeros(rows, bool), np.zeros(rows, bool)
+    t = np.full(rows, z)
+    for _ in range(_STEPS):
+        edges = _boundary(*sizes, t, u_tol, xs)[1]
+        tail = probability(edges)
+        gap = stats.norm.isf(np.clip(tail, 1e-300, 1 - 1e-16)) - z  # ≈ t − c
+        likely = tail > budget
+        # Illinois: an end kept twice has its gap halved, so the secant moves it next
+        gap_low = np.where(~likely & ~moved, gap_low / 2, gap_low)
+        gap_high = np.where(likely & moved, gap_high / 2, gap_high)
+        low, gap_low = np.where(likely, t, low), np.where(likely, gap, gap_low)
+        high, gap_high = np.where(likely, high, t), np.where(likely, gap_high, gap)
+        edge_low = np.where(likely[:, None], edges, edge_low)
+        edge_high = np.where(likely[:, None], edge_high, edges)
+        pinned |= pending & ~likely
+        moved = likely
+        bounded = np.isfinite(high)
+        open_ = np.where(bounded, high - low > precision, low < 1e6) & ~pinned
+        if not open_.any():
+            break
+        with np.errstate(invalid="ignore", divide="ignore"):
+            secant = low - gap_low * (high - low) / (gap_high - gap_low)
+        guess = np.where(
+            bounded,
+            np.where(np.isnan(gap_low), high - np.maximum(gap_high, _BRACKET), secant),
+            np.maximum(2 * low, low - gap_low + _BRACKET),
+        )
+        guess = np.where(np.isfinite(guess), guess, (low + high) / 2)
+        inner = np.clip(guess, low + precision / 2, high - precision / 2)
+        t = np.where(open_, np.where(bounded, inner, np.maximum(guess, low + _BRACKET)), t)
+        differ = np.abs(edge_low - edge_high) * kept
+        one = np.flatnonzero(open_ & bounded & ~np.isnan(gap_low) & (differ.sum(axis=1) == 1))
+        pending[:] = False
+        if len(one):  # the one table between: (x_s, the larger group's count at the low edge)
+            column = np.argmax(differ[one], axis=1)
+            x_s, x_l = xs[one, column], edge_low[one, column].astype("float64")
+            n_a1, n_b1 = n_a[one], n_b[one]
+            table = (
+                statistic(x_s, n_a1, x_l, n_b1, u_tol)
+                if a_small
+                else statistic(x_l, n_a1, x_s, n_b1, u_tol)
+            )
+            above = table + 2 * _TIE * (1 + np.abs(table))
+            fits = (above > low[one]) & (above < high[one])
+            t[one[fits]], pending[one[fits]] = above[fits], True
+    high[high > 1e6] = np.inf
     return high
 
 
-def _one_sided_power(
-    n_a: int, n_b: int, p_a: float, p_b: float, u_tol: float, budget: float, gamma: float
-) -> float:
+class _Grids:
+    """The nuisance grids (_nuisance_grid) of the distinct size pairs among many comparisons,
+    concatenated: ``values`` and each value's sizes, ``pair`` each comparison's pair."""
+
+    def __init__(self, n_a: np.ndarray, n_b: np.ndarray, u_tol: float):
+        pairs, inverse = np.unique(np.stack([n_a, n_b], axis=1), axis=0, return_inverse=True)
+        grids = [_nuisance_grid(int(a), int(b), u_tol) for a, b in pairs]
+        lengths = [len(grid) for grid in grids]
+        self.start = np.cumsum([0] + lengths)
+        self.values = np.concatenate(grids)
+        self.n_a, self.n_b = np.repeat(pairs[:, 0], lengths), np.repeat(pairs[:, 1], lengths)
+        self.pair = inverse.ravel()
+
+    def snap(self, which: np.ndarray, low, high) -> tuple[np.ndarray, np.ndarray]:
+        """_snap of [low, high] on the grid of comparison ``which`` (each), as indices into
+        ``values``."""
+        first, last = np.empty(len(which), "int64"), np.empty(len(which), "int64")
+        pair = self.pair[which]
+        order = np.argsort(pair, kind="stable")
+        for rows in np.split(order, np.flatnonzero(np.diff(pair[order])) + 1):
+            begin, end = self.start[pair[rows[0]]], self.start[pair[rows[0]] + 1]
+            first[rows], last[rows] = _snap(self.values[begin:end], low[rows], high[rows])
+            first[rows] += begin
+            last[rows] += begin
+        return first, last
+
+
+def _segment_hull(a_small: bool, edge: np.ndarray, owner: np.ndarray) -> np.ndarray:
+    """_monotone of each comparison's edges, the cells laid out by comparison (``owner``, non-
+    decreasing) and within it by the smaller group's count: an offset per comparison larger than
+    any edge's range keeps each running maximum (minimum, from the end) within its comparison."""
+    span = float(edge.max() - edge.min() + 1) if len(edge) else 1.0
+    shifted = edge + owner * span
+    if a_small:
+        return np.maximum.accumulate(shifted) - owner * span
+    return np.minimum.accumulate(shifted[::-1])[::-1] - owner * span
+
+
+def _oriented_powers(
+    a_small: bool, n_a, n_b, p_a, p_b, u_tol: float, budget: float, gamma: float, precision: float
+):
     """P(the one-sided test of p_A − p_B > U_tol has sup over C_γ ∩ H0 <= ``budget``) at true
-    rates (p_A, p_B).
+    rates (p_A, p_B), for comparisons whose smaller group is A (``a_small``) or B in all.
 
     The test rejects a table x where S(x) >= c(θ) at every nuisance value θ it maximises over
-    (c: _critical_statistics), or where its rectangle lies in H1. Per count of the smaller group,
-    the tables at or beyond the region {T >= max c} (or in H1) all reject: their probability is a
-    binomial tail; those between it and {T >= min c} are decided one by one. Counts whose mass is
-    below _OUTSIDE under the true rates are left out."""
-    a_small = n_a <= n_b
-    x_a = np.arange(*stats.binom.ppf([_OUTSIDE, 1 - _OUTSIDE], n_a, p_a) + [0, 1])
-    x_b = np.arange(*stats.binom.ppf([_OUTSIDE, 1 - _OUTSIDE], n_b, p_b) + [0, 1])
-    if statistic(x_a[-1], n_a, x_b[0], n_b, u_tol) <= 0:  # no table left in has T > 0
-        return 0.0
-    (a_low, _), (_, a_high) = (clopper_pearson(x, n_a, gamma) for x in x_a[[0, -1]])
-    (b_low, _), (_, b_high) = (clopper_pearson(x, n_b, gamma) for x in x_b[[0, -1]])
-    grid = _nuisance_grid(n_a, n_b, u_tol)
-    first, last = _snap(grid, max(a_low - u_tol, b_low), max(min(a_high - u_tol, b_high), 0.0))
-    thetas = grid[first : last + 1]
-    critical = _critical_statistics(n_a, n_b, u_tol, budget, thetas)
-    xs, xl = (x_a, x_b) if a_small else (x_b, x_a)
-    pmf_s = stats.binom.pmf(xs, *((n_a, p_a) if a_small else (n_b, p_b)))
-    n_l, p_l = (n_b, p_b) if a_small else (n_a, p_a)
-    h1 = _h1_edges(a_small, xs, n_a, n_b, u_tol, gamma)
-    if np.isfinite(critical.max()):
-        sure = _boundary(n_a, n_b, critical.max(), u_tol, xs)[1]
-        sure = np.maximum(sure, h1) if a_small else np.minimum(sure, h1)
-    else:
-        sure = h1
-    power = float(pmf_s @ _binomial_tail(a_small, n_l, sure, np.full(len(xs), p_l)))
-    if not np.isfinite(critical.min()):
+    (c: _critical_statistics, computed once per size pair and grid value any comparison needs),
+    or where its rectangle lies in H1. Per count of the smaller group, the tables at or beyond the
+    region {T >= max c} (or in H1) all reject: their probability is a binomial tail; those
+    between it and {T >= min c} are decided one by one. Counts whose mass is below _OUTSIDE under
+    the true rates are left out. All comparisons at once: cells (comparison, count of the smaller
+    group) and tables (cell, count of the larger) in flat arrays, summed per comparison."""
+    power = np.zeros(len(n_a))
+    lo_a, hi_a = stats.binom.ppf([[_OUTSIDE], [1 - _OUTSIDE]], n_a, p_a)
+    lo_b, hi_b = stats.binom.ppf([[_OUTSIDE], [1 - _OUTSIDE]], n_b, p_b)
+    live = np.flatnonzero(statistic(hi_a, n_a, lo_b, n_b, u_tol) > 0)  # a table with T > 0
+    if not len(live):
         return power
-    maybe = _boundary(n_a, n_b, critical.min(), u_tol, xs)[1]
-    start, stop = (
-        (sure + 1, maybe + 1) if a_small else (maybe, sure)
-    )  # undecided x_l: [start, stop)
-    start, stop = np.maximum(start, xl[0]), np.minimum(stop, xl[-1] + 1)
-    count = np.maximum(stop - start, 0).astype("int64")
+    n_a, n_b, p_a, p_b, lo_a, hi_a, lo_b, hi_b = (
+        v[live] for v in (n_a, n_b, p_a, p_b, lo_a, hi_a, lo_b, hi_b)
+    )
+    a_low, b_high = clopper_pearson(lo_a, n_a, gamma)[0], clopper_pearson(hi_b, n_b, gamma)[1]
+    a_high, b_low = clopper_pearson(hi_a, n_a, gamma)[1], clopper_pearson(lo_b, n_b, gamma)[0]
+    grids = _Grids(n_a, n_b, u_tol)
+    comparisons = np.arange(len(n_a))
+    first, last = grids.snap(
+        comparisons,
+        np.maximum(a_low - u_tol, b_low),
+        np.maximum(np.minimum(a_high - u_tol, b_high), 0.0),
+    )
+    marks = np.zeros(len(grids.values) + 1, "int64")
+    np.add.at(marks, first, 1)
+    np.add.at(marks, last + 1, -1)
+    needed = np.cumsum(marks[:-1]) > 0
+    rank = np.cumsum(needed) - 1  # a needed grid value's place in ``critical``
+    at = np.flatnonzero(needed)
+    critical = _critical_statistics(
+        grids.n_a[at], grids.n_b[at], grids.values[at], u_tol, budget, precision
+    )
+    c_max = _range_max(critical, rank[first], rank[last])
+    c_min = -_range_max(-critical, rank[first], rank[last])
+    # cells: each comparison's counts of the smaller group
+    lo_s, hi_s, n_s, p_s = (lo_a, hi_a, n_a, p_a) if a_small else (lo_b, hi_b, n_b, p_b)
+    lo_l, hi_l, n_l, p_l = (lo_b, hi_b, n_b, p_b) if a_small else (lo_a, hi_a, n_a, p_a)
+    owner = np.repeat(comparisons, (hi_s - lo_s + 1).astype("int64"))
+    xs = _ragged(lo_s, (hi_s - lo_s + 1).astype("int64")).astype("float64")
+    pmf_s = stats.binom.pmf(xs, n_s[owner], p_s[owner])
+    h1 = _h1_edges(a_small, xs, n_a[owner], n_b[owner], u_tol, gamma)
+    toward = np.maximum if a_small else np.minimum  # the region taking in more tables
+
+    def edges(t: np.ndarray) -> np.ndarray:  # {T >= t} per cell, hulled per comparison
+        cells = np.flatnonzero(np.isfinite(t[owner]))
+        edge = np.full(len(xs), np.nan)
+        if not len(cells):
+            return edge
+        sizes = (n_a[owner[cells], None], n_b[owner[cells], None])
+        raw = _boundary(*sizes, t[owner[cells]], u_tol, xs[cells, None])[1][:, 0]
+        edge[cells] = _segment_hull(a_small, raw, owner[cells])
+        return edge
+
+    sure = edges(c_max)
+    sure = np.where(np.isnan(sure), h1, toward(sure, h1))
+    tail = _binomial_tail(a_small, n_l[owner], sure, p_l[owner])
+    power[live] = np.bincount(owner, pmf_s * tail, minlength=len(n_a))
+    maybe = edges(c_min)
+    undecided = ~np.isnan(maybe)
+    start, stop = (sure + 1, maybe + 1) if a_small else (maybe, sure)  # x_l in [start, stop)
+    start, stop = np.maximum(start, lo_l[owner]), np.minimum(stop, hi_l[owner] + 1)
+    count = np.where(undecided, np.maximum(stop - start, 0), 0).astype("int64")
     if not count.any():
         return power
-    row = np.repeat(np.arange(len(xs)), count)
-    large = (
-        np.repeat(start, count)
-        + np.arange(count.sum())
-        - np.repeat(np.cumsum(count) - count, count)
+    band = np.flatnonzero(count)
+    power[live] += _undecided_power(
+        a_small,
+        (n_a, n_b, n_l, p_l),
+        (owner[band], xs[band], pmf_s[band], start[band], stop[band]),
+        (grids, first, last, critical, rank),
+        u_tol,
+        gamma,
     )
-    small = xs[row]
-    ia, ib = (small - x_a[0], large - x_b[0]) if a_small else (large - x_a[0], small - x_b[0])
-    ia, ib = ia.astype("int64"), ib.astype("int64")
-    xa_t, xb_t = x_a[ia], x_b[ib]
-    t = statistic(xa_t, n_a, xb_t, n_b, u_tol)
-    (a_low, a_high), (b_low, b_high) = (_by_count(xa_t, n_a, gamma), _by_count(xb_t, n_b, gamma))
-    lo_i, hi_i = _snap(grid, np.maximum(a_low - u_tol, b_low), np.minimum(a_high - u_tol, b_high))
-    worst = _range_max(critical, lo_i - first, hi_i - first)
-    reject = t >= worst - _TIE * (1 + np.abs(worst))
-    pmf_l = stats.binom.pmf(large, n_l, p_l)
-    return power + float((pmf_s[row] * pmf_l * reject).sum())
+    return power
 
 
-def _by_count(x: np.ndarray, n: int, gamma: float) -> tuple[np.ndarray, np.ndarray]:
-    """clopper_pearson of each count, computed once per distinct count."""
-    values, inverse = np.unique(x, return_inverse=True)
-    low, high = clopper_pearson(values, n, gamma)
-    return low[inverse], high[inverse]
+def _undecided_power(a_small: bool, comparisons, cells, nuisance, u_tol: float, gamma: float):
+    """Per comparison, the probability of its tables between the regions {T >= max c} and
+    {T >= min c} that the test rejects: x_l in [start, stop) beside each cell's count x_s.
+
+    A table rejects where T >= W, W the largest critical statistic over its segment's grid
+    values [lo, hi] (_snap). Along x_l the smaller group's interval is fixed, so lo and hi move
+    only where the larger group's interval passes a grid value g_j: by the intervals' duality
+    with the binomial tails (as _h1_edges), its lower end reaches g_j (rate g_j + U_tol when the
+    larger group is A) from x_l = Q_j on and its upper end passes it from x_l = R_j on, binomial
+    quantiles. Between such points W is constant and T monotone in x_l, so the tables that
+    reject are the part of the run inside {T >= W} (_boundary): one binomial CDF difference per
+    run instead of one decision per table. Only grid values within the comparison's own span
+    [first, last] move lo and hi (a table outside H1 has its segment inside that span)."""
+    n_a, n_b, n_l, p_l = comparisons
+    owner, xs, pmf_s, start, stop = cells
+    grids, first, last, critical, rank = nuisance
+    tail = -np.expm1(0.5 * np.log1p(-gamma)) / 2  # each end of the intervals (clopper_pearson)
+    # per comparison: the quantiles of its grid values, keyed apart by comparison
+    used = np.unique(owner)
+    span = (last[used] - first[used] + 1).astype("int64")
+    whose = np.repeat(used, span)
+    j = _ragged(first[used], span)
+    rate = np.clip(grids.values[j] + (0.0 if a_small else u_tol), 0.0, 1.0)
+    n_large = n_l[whose]
+    lower_from = n_large - stats.binom.ppf(tail, n_large, 1 - rate) + 1  # Q_j
+    upper_from = stats.binom.ppf(tail, n_large, rate)  # R_j
+    key = float(n_l.max()) + 4  # apart: comparison e's keys in [e·key, e·key + n + 1]
+    inner = j > first[whose]  # Q_j for j in (first, last]; R_j for j in [first, last)
+    q_keys = np.sort(np.where(inner, lower_from, np.inf) + whose * key)
+    r_keys = np.sort(np.where(j < last[whose], upper_from, np.inf) + whose * key)
+
+    def counted(keys: np.ndarray, e: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """#{keys of comparison e at or below x}."""
+        return np.searchsorted(keys, x + e * key, "right") - np.searchsorted(keys, e * key - 1.5)
+
+    # the smaller group's fixed end of each cell's segment, on its comparison's grid
+    s_low, s_high = clopper_pearson(xs, (n_a if a_small else n_b)[owner], gamma)
+    if a_small:
+        s_low, s_high = s_low - u_tol, s_high - u_tol
+    fixed_lo, fixed_hi = grids.snap(owner, s_low, s_high)
+    # runs: each cell's start and every Q_j, R_j inside (start, stop)
+    inside = []
+    for keys in (q_keys, r_keys):
+        begin = np.searchsorted(keys, start + owner * key, "right")
+        end = np.searchsorted(keys, stop - 1 + owner * key, "right")
+        at = _ragged(begin, end - begin)
+        cell = np.repeat(np.arange(len(xs)), end - begin)
+        inside.append((cell, keys[at] - owner[cell] * key))
+    run_cell = np.concatenate([np.arange(len(xs))] + [cell for cell, _ in inside])
+    run_from = np.concatenate([start] + [at for _, at in inside])
+    order = np.lexsort((run_from, run_cell))
+    run_cell, run_from = run_cell[order], run_from[order]
+    last_of_cell = np.r_[run_cell[1:] != run_cell[:-1], True]
+    run_to = np.where(last_of_cell, stop[run_cell], np.r_[run_from[1:], 0.0])
+    e = owner[run_cell]
+    lo = np.maximum(fixed_lo[run_cell], first[e] + counted(q_keys, e, run_from))
+    hi = np.maximum(np.minimum(fixed_hi[run_cell], first[e] + counted(r_keys, e, run_from)), lo)
+    worst = _range_max(critical, rank[lo], rank[hi])
+    finite = np.isfinite(worst)
+    edge = np.full(len(run_cell), -1.0 if a_small else np.inf)
+    if finite.any():
+        sizes = (n_a[e[finite], None], n_b[e[finite], None])
+        edge[finite] = _boundary(*sizes, worst[finite], u_tol, xs[run_cell[finite], None])[1][:, 0]
+    if a_small:  # T falls along x_l: the run's tables up to the edge reject
+        low, high = run_from, np.minimum(run_to - 1, edge)
+    else:  # T rises along x_l: from the edge on
+        low, high = np.maximum(run_from, edge), run_to - 1
+    n_run, p_run = n_l[e].astype("int64"), p_l[e]
+    mass = np.where(
+        high >= low,
+        special.bdtr(np.clip(high, 0, n_run), n_run, p_run)
+        - np.where(low > 0, special.bdtr(np.clip(low - 1, 0, n_run), n_run, p_run), 0.0),
+        0.0,
+    )
+    return np.bincount(e, pmf_s[run_cell] * mass, minlength=len(n_a))
 
 
-def _h1_edges(a_small: bool, xs: np.ndarray, n_a: int, n_b: int, u_tol: float, gamma: float):
+def _by_count(x: np.ndarray, n: np.ndarray, gamma: float) -> tuple[np.ndarray, np.ndarray]:
+    """clopper_pearson of each count, computed once per distinct (count, size)."""
+    values, inverse = np.unique(np.stack([x, n], axis=1), axis=0, return_inverse=True)
+    low, high = clopper_pearson(values[:, 0], values[:, 1], gamma)
+    return low[inverse.ravel()], high[inverse.ravel()]
+
+
+def _h1_edges(a_small: bool, xs: np.ndarray, n_a, n_b, u_tol: float, gamma: float):
     """Per count of the smaller group, where the rectangle of the two intervals lies in H1
     (a_lo − U_tol > b_hi, p = γ): x_B <= the edge (A smaller) or x_A >= it. By the intervals'
     duality with the binomial tails (b_hi(x) < v exactly where P(X_B <= x; v) < the interval's
@@ -680,6 +911,58 @@ def _h1_edges(a_small: bool, xs: np.ndarray, n_a: int, n_b: int, u_tol: float, g
     return np.where(v < 1, edge, n_a + 1.0)
 
 
+def exact_powers(
+    n_a,
+    n_b,
+    p_a,
+    p_b,
+    u_tol: float,
+    level: float,
+    gamma: float = GAMMA,
+    *,
+    null_sides: bool = True,
+    precision: float = 1e-6,
+) -> np.ndarray:
+    """P(the two-sided test rejects at ``level``) at true rates (p_A, p_B), each element: each
+    side rejects where its sup over C_γ ∩ H0 is at most level/2 − γ (_oriented_powers).
+    ``null_sides`` False leaves out a side whose null holds at the true rates: it rejects with
+    probability at most level/2 (the test's size), which is all the power it would add.
+
+    The side p_B − p_A > U_tol is the side p_A − p_B > U_tol of the mirrored counts n − x (T and
+    the test are symmetric under it), so both sides, and every comparison with the same sizes,
+    share one set of critical statistics; each distinct (sizes, rates) is computed once.
+
+    ``precision``: the critical statistics' (t's) bracket width. A table whose T lies within it
+    above a critical statistic is counted as not rejecting, so the power is low by at most the
+    mass of those tables (1e-6: within 1e-12 of the enumeration of every table's p-value for
+    small groups; 1e-4: within 1.3e-4 of it on 7,700 comparisons of an audit of 400,000 rows)."""
+    arrays = np.broadcast_arrays(*(np.asarray(v, dtype="float64") for v in (n_a, n_b, p_a, p_b)))
+    n_a, n_b, p_a, p_b = (v.ravel() for v in arrays)
+    budget = level / 2 - gamma
+    power = np.zeros(len(n_a))
+    if budget <= 0 or not len(n_a):
+        return power.reshape(arrays[0].shape)
+    up = np.flatnonzero(null_sides | (p_a - p_b > u_tol))
+    down = np.flatnonzero(null_sides | (p_b - p_a > u_tol))
+    sides = np.concatenate(
+        [
+            np.stack([n_a[up], n_b[up], p_a[up], p_b[up]], axis=1),
+            np.stack([n_a[down], n_b[down], 1 - p_a[down], 1 - p_b[down]], axis=1),
+        ]
+    )
+    distinct, inverse = np.unique(sides, axis=0, return_inverse=True)
+    one_sided = np.zeros(len(distinct))
+    for a_small in (True, False):
+        rows = np.flatnonzero((distinct[:, 0] <= distinct[:, 1]) == a_small)
+        if len(rows):
+            size_a, size_b, rate_a, rate_b = distinct[rows].T
+            one_sided[rows] = _oriented_powers(
+                a_small, size_a, size_b, rate_a, rate_b, u_tol, budget, gamma, precision
+            )
+    np.add.at(power, np.concatenate([up, down]), one_sided[inverse.ravel()])
+    return np.minimum(power, 1.0).reshape(arrays[0].shape)
+
+
 def exact_power(
     n_a: int,
     n_b: int,
@@ -691,16 +974,5 @@ def exact_power(
     *,
     null_sides: bool = True,
 ) -> float:
-    """P(the two-sided test rejects at ``level``) at true rates (p_A, p_B): each side rejects
-    where its sup over C_γ ∩ H0 is at most level/2 − γ (_one_sided_power). ``null_sides``
-    False leaves out a side whose null holds at the true rates: it rejects with probability at
-    most level/2 (the test's size), which is all the power it would add."""
-    budget = level / 2 - gamma
-    if budget <= 0:
-        return 0.0
-    power = sum(
-        _one_sided_power(int(na), int(nb), float(pa), float(pb), u_tol, budget, gamma)
-        for na, nb, pa, pb in ((n_a, n_b, p_a, p_b), (n_b, n_a, p_b, p_a))
-        if null_sides or pa - pb > u_tol
-    )
-    return min(power, 1.0)
+    """exact_powers of one comparison."""
+    return float(exact_powers(n_a, n_b, p_a, p_b, u_tol, level, gamma, null_sides=null_sides))

@@ -6,6 +6,13 @@ import pytest
 from biasaudit.tasks import twosample
 
 
+def smaller_counts(n_a: int, n_b: int, p_b: np.ndarray, u_tol: float) -> np.ndarray:
+    """The smaller group's counts that matter at every nuisance value ``p_b`` (_window)."""
+    if n_a <= n_b:
+        return twosample._window(n_a, min(p_b[0] + u_tol, 1.0), min(p_b[-1] + u_tol, 1.0))
+    return twosample._window(n_b, p_b[0], p_b[-1])
+
+
 def one_at_a_time(x_a, n_a, x_b, n_b, u_tol, gamma=twosample.GAMMA) -> float:
     """The one-sided Berger-Boos p-value of one table, as computed before the batching: its own
     nuisance grid values, its own window of the smaller group's counts, its own region."""
@@ -18,7 +25,7 @@ def one_at_a_time(x_a, n_a, x_b, n_b, u_tol, gamma=twosample.GAMMA) -> float:
     grid = twosample._nuisance_grid(n_a, n_b, u_tol)
     first, last = twosample._snap(grid, float(low), float(high))
     p_b = grid[first : last + 1]
-    xs = twosample._smaller_counts(n_a, n_b, p_b, u_tol)
+    xs = smaller_counts(n_a, n_b, p_b, u_tol)
     _, edge = twosample._boundary(n_a, n_b, t, u_tol, xs)
     sup = float(twosample._Probabilities(n_a, n_b, xs, p_b, u_tol)(edge).max())
     return min(1.0, gamma + sup)
@@ -46,3 +53,24 @@ def test_batched_p_values_equal_one_table_at_a_time(seed, u_tol):
     ]
     assert (p < 1).sum() > 100  # most tables reach the supremum
     np.testing.assert_allclose(p, expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("u_tol", [0.0, 0.05])
+def test_powers_of_many_comparisons_equal_each_alone(u_tol):
+    """exact_powers of 40 comparisons at once (either group the smaller, sizes repeated so they
+    share critical statistics, both sides) equals exact_power of each alone to 1e-12, and with
+    planning's precision (1e-4) it is at most 2e-4 below."""
+    rng = np.random.default_rng(7)
+    size = 40
+    n_a = rng.choice([3, 12, 40, 150, 900, 5_000], size).astype(float)
+    n_b = rng.choice([4, 30, 300, 2_000, 40_000], size).astype(float)
+    n_a[20:], n_b[20:] = n_a[:20], n_b[:20]
+    p_b = rng.uniform(0.1, 0.8, size)
+    p_a = np.clip(p_b + rng.choice([-0.2, -0.1, 0.0, 0.1, 0.2], size), 0.02, 0.98)
+    level = 0.003
+    together = twosample.exact_powers(n_a, n_b, p_a, p_b, u_tol, level)
+    alone = [twosample.exact_power(*v, u_tol, level) for v in zip(n_a, n_b, p_a, p_b)]
+    np.testing.assert_allclose(together, alone, rtol=0, atol=1e-12)
+    assert (together > 0.01).sum() > 10  # most are not trivially zero
+    coarse = twosample.exact_powers(n_a, n_b, p_a, p_b, u_tol, level, precision=1e-4)
+    assert np.all(coarse <= together + 1e-12) and np.all(together - coarse <= 2e-4)
