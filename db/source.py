@@ -59,6 +59,7 @@ from sqlalchemy import (
     inspect,
     literal,
     literal_column,
+    not_,
     null,
     or_,
     select,
@@ -444,10 +445,35 @@ def parsed_timestamp(column, dialect: str):
             return func.timezone("UTC", column)
         return column
     if isinstance(kind, Date):
+        if dialect == "clickhouse":  # a CAST to DateTime fails on a NULL date
+            return func.toDateTime(column, "UTC")
         return cast(column, mysql.DATETIME(fsp=6) if dialect == "mysql" else DateTime())
     if _is_text(column):
         return _parse_text_timestamp(_as_text(column, dialect), dialect)
     return null()
+
+
+def zero_date(column, dialect: str):
+    """On ClickHouse, the condition that a Date or DateTime column holds its zero date (shown as
+    0000-00-00), which ClickHouse stores for a moment it cannot hold (before 1970, say 1850): no
+    real moment. None elsewhere: the other engines hold 1850 itself (and MariaDB's driver returns
+    MariaDB's own zero date as text, which the timestamp rule refuses)."""
+    if dialect != "clickhouse" or not isinstance(underlying_type(column), (Date, DateTime)):
+        return None
+    return func.toUInt32(column) == 0
+
+
+def read_timestamp(column, dialect: str):
+    """The timestamp column's value as read: the column itself; on ClickHouse its text in UTC
+    and the zero date as ClickHouse shows it, which the timestamp rule refuses as no timestamp
+    (its HTTP driver would read the zero date as NULL)."""
+    zero = zero_date(column, dialect)
+    if zero is None:
+        return column
+    is_datetime = isinstance(underlying_type(column), DateTime)
+    shown = literal("0000-00-00 00:00:00" if is_datetime else "0000-00-00", Text)
+    text = func.toString(column, "UTC") if is_datetime else func.toString(column)
+    return case((zero, shown), else_=text)
 
 
 def bound(moment: datetime, dialect: str, aware: bool = False):
@@ -506,7 +532,7 @@ class Window:
         self.raw: dict[str, Any] = {"prediction_id": found["prediction_id"]}
         when = found["predicted_at"]  # None: the rows have no timestamp (window "all")
         if when is not None:
-            self.raw["predicted_at"] = when
+            self.raw["predicted_at"] = read_timestamp(when, dialect)
         self.raw["y_true"] = found["y_true"]
         if not audit.decision:
             self.raw["y_pred"] = found["y_pred"]
@@ -530,7 +556,9 @@ class Window:
                 self.raw[attribute] = cast(column, Text)
             else:
                 self.raw[attribute] = column
+        self.when = when
         self.time = None if when is None else parsed_timestamp(when, dialect)
+        self.zero = None if when is None else zero_date(when, dialect)
 
     def key(self, canonical: str):
         """The expression to group and compare on: exact text on MariaDB/MySQL."""
@@ -541,9 +569,10 @@ class Window:
 
     def where(self, start: datetime | None, end: datetime, now: datetime, version: bool = True):
         """The model (and, with ``version``, version) filter and the window on the parsed
-        timestamp. Rows with no plausible timestamp and rows in the future (later than ``now``
-        plus the clock skew) are in every window, to be quarantined; rows before ``start``, or
-        after ``end`` but not in the future, are outside it."""
+        timestamp. Rows with no plausible timestamp (ClickHouse's zero date among them) and rows
+        in the future (later than ``now`` plus the clock skew) are in every window, to be
+        quarantined; rows before ``start``, or after ``end`` but not in the future, are outside
+        it."""
         conditions = []
         if self.model is not None:
             conditions.append(self.model == self.audit.model_id)
@@ -558,16 +587,16 @@ class Window:
             # SQLite rounds times to the millisecond: its bound is lowered so that no future row
             # escapes (a row a few milliseconds short of the future may be read, and accepted).
             future = max(end, now + CLOCK_SKEW) - (MARGIN if d == "sqlite" else timedelta(0))
-            conditions.append(
-                or_(inside, t > bound(future, d, aware), t.is_(None), t < bound(EARLIEST, d, aware))
-            )
+            implausible = [t.is_(None), t < bound(EARLIEST, d, aware)]
+            implausible += [] if self.zero is None else [self.zero]
+            conditions.append(or_(inside, t > bound(future, d, aware), *implausible))
         return and_(true(), *conditions)
 
     def _filter_time(self):
         """(expression, aware) to filter the window on: a typed timestamp column itself (so an
         index on it serves), compared with aware bounds when it has a zone; else the parsed
         time."""
-        column = self.raw["predicted_at"]
+        column = self.when
         kind = underlying_type(column)
         if self.dialect != "sqlite" and isinstance(kind, DateTime):
             return column, bool(getattr(kind, "timezone", False)) and self.dialect != "mysql"
@@ -603,6 +632,8 @@ class Window:
             t, aware = self._filter_time()
             rules.append(t >= bound(EARLIEST + MARGIN, d, aware))
             rules.append(t <= bound(now + CLOCK_SKEW - MARGIN, d, aware))  # future rows are read
+            if self.zero is not None:
+                rules.append(not_(self.zero))
         if self.has_score:
             score, number = c["score"], parsed_number(c["score"], d)
             rules.append(or_(score.is_(None), and_(number >= 0, number <= 1)))

@@ -624,3 +624,64 @@ def test_decision_from_a_typed_score_on_distributed_engines(engine_url):
         assert scanned.rows_read == 61 and scanned.rows_valid == 60, mode
         same_cells(scanned.cells, expected)
     engine.dispose()
+
+
+# On ClickHouse (18.16: DateTime and Date from 1970) a moment the column cannot hold, 1850, is
+# stored as the zero date, shown as 0000-00-00; so is 1970-01-01 itself. Neither is a real moment.
+ZERO_DATES = {
+    "a": (datetime(2026, 5, 10), "valid"),
+    "b": (datetime(1850, 1, 1), "timestamp"),  # stored as the zero date
+    "c": (datetime(1970, 1, 1), "timestamp"),  # the zero date itself
+    "d": (datetime(1970, 1, 2), "old"),  # a real moment: before a last_30_days window
+    "e": (None, "not_nullable"),
+    "f": (datetime(2030, 1, 1), "not_in_future"),
+}
+
+
+@pytest.mark.parametrize("window", ["last_30_days", "all"])
+@pytest.mark.parametrize("kind", ["timestamp", "date"])
+def test_zero_dates_on_clickhouse_are_quarantined_alike_in_every_mode(clickhouse_url, kind, window):
+    """A ClickHouse zero date is no real moment: it is in every window and quarantined as no
+    timestamp (its value as ClickHouse shows it), in memory, stream and push-down alike."""
+    engine = make_engine(clickhouse_url)
+    table = Table(
+        "src",
+        MetaData(),
+        Column("pid", String(10)),
+        Column("made_at", DateTime if kind == "timestamp" else Date),
+        Column("label", Integer),
+        Column("pred", Integer),
+        Column("grp", String(10)),
+    )
+    rows = [
+        {
+            "pid": k,
+            "made_at": t if t is None or kind == "timestamp" else t.date(),
+            "label": 1,
+            "pred": 1,
+            "grp": "A",
+        }
+        for k, (t, _) in ZERO_DATES.items()
+    ]
+    create(engine, table, rows)
+    audit = audit_of(
+        window=window,
+        columns={
+            "prediction_id": "pid",
+            "predicted_at": "made_at",
+            "y_true": "label",
+            "y_pred": "pred",
+        },
+    )
+    start, end = window_bounds(audit, NOW)
+    valid = {"a"} | ({"d"} if window == "all" else set())
+    reasons = {k: r for k, (_, r) in ZERO_DATES.items() if r not in {"valid", "old"}}
+    zero = "0000-00-00 00:00:00" if kind == "timestamp" else "0000-00-00"
+    for mode, scanned in all_modes(engine, audit, start, end).items():
+        q = scanned.quarantine
+        assert dict(zip(q["row_ref"], q["rule"])) == reasons, mode
+        assert set(q.loc[q["rule"] == "timestamp", "value"]) == {zero}, mode
+        assert scanned.rows_valid == len(valid), mode
+        assert scanned.rows_read == len(valid) + len(reasons), mode
+    engine.dispose()
+
