@@ -359,7 +359,7 @@ def table_problems(table: Table, audit: Audit, dialect: str) -> list[str]:
             kinds = f"{', '.join(readable[:-1])} or {readable[-1]}" if readable[1:] else readable[0]
             problems.append(
                 f"source {audit.source!r}: column {name!r} ({what}) is of type "
-                f"{type(column.type).__name__}; {what} is read from a {kinds} column"
+                f"{type(underlying_type(column)).__name__}; {what} is read from a {kinds} column"
                 + (f" on {TYPED_ONLY[dialect]}" if typed else "")
             )
     return problems

@@ -33,7 +33,7 @@ from sqlalchemy import (
 
 from biasaudit.db.engine import make_engine
 from biasaudit.db.scan import memory_cells, pushdown_cells, stream_cells
-from biasaudit.db.source import window_bounds
+from biasaudit.db.source import SourceError, window_bounds
 from biasaudit.schemas.config import parse_config
 from tests.clusters import source_table
 
@@ -685,3 +685,29 @@ def test_zero_dates_on_clickhouse_are_quarantined_alike_in_every_mode(clickhouse
         assert scanned.rows_read == len(valid) + len(reasons), mode
     engine.dispose()
 
+
+def test_text_timestamps_on_distributed_engines_are_refused_in_one_line(engine_url):
+    """ClickHouse and Spark SQL read timestamps from typed columns only: a text one is refused
+    before any row is read, in every mode, in one line naming the column, its type and what is
+    accepted there."""
+    engine = make_engine(engine_url)
+    _text_time_table(engine)
+    audit = audit_of(
+        columns={
+            "prediction_id": "pid",
+            "predicted_at": "made_at",
+            "y_true": "label",
+            "y_pred": "pred",
+        }
+    )
+    engine_name = {"clickhouse": "ClickHouse", "hive": "Spark SQL / Hive"}[engine.dialect.name]
+    for scan in (memory_cells, pushdown_cells):
+        with pytest.raises(SourceError) as refused:
+            scan(engine, audit, None, NOW, NOW)
+        assert str(refused.value) == (
+            "source 'src': column 'made_at' (predicted_at) is of type String; "
+            f"predicted_at is read from a timestamp column on {engine_name}"
+        )
+    with pytest.raises(SourceError):
+        stream_cells(engine, audit, None, NOW, NOW, chunk_rows=1000)
+    engine.dispose()
