@@ -29,9 +29,10 @@ With a ``decision`` from a score, y_pred is whether the score reaches the audit'
 (decided in SQL by the push-down, in pandas otherwise), and the scan also counts the score per
 (group, score bin, label) for the score audit (tasks.scores): the bins are the window's
 (db.cells.window_score_edges, the same in every mode), the push-down adds the bin to its GROUP BY
-and sums the score of the rows that pass. On MariaDB a single-precision FLOAT score is read by the
-driver as 6-digit text but compared exactly in SQL: a score on a bin edge may then fall in the
-bin below in memory and stream mode; a DOUBLE, DECIMAL or text score has no such difference.
+and sums the score of the rows that pass. A floating-point score is read as a double in every mode
+(db.source.exact_number): a single-precision one (PostgreSQL real, MariaDB FLOAT), which drivers
+return as a shorter decimal, is then read as the value SQL compares, so a score at a bin edge or
+threshold falls on the same side of it in every mode.
 """
 
 from __future__ import annotations

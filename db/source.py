@@ -487,8 +487,20 @@ def bound(moment: datetime, dialect: str, aware: bool = False):
     return literal(naive, DateTime())
 
 
+def exact_number(column, dialect: str):
+    """A floating-point column read as a double (else the column itself): a single-precision
+    value (PostgreSQL real, MariaDB FLOAT, ClickHouse Float32) widened exactly, the number SQL
+    compares, where drivers return its shortest or 6-digit decimal, another number (0.1 for
+    0.100000001490116...), which would fall on the other side of a bin edge or threshold."""
+    if dialect != "sqlite" and isinstance(underlying_type(column), Float):
+        return to_double(column)
+    return column
+
+
 def parsed_number(column, dialect: str):
     """The column as a double where it holds a number (text in DECIMAL_TEXT); NULL otherwise."""
+    if isinstance(column, to_double):
+        return column
     kind = underlying_type(column)
     if dialect != "sqlite" and isinstance(kind, Boolean):
         return null()
@@ -545,9 +557,10 @@ class Window:
             # threshold 5), not a probability: its rule is the decision score's, not [0, 1].
             score = None
         self.has_score = score is not None
-        self.raw["score"] = score if score is not None else null()
+        # Scores are read as the numbers SQL compares (a single-precision float widened).
+        self.raw["score"] = exact_number(score, dialect) if score is not None else null()
         if audit.decision:
-            self.raw["decision_score"] = found["decision_score"]
+            self.raw["decision_score"] = exact_number(found["decision_score"], dialect)
         for attribute in audit.attributes:
             column = found[attribute]
             if column is None:

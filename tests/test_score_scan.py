@@ -1,10 +1,13 @@
 """Score counts from the scan: every mode (memory, stream, push-down) gives the counts per
 (group, score bin, label) that pandas gives on the rows the schema accepts, in the window's bins."""
 
+import itertools
+
 import numpy as np
 import pandas as pd
 import pytest
-from sqlalchemy import Double
+from sqlalchemy import Column, DateTime, Double, Float, Integer, MetaData, String, Table
+from sqlalchemy.dialects import mysql, postgresql
 
 from biasaudit.db.engine import make_engine
 from biasaudit.db.scan import memory_cells, pushdown_cells, stream_cells
@@ -41,9 +44,8 @@ def _audit(table: str, score: str):
 
 
 def _copy(engine, table: str):
-    """The fixture's rows with the score as a double ("doubles": MariaDB's FLOAT is single
-    precision, which its driver returns as 6-digit text while SQL compares the exact value) or as
-    decile text "1".."10" with one non-number ("deciles")."""
+    """The fixture's rows with the score as a double ("doubles") or as decile text "1".."10"
+    with one non-number ("deciles")."""
     frame = pd.read_sql_table("scored", engine).drop(columns="pred")
     if table == "deciles":
         frame["score"] = (np.floor(frame["score"].clip(0, 0.999) * 10) + 1).astype(int)
@@ -135,4 +137,92 @@ def test_compas_score_results_stored_by_the_flow_equal_the_rows(tmp_path, mode):
             got = sweep.loc[(race, d / 10)]
             assert got["fpr"] == pytest.approx((chosen & ~truth).sum() / (~truth).sum())
             assert got["fnr"] == pytest.approx((~chosen & truth).sum() / truth.sum())
+    engine.dispose()
+
+
+# Single-precision scores: each decile edge e (a float32 whose double differs from its shortest
+# decimal) is met by rows at e, one float32 ulp above e and one ulp below the next edge.
+SINGLE_EDGES = [0.05, 0.1, 0.123456789, 0.2, 0.3, 1 / 3, 0.45, 0.6, 0.7, 0.9]
+SINGLE_THRESHOLD = 0.7  # float32(0.7) = 0.69999998807...: below the threshold, its next float above
+
+
+def _single_scores() -> np.ndarray:
+    """101 float32 scores, ascending: rows 10k and 10k+1 at the k-th edge, 10k+2 one ulp above,
+    10k+9 one ulp below the next edge (so the deciles, at rows 10k, are the edges)."""
+    edges = np.array(SINGLE_EDGES + [1.0], dtype=np.float32)
+    values = []
+    for low, high in itertools.pairwise(edges):
+        inner = np.linspace(low, high, 9, dtype=np.float32)[2:8]
+        up, down = np.nextafter(low, np.float32(2)), np.nextafter(high, np.float32(0))
+        values += [low, low, up, *inner, down]
+    return np.array([*values, edges[-1]], dtype=np.float32)
+
+
+def test_single_precision_scores_fall_in_the_same_bins_in_every_mode(db_url):
+    """A single-precision score column (SQLite REAL, PostgreSQL real, MariaDB FLOAT) is binned,
+    and compared with the threshold, by its stored value in every mode: rows at an edge in the
+    edge's bin, one ulp below in the bin below, as numpy on the float32 values."""
+    scores = _single_scores()
+    n = len(scores)
+    single = Float().with_variant(postgresql.REAL(), "postgresql")
+    single = single.with_variant(mysql.FLOAT(), "mysql", "mariadb")
+    table = Table(
+        "single",
+        MetaData(),
+        Column("pid", String(20)),
+        Column("model", String(10)),
+        Column("at", DateTime),
+        Column("label", Integer),
+        Column("score", single),
+        Column("race", String(10)),
+        Column("sex", String(10)),
+    )
+    rows = pd.DataFrame(
+        {
+            "pid": [f"p{i}" for i in range(n)],
+            "model": "m",
+            "at": pd.Timestamp("2026-05-01"),
+            "label": [i * 7 % 3 % 2 for i in range(n)],
+            "score": scores.astype(np.float64),  # the float32's value, exactly
+            "race": ["A", "B", "C"] * (n // 3) + ["A"] * (n % 3),
+            "sex": ["F", "M"] * (n // 2) + ["F"] * (n % 2),
+        }
+    )
+    engine = make_engine(db_url)
+    table.create(engine)
+    with engine.begin() as connection:
+        connection.execute(table.insert(), rows.to_dict("records"))
+    audit = _audit("single", "score")
+    audit = audit.model_copy(
+        update={"decision": audit.decision.model_copy(update={"threshold": SINGLE_THRESHOLD})}
+    )
+    stored = scores.astype(np.float64)
+    quantiles = np.linspace(0, 1, 11)[:-1]
+    edges = np.unique(np.quantile(stored, quantiles, method="lower"))
+    np.testing.assert_array_equal(edges, np.array(SINGLE_EDGES, dtype=np.float32))
+    bins = [max([e for e in edges if v >= e], default=edges[0]) for v in stored]
+    frame = rows.assign(score_bin=bins, y_true=rows["label"].astype(float))
+    keys = ["attribute", "group_name", "score_bin"]
+    parts = []
+    for names in (["race"], ["sex"], ["race", "sex"]):
+        group = frame[names].astype(str).agg(" x ".join, axis=1).rename("group_name")
+        counted = frame.groupby([group, "score_bin"])["y_true"].agg(
+            positives="sum", negatives=lambda y: int((y == 0).sum())
+        )
+        parts.append(counted.reset_index().assign(attribute=" x ".join(names)))
+    expected = pd.concat(parts).sort_values(keys, ignore_index=True)
+    chosen = stored >= SINGLE_THRESHOLD
+    assert chosen.sum() == n - 82  # the two rows at 0.7 (a float32) are below it
+    for mode, scanned in (
+        ("memory", memory_cells(engine, audit, None, NOW, NOW)),
+        ("stream", stream_cells(engine, audit, None, NOW, NOW, chunk_rows=40)),
+        ("pushdown", pushdown_cells(engine, audit, None, NOW, NOW)),
+    ):
+        got = scanned.score_counts.sort_values(keys, ignore_index=True)
+        pd.testing.assert_frame_equal(
+            got[expected.columns], expected, check_dtype=False, obj=mode
+        )
+        np.testing.assert_array_equal(got["unlabelled"], 0)
+        selected = scanned.cells.loc[scanned.cells["y_pred"] == 1, "n"].sum()
+        assert selected == chosen.sum(), mode
     engine.dispose()
