@@ -8,11 +8,16 @@ from datetime import datetime
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import func, inspect, select
+from sqlalchemy import and_, func, inspect, select
 
 from biasaudit.db.source import Window, duckdb_unique_keys, parsed_number, window_of
 from biasaudit.schemas.config import Audit
-from biasaudit.schemas.score_bins import MAX_DISTINCT, quantile_positions, score_counts
+from biasaudit.schemas.score_bins import (
+    MAX_DISTINCT,
+    median_positions,
+    quantile_positions,
+    score_counts,
+)
 
 OUTCOMES = ["y_true", "y_pred"]
 
@@ -28,8 +33,11 @@ class Scanned:
     rows_unlabelled: int
     fingerprint: str
     # Counts per (group, score bin, label) of the decision's score (schemas.score_bins), where
-    # the audit derives its decision from a score.
+    # the audit derives its decision from a score, and the median of the window's finite scores
+    # (db.cells.window_score_median) with their number.
     score_counts: pd.DataFrame | None = None
+    score_median: float = np.nan
+    scores_in_window: int = 0
 
 
 def cells_of(valid: pd.DataFrame, audit: Audit) -> pd.DataFrame:
@@ -123,15 +131,34 @@ def window_score_edges(connection, window: Window, start, end, now: datetime) ->
     return np.unique(np.array(edges, dtype="float64"))
 
 
+def window_score_median(connection, window: Window, start, end, now: datetime) -> tuple[float, int]:
+    """The median of the window's finite decision scores (every row read with one, accepted or
+    not: the individuals scored) and their number, found in the database by ORDER BY ... OFFSET;
+    NaN where there is none."""
+    score = score_expression(window).label("s")
+    inner = select(score).where(window.where(start, end, now)).subquery()
+    finite = and_(inner.c.s >= -1e300, inner.c.s <= 1e300)  # not NULL, infinite or NaN
+    n = int(connection.execute(select(func.count()).select_from(inner).where(finite)).scalar_one())
+    if not n:
+        return np.nan, 0
+    positions = median_positions(n)
+    middle = select(inner.c.s).where(finite).order_by(inner.c.s)
+    values = connection.execute(middle.limit(len(positions)).offset(positions[0])).scalars()
+    return float(np.mean([float(v) for v in values])), n
+
+
 def score_columns(audit: Audit) -> list[list[str]]:
     """The attributes and intersections whose groups the score audit compares."""
     return [[a] for a in audit.attributes] + [list(i) for i in audit.intersections]
 
 
-def valid_score_counts(valid: pd.DataFrame, audit: Audit, edges: np.ndarray) -> pd.DataFrame:
-    """Score counts of valid rows (with ``decision_score``) in the window's bins."""
+def valid_score_counts(
+    valid: pd.DataFrame, audit: Audit, edges: np.ndarray, median: float
+) -> pd.DataFrame:
+    """Score counts of valid rows (with ``decision_score``) in the window's bins, with the rows
+    above the window's ``median``."""
     rows = valid.assign(
         y_true=valid["y_true"].astype("float64"),
         decision_score=valid["decision_score"].astype("float64"),
     )
-    return score_counts(rows, score_columns(audit), edges, score="decision_score")
+    return score_counts(rows, score_columns(audit), edges, median, score="decision_score")

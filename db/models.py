@@ -509,6 +509,18 @@ class ThresholdResult(RunResult, Base):
     fnr: Mapped[float | None] = mapped_column(Real)
 
 
+class ScoringResult(RunResult, Base):
+    """Local Law 144's scoring rate of a group: its rows and those scoring strictly above the
+    median of the sample's ``sample_size`` scores (tasks.ll144)."""
+
+    __tablename__ = "scoring_results"
+
+    n: Mapped[int] = mapped_column(BigInteger)
+    above_median: Mapped[int] = mapped_column(BigInteger)
+    median_score: Mapped[float] = mapped_column(Real)
+    sample_size: Mapped[int] = mapped_column(BigInteger)
+
+
 def store_limits(dialect: Dialect) -> StoreLimits:
     """What a result store of ``dialect`` holds of names, read from the key columns above: the
     shortest group_name/reference and attribute column as the dialect types them (SQLite

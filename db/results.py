@@ -16,6 +16,7 @@ from biasaudit.db.models import (
     MetricResult,
     PlanningResult,
     ScoreResult,
+    ScoringResult,
     ThresholdResult,
     TwoGroupResult,
 )
@@ -34,6 +35,7 @@ TABLES: dict[str, type] = {
     "scores": ScoreResult,
     "calibration": CalibrationResult,
     "thresholds": ThresholdResult,
+    "scoring": ScoringResult,
 }
 
 
@@ -75,6 +77,9 @@ class ResultFrames(Protocol):
 
     @property
     def thresholds(self) -> pd.DataFrame: ...
+
+    @property
+    def scoring(self) -> pd.DataFrame: ...
 
 
 def result_tables(result: ResultFrames) -> dict[type, pd.DataFrame]:

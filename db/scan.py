@@ -29,10 +29,11 @@ With a ``decision`` from a score, y_pred is whether the score reaches the audit'
 (decided in SQL by the push-down, in pandas otherwise), and the scan also counts the score per
 (group, score bin, label) for the score audit (tasks.scores): the bins are the window's
 (db.cells.window_score_edges, the same in every mode), the push-down adds the bin to its GROUP BY
-and sums the score of the rows that pass. A floating-point score is read as a double in every mode
-(db.source.exact_number): a single-precision one (PostgreSQL real, MariaDB FLOAT), which drivers
-return as a shorter decimal, is then read as the value SQL compares, so a score at a bin edge or
-threshold falls on the same side of it in every mode.
+and sums the score of the rows that pass and how many score above the window's median
+(db.cells.window_score_median, for the Local Law 144 scoring rate). A floating-point score is read
+as a double in every mode (db.source.exact_number): a single-precision one (PostgreSQL real,
+MariaDB FLOAT), which drivers return as a shorter decimal, is then read as the value SQL compares,
+so a score at a bin edge or threshold falls on the same side of it in every mode.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from biasaudit.db.cells import (
     valid_score_counts,
     window_and_duplicates,
     window_score_edges,
+    window_score_median,
 )
 from biasaudit.db.engine import one_snapshot
 from biasaudit.db.source import (
@@ -113,11 +115,13 @@ def memory_cells(
     with a group name it cannot hold quarantined: schemas.quarantine.store_failures)."""
     frame = read_predictions(engine, audit, start, end, now)
     valid, quarantine = _split(frame, audit, now, store)
-    scores = None
+    scores, median, sample = None, np.nan, 0
     if audit.decision:
         with one_snapshot(engine) as connection:
-            edges = window_score_edges(connection, window_of(connection, audit), start, end, now)
-        scores = valid_score_counts(valid, audit, edges)
+            window = window_of(connection, audit)
+            edges = window_score_edges(connection, window, start, end, now)
+            median, sample = window_score_median(connection, window, start, end, now)
+        scores = valid_score_counts(valid, audit, edges, median)
     return Scanned(
         cells_of(valid, audit),
         quarantine,
@@ -126,6 +130,8 @@ def memory_cells(
         rows_unlabelled=int(valid["y_true"].isna().sum()),
         fingerprint=frame_fingerprint(frame),
         score_counts=scores,
+        score_median=median,
+        scores_in_window=sample,
     )
 
 
@@ -200,29 +206,43 @@ def pushdown_cells(
             "y_true": window.raw["y_true"],
             "y_pred": _decision_expression(window, audit),
         }
-        if audit.decision:  # the score's bin a key, the score of rows that pass summed
+        # With a decision, the score's bin is a key; the score of the rows that pass, and
+        # whether it is above the window's median, are summed.
+        per_row = {}
+        median, sample = np.nan, 0
+        if audit.decision:
             edges = window_score_edges(connection, window, start, end, now)
+            median, sample = window_score_median(connection, window, start, end, now)
             expressions["score_bin"] = _bin_expression(window, edges)
+            score = score_expression(window)
+            per_row = {
+                "score_sum": case((ok, score), else_=0.0),
+                "above_median": case((and_(ok, score > literal(median)), 1), else_=0)
+                if sample
+                else literal(0),
+            }
         keys = [expressions[n].label(f"k_{n}") for n in names]
         suspect = case((ok, 0), else_=1)
-        score_ok = case((ok, score_expression(window)), else_=0.0) if audit.decision else None
         if window.dialect == "clickhouse":
             # ClickHouse computes a derived table over a Distributed table on the server that
             # was asked, every row sent to it; grouping the table itself aggregates on each
             # shard (2x the bare GROUP BY's time against 1.4x, 10M rows).
             sums = [func.count().label("n"), func.sum(suspect).label("suspect")]
-            if score_ok is not None:
-                sums.append(func.sum(score_ok).label("score_sum"))
+            sums += [func.sum(e).label(name) for name, e in per_row.items()]
             query = select(*keys, *sums).where(in_window).group_by(*[expressions[n] for n in names])
         else:
-            summed_score = [] if score_ok is None else [score_ok.label("score_ok")]
             inner = (
-                select(*keys, suspect.label("suspect"), *summed_score).where(in_window).subquery()
+                select(
+                    *keys,
+                    suspect.label("suspect"),
+                    *[e.label(f"r_{n}") for n, e in per_row.items()],
+                )
+                .where(in_window)
+                .subquery()
             )
             grouping = [inner.c[f"k_{n}"] for n in names]
             sums = [func.count().label("n"), func.sum(inner.c.suspect).label("suspect")]
-            if score_ok is not None:
-                sums.append(func.sum(inner.c.score_ok).label("score_sum"))
+            sums += [func.sum(inner.c[f"r_{name}"]).label(name) for name in per_row]
             query = select(*grouping, *sums).group_by(*grouping)
         result = connection.execute(query)
         grouped = rows_frame(result, list(result.keys()))
@@ -251,7 +271,7 @@ def pushdown_cells(
         accepted, quarantine = _split(rest.reset_index(drop=True), audit, now, store)
         parts.append(cells_of(accepted, audit))
         if audit.decision:
-            score_parts.append(valid_score_counts(accepted, audit, edges))
+            score_parts.append(valid_score_counts(accepted, audit, edges, median))
         accepted_rows, accepted_unlabelled = len(accepted), int(accepted["y_true"].isna().sum())
     counted_cells = grouped[good_keys].rename(columns={f"k_{n}": n for n in names})
     counted_cells = counted_cells.assign(
@@ -272,10 +292,11 @@ def pushdown_cells(
             score_sum=counted_cells["score_sum"].astype("float64").where(
                 counted_cells["y_true"].notna(), 0.0
             ),
+            above_median=counted_cells["above_median"].astype("int64"),
         )
-        counted = score_counts(binned, score_columns(audit), edges, score="score_bin")
+        counted = score_counts(binned, score_columns(audit), edges, median, score="score_bin")
         scores = summed([counted, *score_parts])
-        counted_cells = counted_cells.drop(columns=["score_bin", "score_sum"])
+        counted_cells = counted_cells.drop(columns=["score_bin", "score_sum", "above_median"])
     cells = pd.concat([cells_of(counted_cells, audit), *parts], ignore_index=True)
     cells = cells.groupby(
         [*audit.attributes, *OUTCOMES], dropna=False, sort=True, as_index=False
@@ -292,6 +313,8 @@ def pushdown_cells(
         + accepted_unlabelled,
         fingerprint=digest.hexdigest(),
         score_counts=scores,
+        score_median=median,
+        scores_in_window=sample,
     )
 
 

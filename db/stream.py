@@ -47,6 +47,7 @@ from biasaudit.db.cells import (
     valid_score_counts,
     window_and_duplicates,
     window_score_edges,
+    window_score_median,
 )
 from biasaudit.db.engine import STATEMENT_TIMEOUT_ENV, answer_deadline, libpq_options, one_snapshot
 from biasaudit.db.source import (
@@ -333,11 +334,14 @@ def stream_cells(
     with one_snapshot(engine) as connection:
         window, duplicated = window_and_duplicates(connection, audit, start, end, now)
         edges = window_score_edges(connection, window, start, end, now) if decision else None
+        median, sample = (
+            window_score_median(connection, window, start, end, now) if decision else (np.nan, 0)
+        )
 
         def count(valid: pd.DataFrame) -> None:
             parts.append(cells_of(valid, audit))
             if edges is not None:
-                scores.append(valid_score_counts(valid, audit, edges))
+                scores.append(valid_score_counts(valid, audit, edges, median))
 
         for chunk in read_batches(connection, window.query(start, end, now), chunk_rows):
             typed = typed_frame(chunk)
@@ -398,4 +402,6 @@ def stream_cells(
         rows_unlabelled=int(cells.loc[cells["y_true"].isna(), "n"].sum()),
         fingerprint=fingerprint(None, hash_sum, rows),
         score_counts=summed(scores) if decision else None,
+        score_median=median,
+        scores_in_window=sample,
     )

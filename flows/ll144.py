@@ -1,5 +1,5 @@
 """The Local Law 144 report of a stored run (tasks.ll144): the run's group counts (a decision) or
-its threshold sweep (a score), the rows quarantined for an unknown category, the run's dates."""
+its scoring counts (a score), the rows quarantined for an unknown category, the run's dates."""
 
 from __future__ import annotations
 
@@ -7,8 +7,15 @@ import pandas as pd
 from sqlalchemy import Engine, func, select
 
 from biasaudit.db.history import get_run, read_frame
-from biasaudit.db.models import GroupCount, QuarantinedRow, ThresholdResult
-from biasaudit.tasks.ll144 import impact_table, ll144_csv, ll144_html, scoring_counts
+from biasaudit.db.models import GroupCount, QuarantinedRow, ScoringResult, ThresholdResult
+from biasaudit.tasks.ll144 import (
+    binned_scoring_counts,
+    binned_scoring_note,
+    exact_scoring_note,
+    impact_table,
+    ll144_csv,
+    ll144_html,
+)
 
 
 def _selection_counts(engine: Engine, run_id: int) -> pd.DataFrame:
@@ -34,25 +41,41 @@ def _unknown(engine: Engine, run_id: int, attributes: list[str]) -> dict[str, in
     return {a: int(found.get(a, 0)) for a in attributes}
 
 
+def _scoring(engine: Engine, run_id: int) -> tuple[pd.DataFrame, str] | None:
+    """Per (attribute, group) the rows and those scoring above the median, with the scoring
+    rate's definition; None where the run audited no score. A run stored before its scoring
+    counts were recorded has only its threshold sweep: the median is then that of the bins."""
+    with engine.connect() as connection:
+        stored = read_frame(select(ScoringResult).where(ScoringResult.run_id == run_id), connection)
+        if len(stored):
+            one = stored[stored["attribute"] == stored["attribute"].min()]  # every row once
+            median, sample = stored["median_score"].iloc[0], int(stored["sample_size"].iloc[0])
+            note = exact_scoring_note(median, sample, int(one["n"].sum()))
+            return stored.rename(columns={"above_median": "selected"}), note
+        sweep = read_frame(
+            select(ThresholdResult).where(ThresholdResult.run_id == run_id), connection
+        )
+    if not len(sweep):
+        return None
+    groups = binned_scoring_counts(sweep)
+    return groups, binned_scoring_note(groups["median"].iloc[0], groups["threshold"].iloc[0])
+
+
 def ll144_report(engine: Engine, run_id: int) -> tuple[str, str]:
     """(HTML, CSV) of the run's Local Law 144 tables: scoring rates where the run audited a score,
     else selection rates."""
     run = get_run(engine, run_id)
     if run is None:
         raise ValueError(f"no run with id {run_id}")
-    with engine.connect() as connection:
-        sweep = read_frame(
-            select(ThresholdResult).where(ThresholdResult.run_id == run_id), connection
-        )
-    scores = len(sweep) > 0
-    groups = scoring_counts(sweep) if scores else _selection_counts(engine, run_id)
+    scoring = _scoring(engine, run_id)
+    groups = scoring[0] if scoring else _selection_counts(engine, run_id)
     table = impact_table(groups)
     attributes = list(run.config.get("attributes", [])) if isinstance(run.config, dict) else []
     start = run.window_start.date().isoformat() if run.window_start else "the first prediction"
     page = ll144_html(
         table,
         title=f"Local Law 144 bias audit: {run.audit_name} (run {run_id})",
-        scores=scores,
+        scoring=scoring[1] if scoring else None,
         audit_date=run.finished_at.date().isoformat(),
         period=f"{start} to {run.window_end.date().isoformat()}",
         unknown=_unknown(engine, run_id, attributes),

@@ -52,6 +52,7 @@ from biasaudit.schemas.quarantine import check_invalid_fraction
 from biasaudit.schemas.report import run_label
 from biasaudit.tasks.core import AuditResult, Runner, audit_counts, call
 from biasaudit.tasks.counts import group_counts
+from biasaudit.tasks.ll144 import scoring_rates
 from biasaudit.tasks.scores import score_audit
 
 P = ParamSpec("P")
@@ -326,7 +327,14 @@ def _audit_and_persist(
             audit.reference_groups,
             confidence=1 - audit.thresholds.alpha,
         )
-        result = replace(result, **scores)
+        scoring = run(
+            "scoring",
+            scoring_rates,
+            scanned.score_counts,
+            scanned.score_median,
+            scanned.scores_in_window,
+        )
+        result = replace(result, **scores, scoring=scoring)
     record.summary = dict(result.summary)
     monitoring = {}
     if audit.monitor is not None:  # this run's increment, anytime-valid alarms

@@ -274,6 +274,17 @@ THRESHOLD_RESULTS = _contract(
     },
     ["attribute", "group_name", "threshold"],
 )
+SCORING_RESULTS = _contract(
+    "scoring_results",
+    {
+        **_GROUP,
+        "n": _INT,
+        "above_median": _INT,
+        "median_score": _real(nullable=False),
+        "sample_size": _INT,
+    },
+    ["attribute", "group_name"],
+)
 
 # The audit result's frames (tasks.core.AuditResult) and the contract of the table each fills.
 CONTRACTS: dict[str, pa.DataFrameSchema] = {
@@ -289,6 +300,7 @@ CONTRACTS: dict[str, pa.DataFrameSchema] = {
     "scores": SCORE_RESULTS,
     "calibration": CALIBRATION_RESULTS,
     "thresholds": THRESHOLD_RESULTS,
+    "scoring": SCORING_RESULTS,
 }
 
 

@@ -12,7 +12,8 @@ from biasaudit.schemas.config import INTERSECTION_SEP
 
 # Score counts: one row per (attribute, group_name, score_bin); labelled rows split by outcome,
 # unlabelled rows counted apart (they count in selection rates only); score_sum is the labelled
-# rows' total score (their mean score is score_sum / (positives + negatives)).
+# rows' total score (their mean score is score_sum / (positives + negatives)); above_median counts
+# the rows, labelled or not, scoring strictly above the sample's median (tasks.ll144).
 SCORE_COUNT_COLUMNS = [
     "attribute",
     "group_name",
@@ -21,6 +22,7 @@ SCORE_COUNT_COLUMNS = [
     "negatives",
     "unlabelled",
     "score_sum",
+    "above_median",
 ]
 MAX_DISTINCT = 20  # a score with at most this many values is binned by value
 QUANTILE_BINS = 10
@@ -31,6 +33,12 @@ def quantile_positions(n: int) -> np.ndarray:
     """The sorted positions (0-based) of the lower edges among ``n`` scores: order statistics,
     so that a database finds them with ORDER BY ... OFFSET."""
     return np.floor(QUANTILES * (n - 1)).astype("int64")
+
+
+def median_positions(n: int) -> list[int]:
+    """The sorted positions (0-based) of the middle one of ``n`` scores, or of the middle two
+    (whose mean is the median) where ``n`` is even."""
+    return sorted({(n - 1) // 2, n // 2})
 
 
 def score_edges(scores: np.ndarray) -> np.ndarray:
@@ -51,11 +59,16 @@ def bin_of(scores: np.ndarray, edges: np.ndarray) -> np.ndarray:
 
 
 def score_counts(
-    rows: pd.DataFrame, columns: list[list[str]], edges: np.ndarray, score: str = "score"
+    rows: pd.DataFrame,
+    columns: list[list[str]],
+    edges: np.ndarray,
+    median: float,
+    score: str = "score",
 ) -> pd.DataFrame:
     """Score counts (SCORE_COUNT_COLUMNS) of valid ``rows`` (``y_true`` 0/1 or missing, the
-    ``score`` column and the attributes; pre-aggregated rows carry their count ``n`` and their
-    labelled rows' ``score_sum``) for each attribute or intersection in ``columns``."""
+    ``score`` column and the attributes; pre-aggregated rows carry their count ``n``, their
+    labelled rows' ``score_sum`` and their rows ``above_median``) for each attribute or
+    intersection in ``columns``; ``median`` is the sample's median score."""
     weight = rows["n"] if "n" in rows else pd.Series(1, index=rows.index, dtype="int64")
     truth = rows["y_true"].astype("float64")
     values = rows[score].astype("float64")
@@ -68,6 +81,9 @@ def score_counts(
             "score_sum": rows["score_sum"].astype("float64")
             if "score_sum" in rows
             else (values * weight).where(truth.notna(), 0.0),
+            "above_median": rows["above_median"]
+            if "above_median" in rows
+            else weight.where(values > median, 0),
         },
         index=rows.index,
     )
@@ -81,7 +97,7 @@ def score_counts(
     if not parts:
         return pd.DataFrame(columns=SCORE_COUNT_COLUMNS)
     frame = pd.concat(parts, ignore_index=True)[SCORE_COUNT_COLUMNS]
-    counts = ["positives", "negatives", "unlabelled"]
+    counts = ["positives", "negatives", "unlabelled", "above_median"]
     return frame.astype({**{c: "int64" for c in counts}, "score_sum": "float64"})
 
 

@@ -23,6 +23,7 @@ from biasaudit.schemas.config import audit_from_options
 from biasaudit.schemas.quarantine import split_valid, unusable_columns
 from biasaudit.tasks.core import AuditResult, audit_counts
 from biasaudit.tasks.counts import group_counts
+from biasaudit.tasks.ll144 import scoring_rates
 from biasaudit.tasks.scores import numeric_scores, score_audit, score_counts, score_edges
 
 
@@ -86,6 +87,8 @@ def audit_frame(
         rows = valid.assign(_score=numeric_scores(valid[score], score))
         columns = [[a] for a in audit.attributes] + audit.intersections
         edges = score_edges(rows["_score"].to_numpy())
-        counted = score_counts(rows, columns, edges, score="_score")
+        median = float(rows["_score"].median())
+        counted = score_counts(rows, columns, edges, median, score="_score")
         frames = score_audit(counted, audit.reference_groups, confidence=1 - audit.thresholds.alpha)
+        frames["scoring"] = scoring_rates(counted, median, len(rows))
     return AuditResult(**{**result.__dict__, "quarantine": quarantine, **frames})

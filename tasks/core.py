@@ -79,6 +79,8 @@ class AuditResult:
     scores: pd.DataFrame = field(default_factory=lambda: empty_result("scores"))
     calibration: pd.DataFrame = field(default_factory=lambda: empty_result("calibration"))
     thresholds: pd.DataFrame = field(default_factory=lambda: empty_result("thresholds"))
+    # Local Law 144's scoring counts (tasks.ll144.scoring_rates), empty without a score.
+    scoring: pd.DataFrame = field(default_factory=lambda: empty_result("scoring"))
 
     def flagged(self) -> pd.DataFrame:
         """The detection rows flagged after multiplicity adjustment."""

@@ -2,8 +2,10 @@
 and impact ratios per category of sex, race/ethnicity and their intersections.
 
 - selection rate: the share of a category selected (a binary decision: y_pred = 1);
-- scoring rate (a score): the share of a category scoring above the median score of the whole
-  sample (every row audited, labelled or not);
+- scoring rate (a score): the share of a category scoring strictly above the median score of the
+  whole sample (every finite score read in the audit window, labelled or not, the individuals in
+  an unknown category included: the individuals the score assessed), exact: the scan counts the
+  rows above it (db.cells.window_score_median);
 - impact ratio: a category's rate over the highest rate of its attribute;
 - a category with less than 2% of the audited rows may be left out of the impact ratios; it is
   still shown with its count and rate, and the report says it was left out;
@@ -20,7 +22,10 @@ import html
 import numpy as np
 import pandas as pd
 
+from biasaudit.schemas.results import empty_result, validate_result
+
 MINIMUM_SHARE = 0.02
+SCORING_COLUMNS = ["attribute", "group_name", "n", "above_median", "median_score", "sample_size"]
 TABLE_COLUMNS = [
     "attribute", "group_name", "n", "selected", "rate", "share", "in_ratios", "impact_ratio",
 ]  # fmt: skip
@@ -44,11 +49,27 @@ def weighted_median(values: np.ndarray, counts: np.ndarray) -> float:
     return float(np.mean([values[np.searchsorted(ends, m, side="right")] for m in middle]))
 
 
-def scoring_counts(thresholds: pd.DataFrame) -> pd.DataFrame:
+def scoring_rates(counts: pd.DataFrame, median: float, sample_size: int) -> pd.DataFrame:
+    """Per (attribute, group) of the score counts (schemas.score_bins): its rows and those
+    scoring strictly above ``median``, the median of the ``sample_size`` scores of the sample;
+    checked by its contract (schemas.results)."""
+    if not len(counts):
+        return empty_result("scoring")
+    columns = ["n", "above_median"]
+    frame = counts.assign(n=counts["positives"] + counts["negatives"] + counts["unlabelled"])
+    frame = frame.groupby(["attribute", "group_name"], sort=True, as_index=False)[columns].sum()
+    frame = frame.astype({c: "int64" for c in columns}).assign(
+        median_score=float(median), sample_size=int(sample_size)
+    )
+    return validate_result("scoring", frame[SCORING_COLUMNS])
+
+
+def binned_scoring_counts(thresholds: pd.DataFrame) -> pd.DataFrame:
     """Per (attribute, group): rows and rows scoring above the attribute's median score, from the
-    threshold sweep (tasks.scores.threshold_sweep: rows at or above each bin's lower edge). The
-    bins are the score's values where it has few; with decile bins of a continuous score, "above
-    the median" is "at or above the first bin edge above the median"."""
+    threshold sweep alone (tasks.scores.threshold_sweep: rows at or above each bin's lower edge),
+    for a run stored without its scoring counts. The median is that of the bins' lower edges and
+    "above the median" is "at or above ``threshold``, the first bin edge above it": exact where
+    each bin is one score value, not with decile bins of a continuous score."""
     parts = []
     for attribute, part in thresholds.groupby("attribute", sort=True):
         wide = part.pivot_table(
@@ -70,10 +91,45 @@ def scoring_counts(thresholds: pd.DataFrame) -> pd.DataFrame:
                     "n": at_or_above[:, 0].astype("int64"),
                     "selected": selected.astype("int64"),
                     "median": median,
+                    "threshold": edges[above[0]] if len(above) else np.nan,
                 }
             )
         )
     return pd.concat(parts, ignore_index=True)
+
+
+def exact_scoring_note(median: float, sample_size: int, in_tables: int) -> str:
+    """The scoring rate's definition, naming the median it counts above and its sample, of which
+    ``in_tables`` rows are in the tables."""
+    left = sample_size - in_tables
+    return (
+        f"Scoring rate: the share of a category scoring strictly above {float(median)!r}, the "
+        f"median of the sample's {sample_size:,} scores (every finite score read in the audit "
+        "window"
+        + (
+            f"; {left:,} of them in rows not in the tables: an unknown category or another "
+            "invalid value"
+            if left
+            else ""
+        )
+        + "). "
+    )
+
+
+def binned_scoring_note(median: float, threshold: float) -> str:
+    """The scoring rate's definition for a run stored without its scoring counts: the bin edge
+    it counts from, and why."""
+    counted = (
+        f"scoring at or above {float(threshold)!r}, the first score bin edge above"
+        if np.isfinite(threshold)
+        else "scoring in a score bin above (none is)"
+    )
+    return (
+        f"Scoring rate: the share of a category {counted} {float(median)!r}, the median of the "
+        "rows' bins' lower edges. This run stored its score counts per bin only, not the rows "
+        "above the sample's median: the rate is the share above the median only where each bin "
+        "is one score value (a score with at most 20 values). "
+    )
 
 
 def impact_table(groups: pd.DataFrame, minimum_share: float = MINIMUM_SHARE) -> pd.DataFrame:
@@ -98,16 +154,18 @@ def ll144_html(
     table: pd.DataFrame,
     *,
     title: str,
-    scores: bool,
+    scoring: str | None,
     audit_date: str,
     period: str,
     unknown: dict[str, int],
     minimum_share: float = MINIMUM_SHARE,
 ) -> str:
     """A self-contained page: one table per attribute and intersection, the unknown categories,
-    the excluded categories' disclosure, the audit date and the data's period."""
-    rate = "Scoring rate" if scores else "Selection rate"
-    counted = "Scored above the median" if scores else "Selected"
+    the excluded categories' disclosure, the audit date and the data's period. ``scoring`` is
+    the scoring rate's definition (its median: exact_scoring_note, binned_scoring_note), None
+    for selection rates."""
+    rate = "Scoring rate" if scoring else "Selection rate"
+    counted = "Scored above the median" if scoring else "Selected"
     e = html.escape
     parts = [
         f"<!doctype html><meta charset='utf-8'><title>{e(title)}</title>",
@@ -120,12 +178,7 @@ def ll144_html(
         f"<h1>{e(title)}</h1>",
         f"<p>Date of the audit: {e(audit_date)}. Period of the data: {e(period)}.</p>",
         "<p>"
-        + (
-            "Scoring rate: the share of a category scoring above the median score of the "
-            "whole sample. "
-            if scores
-            else "Selection rate: the share of a category selected. "
-        )
+        + e(scoring or "Selection rate: the share of a category selected. ")
         + "Impact ratio: a category's rate divided by the highest rate of its attribute.</p>",
     ]
     for attribute, part in table.groupby("attribute", sort=True):

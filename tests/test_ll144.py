@@ -2,10 +2,14 @@
 intersection, checked against pandas on the rows of COMPAS."""
 
 import html
+import io
+import re
+from datetime import datetime
 
 import numpy as np
 import pandas as pd
 import pytest
+from sqlalchemy import Column, DateTime, Double, Integer, MetaData, String, Table, text
 from typer.testing import CliRunner
 
 from biasaudit.db.engine import make_engine
@@ -95,4 +99,84 @@ def test_compas_ll144_tables_equal_the_rows(tmp_path, scores):
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert (tmp_path / "l.csv").read_text() == csv
+    engine.dispose()
+
+
+def _scored_source(engine) -> pd.DataFrame:
+    """A continuous score (0.00..1.99, ties at the median) with rows the audit leaves out of the
+    tables but not out of the sample (an unknown race, a repeated id) or out of both (no score)."""
+    rng = np.random.default_rng(144)
+    n = 1001
+    rows = pd.DataFrame(
+        {
+            "pid": [f"p{i}" for i in range(n)],
+            "model": "m",
+            "at": datetime(2026, 5, 1),
+            "label": np.where(rng.random(n) < 0.2, np.nan, rng.integers(0, 2, n)),
+            "score": rng.integers(0, 200, n) / 100,
+            "race": rng.choice(["A", "B", "C"], n, p=[0.5, 0.3, 0.2]),
+            "sex": rng.choice(["F", "M"], n),
+        }
+    )
+    rows.loc[:6, "race"] = ""  # unknown category: in the sample, not in the tables
+    rows.loc[7:9, "score"] = np.nan  # no score: in neither
+    rows = pd.concat([rows, rows.iloc[[20, 21, 22]]], ignore_index=True)  # ids repeated: the copies
+    table = Table(
+        "scored_ll144",
+        MetaData(),
+        Column("pid", String(20)),
+        Column("model", String(10)),
+        Column("at", DateTime),
+        Column("label", Integer),
+        Column("score", Double),
+        Column("race", String(10)),
+        Column("sex", String(10)),
+    )
+    table.create(engine)
+    records = rows.astype(object).where(rows.notna(), None).to_dict("records")
+    with engine.begin() as connection:
+        connection.execute(table.insert(), records)
+    return rows
+
+
+@pytest.mark.parametrize("mode", ["memory", "stream", "pushdown"])
+def test_continuous_scoring_rates_count_above_the_exact_median(db_url, tmp_path, mode):
+    """A continuous score: the scoring rate is the share of a category strictly above the median
+    of every score read (pandas on the rows), in every scan mode, and the page states that
+    median. A run stored without its scoring counts states the bin edge it counts from."""
+    engine = make_engine(db_url)
+    rows = _scored_source(engine)
+    (tmp_path / "a.toml").write_text(
+        '[[audits]]\nname = "s"\nmodel = "m"\nsource = "scored_ll144"\n'
+        'attributes = ["race", "sex"]\nintersections = [["race", "sex"]]\nmetrics = ["fpr"]\n'
+        'decision = { score = "score", threshold = 1.0 }\n'
+        'columns = { prediction_id = "pid", model_id = "model", predicted_at = "at", '
+        'y_true = "label" }\n'
+        f'[audits.scan]\nmode = "{mode}"\nchunk_rows = 1000\n'
+    )
+    run = run_audit("s", str(tmp_path / "a.toml"), db_url, pd.Timestamp("2026-06-01", tz="UTC"))
+    page, csv = ll144_report(engine, run["run_id"])
+    median = float(rows["score"].median())  # every score read, the left-out rows' included
+    audited = rows.iloc[: len(rows) - 3].dropna(subset=["score"])
+    audited = audited[audited["race"] != ""]
+    got = pd.read_csv(io.StringIO(csv), keep_default_na=False).set_index(
+        ["attribute", "group_name"]
+    )
+    expected = _expected(audited, audited["score"] > median)
+    assert (rows["score"] == median).sum() > 0  # rows at the median are not above it
+    assert got.sort_index().index.equals(expected.index)
+    assert got.sort_index()["selected"].tolist() == expected["selected"].tolist()
+    assert got.sort_index()["n"].tolist() == expected["n"].tolist()
+    assert html.escape(f"strictly above {median!r}, the median of the sample's 1,001 scores") in page
+    assert "10 of them in rows not in the tables" in page  # 7 unknown races, 3 copies
+    with engine.begin() as connection:  # as a run stored before its scoring counts
+        connection.execute(text(f"DELETE FROM scoring_results WHERE run_id = {run['run_id']}"))
+    page, csv = ll144_report(engine, run["run_id"])
+    stated = re.search(r"scoring at or above ([0-9.]+), the first score bin edge", page)
+    assert stated and "stored its score counts per bin only" in page
+    got = pd.read_csv(io.StringIO(csv), keep_default_na=False).set_index(
+        ["attribute", "group_name"]
+    )
+    expected = _expected(audited, audited["score"] >= float(stated.group(1)))
+    assert got.sort_index()["selected"].tolist() == expected["selected"].tolist()
     engine.dispose()

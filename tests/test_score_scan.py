@@ -62,15 +62,21 @@ def test_every_scan_mode_counts_the_score_as_pandas_does(db_url, table):
     audit = _audit(table, "score")
     frame = read_predictions(engine, audit, None, NOW, NOW)
     valid, _ = split_valid(frame, audit.attributes, NOW, decision=True)
-    # the bins are the window's: every row read with a numeric score, accepted or not
-    edges = score_edges(pd.to_numeric(frame["decision_score"], errors="coerce").to_numpy())
+    # the bins and the median are the window's: every row read with a numeric score, accepted
+    # or not
+    read = pd.to_numeric(frame["decision_score"], errors="coerce")
+    edges = score_edges(read.to_numpy())
     assert len(edges) == 10  # deciles by value; a continuous score by its deciles
+    median = read.median()
     rows = valid.assign(
         y_true=valid["y_true"].astype(float), s=valid["decision_score"].astype(float)
     )
     keys = ["attribute", "group_name", "score_bin"]
-    expected = score_counts(rows, [["race"], ["sex"], ["race", "sex"]], edges, score="s")
+    expected = score_counts(rows, [["race"], ["sex"], ["race", "sex"]], edges, median, score="s")
     expected = expected.sort_values(keys, ignore_index=True)
+    above = (rows["s"] > median).groupby(rows["race"]).sum()
+    above_race = expected[expected["attribute"] == "race"].groupby("group_name")["above_median"]
+    pd.testing.assert_series_equal(above_race.sum(), above, check_names=False)
     for scanned in (
         memory_cells(engine, audit, None, NOW, NOW),
         stream_cells(engine, audit, None, NOW, NOW, chunk_rows=700),
@@ -81,6 +87,7 @@ def test_every_scan_mode_counts_the_score_as_pandas_does(db_url, table):
             got.drop(columns="score_sum"), expected.drop(columns="score_sum"), check_dtype=False
         )
         np.testing.assert_allclose(got["score_sum"], expected["score_sum"], rtol=1e-9)
+        assert scanned.score_median == median and scanned.scores_in_window == read.notna().sum()
     engine.dispose()
 
 

@@ -39,7 +39,7 @@ def _delong_on_rows(y: np.ndarray, s: np.ndarray) -> tuple[float, float]:
 def test_auc_and_delong_variance_equal_the_rows(seed, n, values):
     """Ties included: AUC equals roc_auc_score, variance DeLong's from all pairs, to 1e-9."""
     rows = _rows(seed, n, values)
-    counts = S.score_counts(rows, [["g"]], np.unique(rows["score"]))
+    counts = S.score_counts(rows, [["g"]], np.unique(rows["score"]), rows["score"].median())
     for name, part in rows.groupby("g"):
         if part["y_true"].nunique() < 2 or min(np.bincount(part["y_true"].astype(int))) < 2:
             continue
@@ -85,7 +85,7 @@ def test_recalibration_equals_a_statsmodels_glm_on_rows(probability):
     rows = pd.DataFrame(
         {"y_true": (rng.random(n) < p**1.3).astype(float), "score": raw * 1.0, "g": "a"}
     )
-    counts = S.score_counts(rows, [["g"]], np.unique(rows["score"]))
+    counts = S.score_counts(rows, [["g"]], np.unique(rows["score"]), rows["score"].median())
     labelled = counts["positives"] + counts["negatives"]
     large, slope = S.recalibration(
         counts["score_sum"] / labelled, counts["positives"], counts["negatives"], probability
@@ -112,7 +112,7 @@ def test_calibration_test_equals_the_score_test_on_rows():
     s = rng.integers(1, 11, n).astype(float)
     y = (rng.random(n) < 0.1 + 0.07 * s - 0.05 * g).astype(float)
     rows = pd.DataFrame({"y_true": y, "score": s, "g": np.where(g, "b", "a")})
-    counts = S.score_counts(rows, [["g"]], np.unique(s))
+    counts = S.score_counts(rows, [["g"]], np.unique(s), np.median(s))
     mine = S.score_comparisons(counts, {}).set_index("group_name").loc["b"]
     u, v, tables = np.zeros(2), np.zeros((2, 2)), []
     x_centre = s.mean()
@@ -131,7 +131,7 @@ def test_calibration_test_equals_the_score_test_on_rows():
 def test_threshold_sweep_equals_the_rows():
     rows = _rows(5, 800, 10)
     rows.loc[::7, "y_true"] = np.nan  # unlabelled rows count in selection only
-    counts = S.score_counts(rows, [["g"]], np.unique(rows["score"]))
+    counts = S.score_counts(rows, [["g"]], np.unique(rows["score"]), rows["score"].median())
     sweep = S.threshold_sweep(counts).set_index(["group_name", "threshold"])
     for (name, threshold), got in sweep.iterrows():
         part = rows[rows["g"] == name]
@@ -149,7 +149,9 @@ def test_compas_calibration_per_decile_equals_pandas():
     rows = pd.DataFrame(
         {"y_true": raw["two_year_recid"].astype(float), "score": raw["decile_score"] * 1.0}
     ).assign(race=raw["race"])
-    counts = S.score_counts(rows, [["race"]], S.score_edges(rows["score"].values))
+    counts = S.score_counts(
+        rows, [["race"]], S.score_edges(rows["score"].values), rows["score"].median()
+    )
     curves = S.calibration_curves(counts).set_index(["group_name", "score_bin"])
     expected = raw.groupby(["race", "decile_score"])["two_year_recid"].agg(["mean", "size"])
     expected.index = expected.index.set_levels(expected.index.levels[1].astype(float), level=1)
