@@ -67,6 +67,7 @@ _WALK = 8  # _boundary: steps from the quadratic's root before it bisects instea
 _ROUNDING = 1e-6  # _boundary: a root within this of a count is checked against T itself
 _BRACKET = 0.05  # exact_power: the smallest step of their search
 _STEPS = 400  # exact_power: their search's steps, at most
+_ZONED = 16  # _Zoned: edges found in the middle run only where the larger group is this much larger
 _OUTSIDE = 1e-13  # exact_power: mass of each group's counts left out, at most
 
 
@@ -363,13 +364,22 @@ class _Probabilities:
         self.tabled = np.zeros(owners, bool)
         self.table: np.ndarray | None = None
 
-    def __call__(self, edge: np.ndarray, table: bool | None = None) -> np.ndarray:
-        """``table``: force the table (True) or the CDF (False); None: the cheaper."""
-        edge = np.broadcast_to(edge, self.pmf.shape)
+    def __call__(
+        self,
+        edge: np.ndarray,
+        pmf: np.ndarray | None = None,
+        kept: np.ndarray | None = None,
+        table: bool | None = None,
+    ) -> np.ndarray:
+        """P(region) per row; ``pmf`` and ``kept``: the smaller group's pmf and kept columns at
+        other counts than ``xs`` (a part of each row: _Zoned), else this layout's own;
+        ``table``: force the table (True) or the CDF (False); None: the cheaper."""
+        pmf, kept = (self.pmf, self.kept) if pmf is None else (pmf, kept)
+        edge = np.broadcast_to(edge, pmf.shape)
         column = edge - self.first[:, None] + 1  # the table's columns 1 .. width: kept counts
         inside = (column >= 1) & (column <= self.width[:, None])
-        if self.kept is not None:
-            inside &= self.kept
+        if kept is not None:
+            inside &= kept
         if table is True:
             self.tabled[:] = True
         else:  # the table once a comparison's CDFs have cost more than it would
@@ -392,13 +402,13 @@ class _Probabilities:
                 else np.broadcast_to(np.asarray(self.n_l)[cdf, None], tail.shape)[cells]
             )
             tail[cells] = _binomial_tail(self.a_small, n_l, edge[cdf][cells], rates[cells])
-            out[cdf] = (self.pmf[cdf] * tail).sum(axis=1)
+            out[cdf] = (pmf[cdf] * tail).sum(axis=1)
         if use.any():
             self._fill(use)
             assert self.table is not None
             width = self.width[use, None]
             at = np.clip(column[use], 0, width + 1)
-            out[use] = (self.pmf[use] * np.take_along_axis(self.table[use], at, axis=1)).sum(axis=1)
+            out[use] = (pmf[use] * np.take_along_axis(self.table[use], at, axis=1)).sum(axis=1)
         return out
 
     def _fill(self, use: np.ndarray) -> None:
@@ -632,8 +642,7 @@ def _searched_critical(n_a, n_b, p_b, u_tol: float, budget: float, precision: fl
     columns = np.arange(int(width.max()))[None, :]
     kept = columns < width[:, None]
     xs = start[:, None] + np.minimum(columns, width[:, None] - 1)
-    probability = _Probabilities(n_a, n_b, xs, p_b, u_tol, kept, np.arange(len(p_b)))
-    sizes = (n_a[:, None], n_b[:, None])
+    probability = _Zoned(n_a, n_b, xs, p_b, u_tol, width)
 
     z = float(stats.norm.isf(budget))
     rows = len(p_b)
@@ -644,8 +653,7 @@ def _searched_critical(n_a, n_b, p_b, u_tol: float, budget: float, precision: fl
     pinned, pending = np.zeros(rows, bool), np.zeros(rows, bool)
     t = np.full(rows, z)
     for _ in range(_STEPS):
-        edges = _boundary(*sizes, t, u_tol, xs)[1]
-        tail = probability(edges)
+        tail, edges = probability(t)
         gap = stats.norm.isf(np.clip(tail, 1e-300, 1 - 1e-16)) - z  # ≈ t − c
         likely = tail > budget
         # Illinois: an end kept twice has its gap halved, so the secant moves it next
@@ -688,6 +696,92 @@ def _searched_critical(n_a, n_b, p_b, u_tol: float, budget: float, precision: fl
             t[one[fits]], pending[one[fits]] = above[fits], True
     high[high > 1e6] = np.inf
     return high
+
+
+class _Zoned:
+    """P(S >= t) of rows of like sizes (_searched_critical), the region's edge found only at the
+    smaller group's counts where it falls among the larger group's counts _Probabilities keeps.
+
+    The edge grows with the smaller group's count (the region is monotone where T > 0,
+    _boundary), so along a row the counts split in three runs: edge below the kept counts (the
+    larger group's tail there exactly 0, or 1 for B's survival), among them, and above (1, or 0).
+    Two binary searches on T at the kept counts' ends find the runs; the edge is computed in the
+    middle one only (a few of the row's counts when the larger group is far larger: each count of
+    the smaller moves the edge by several of the larger's standard errors), the outer runs' mass
+    is a difference of the row's cumulative pmf. The result is _Probabilities of _boundary's
+    edges over the whole row. Rows of groups of like sizes (the larger less than _ZONED times the
+    smaller) have most counts in the middle run: there the edges are found at every count."""
+
+    def __init__(self, n_a, n_b, xs: np.ndarray, p_b, u_tol: float, width: np.ndarray):
+        kept = np.arange(xs.shape[1])[None, :] < width[:, None]
+        self.probability = _Probabilities(n_a, n_b, xs, p_b, u_tol, kept, np.arange(len(p_b)))
+        self.a_small = self.probability.a_small
+        self.n_a, self.n_b, self.xs, self.width, self.u_tol = n_a, n_b, xs, width, u_tol
+        pmf = self.probability.pmf
+        self.mass = np.concatenate([np.zeros((len(p_b), 1)), np.cumsum(pmf, axis=1)], axis=1)
+        self.rows = np.arange(len(p_b))
+        # the middle run holds ~1.1·√(n_s/n_l) of a row's counts: worth the searches where small
+        n_s, n_l = (n_a, n_b) if self.a_small else (n_b, n_a)
+        self.zoned = bool(np.max(n_s / n_l) <= 1 / _ZONED)
+
+    def _first(self, inside, x_large: np.ndarray, threshold: np.ndarray, flip: bool) -> np.ndarray:
+        """Per row the first column whose table (count, ``x_large``) is inside {T >= t} (or,
+        ``flip``, not inside), the row's width where none is; columns are monotone in it."""
+        low, high = np.zeros(len(self.rows), "int64"), self.width.copy()
+        while (open_ := low < high).any():
+            mid = (low + high) // 2
+            x_s = self.xs[self.rows, np.minimum(mid, self.width - 1)]
+            if self.a_small:
+                found = statistic(x_s, self.n_a, x_large, self.n_b, self.u_tol) >= threshold
+            else:
+                found = statistic(x_large, self.n_a, x_s, self.n_b, self.u_tol) >= threshold
+            found = (found != flip) & inside
+            high, low = np.where(open_ & found, mid, high), np.where(open_ & ~found, mid + 1, low)
+        return low
+
+    def __call__(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(P(S >= t), the edges over the whole row: those outside the middle run at the kept
+        counts' ends, which give the same tails) for each row's t."""
+        if not self.zoned:
+            edges = _boundary(self.n_a[:, None], self.n_b[:, None], t, self.u_tol, self.xs)[1]
+            return self.probability(edges), edges
+        threshold = t - _TIE * (1 + np.abs(t))
+        first, kept = self.probability.first, self.probability.width
+        n_l = self.n_b if self.a_small else self.n_a
+        end = first + kept  # one past the larger group's kept counts
+        if self.a_small:  # edge >= first: (x_s, first) inside; edge >= end: (x_s, end) inside
+            begin = self._first(np.ones(len(t), bool), first, threshold, flip=False)
+            stop = self._first(end <= n_l, end, threshold, flip=False)
+        else:  # edge >= first: (first − 1, x_s) not inside; edge >= end: (end − 1, x_s) not
+            begin = self._first(first >= 1, first - 1, threshold, flip=True)
+            begin = np.where(first >= 1, begin, 0)
+            stop = self._first(np.ones(len(t), bool), end - 1, threshold, flip=True)
+        stop = np.maximum(stop, begin)
+        span = stop - begin
+        offsets = np.arange(max(int(span.max()), 1))[None, :]
+        valid = offsets < span[:, None]
+        columns = np.minimum(begin[:, None] + offsets, self.width[:, None] - 1)
+        x_s = np.take_along_axis(self.xs, columns, axis=1)
+        sizes = (self.n_a[:, None], self.n_b[:, None])
+        middle = _boundary(*sizes, t, self.u_tol, x_s)[1]
+        pmf = np.where(valid, np.take_along_axis(self.probability.pmf, columns, axis=1), 0.0)
+        total = self.probability(middle, pmf, valid)
+        if self.a_small:  # above the middle run: the CDF is 1
+            total += self.mass[self.rows, self.width] - self.mass[self.rows, stop]
+        else:  # below it: the survival is 1
+            total += self.mass[self.rows, begin]
+        column = np.arange(self.xs.shape[1])[None, :]
+        edges = np.where(column < begin[:, None], (first - 1)[:, None], end[:, None])
+        edges = _scatter(edges, columns, middle, valid)
+        return total, edges
+
+
+def _scatter(base: np.ndarray, columns: np.ndarray, values: np.ndarray, valid: np.ndarray):
+    """``base`` with values[r, k] at column columns[r, k] of row r where valid[r, k]."""
+    rows = np.broadcast_to(np.arange(base.shape[0])[:, None], columns.shape)
+    out = base.copy()
+    out[rows[valid], columns[valid]] = values[valid]
+    return out
 
 
 class _Grids:

@@ -74,3 +74,33 @@ def test_powers_of_many_comparisons_equal_each_alone(u_tol):
     assert (together > 0.01).sum() > 10  # most are not trivially zero
     coarse = twosample.exact_powers(n_a, n_b, p_a, p_b, u_tol, level, precision=1e-4)
     assert np.all(coarse <= together + 1e-12) and np.all(together - coarse <= 2e-4)
+
+
+@pytest.mark.parametrize(("n_s", "n_l"), [(40, 5_000), (700, 400_000), (3_000, 60_000)])
+@pytest.mark.parametrize("a_small", [True, False])
+def test_zoned_probabilities_equal_those_over_every_count(n_s, n_l, a_small):
+    """Planning's search finds the region's edge only where it falls among the larger group's
+    kept counts: its P(S >= t) and edges equal _Probabilities of _boundary over every count of
+    the smaller group within the tails' own rounding (binomial CDF or table: 1e-9 beyond n =
+    1,000; the outer runs' edges stand at the kept counts' ends)."""
+    rows = 12
+    n_a, n_b = (np.full(rows, float(n_s)), np.full(rows, float(n_l)))
+    if not a_small:
+        n_a, n_b = n_b, n_a
+    p_b = np.linspace(0.2, 0.6, rows)
+    u_tol = 0.05
+    p_s = np.minimum(p_b + u_tol, 1.0) if a_small else p_b
+    window = np.sqrt(n_s * np.log(2 / twosample._NEGLIGIBLE) / 2)
+    start = np.maximum(0, np.floor(n_s * p_s - window))
+    width = (np.minimum(n_s, np.ceil(n_s * p_s + window)) - start + 1).astype("int64")
+    xs = start[:, None] + np.minimum(np.arange(width.max())[None, :], width[:, None] - 1)
+    zoned = twosample._Zoned(n_a, n_b, xs, p_b, u_tol, width)
+    assert zoned.zoned
+    kept = np.arange(xs.shape[1])[None, :] < width[:, None]
+    whole = twosample._Probabilities(n_a, n_b, xs, p_b, u_tol, kept, np.arange(rows))
+    for t in (2.0, 3.3, 4.5, 5.9):
+        total, edges = zoned(np.full(rows, t))
+        edge = twosample._boundary(n_a[:, None], n_b[:, None], np.full(rows, t), u_tol, xs)[1]
+        np.testing.assert_allclose(total, whole(edge, table=True), rtol=1e-8, atol=1e-12)
+        first, end = whole.first[:, None], (whole.first + whole.width)[:, None]
+        np.testing.assert_array_equal(edges, np.clip(edge, first - 1, end))
