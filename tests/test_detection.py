@@ -1,7 +1,6 @@
 """Bayesian and frequentist detection against the blog's numbers, quadrature and Monte Carlo."""
 
 import math
-from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -205,58 +204,70 @@ def test_false_alarms_of_fair_models_stay_below_alpha():
 
 def reference_hdi(x1, n1, x2, n2, mass):
     """HDI of T = e2 − e1 by adaptive quadrature (density and CDF) and nested brentq: the level h
-    whose two crossings hold ``mass`` between them (to ~1e-9: the test asks for 1e-6)."""
+    whose two crossings hold ``mass`` between them (to ~1e-10: the test asks for 1e-6).
+
+    Each integral runs over where both Beta densities are above their 1e-16 tails (scipy's
+    quantiles), with break points at the posteriors' modes, the CDF's kinks and where the other
+    posterior's CDF rises, so that quad sees a posterior of sd 1e-5 inside [0, 1]; the mode and
+    the crossings are searched within mean ± 12 sd."""
     from scipy import optimize, special
 
     a1, b1, a2, b2 = x1 + 1, n1 - x1 + 1, x2 + 1, n2 - x2 + 1
+    lo1, hi1 = stats.beta.ppf(1e-16, a1, b1), stats.beta.isf(1e-16, a1, b1)
+    lo2, hi2 = stats.beta.ppf(1e-16, a2, b2), stats.beta.isf(1e-16, a2, b2)
+    mode1, mode2 = (a1 - 1) / max(a1 + b1 - 2, 1), (a2 - 1) / max(a2 + b2 - 2, 1)
 
     def pdf(e, a, b):  # the Beta density written out (scipy.stats' frozen pdf is 30x slower)
         return math.exp(special.xlogy(a - 1, e) + special.xlog1py(b - 1, -e) - special.betaln(a, b))
 
     def density(t):
-        lo, hi = max(0.0, -t), min(1.0, 1.0 - t)
+        lo, hi = max(lo1, lo2 - t, -t, 0.0), min(hi1, hi2 - t, 1.0 - t, 1.0)
         if hi <= lo:
             return 0.0
+        inside = [p for p in (mode1, mode2 - t) if lo < p < hi]
         return integrate.quad(
             lambda e: pdf(e, a1, b1) * pdf(e + t, a2, b2),
             lo,
             hi,
-            epsabs=1e-11,
-            epsrel=1e-10,
-            limit=200,
+            points=inside or None,
+            epsabs=1e-13,
+            epsrel=1e-12,
+            limit=500,
         )[0]
 
-    def cdf(t):
-        kinks = sorted({min(max(-t, 0.0), 1.0), min(max(1 - t, 0.0), 1.0)})
+    def cdf(t):  # where F2(e + t) rises: posterior 2's quantiles, shifted
+        rises = stats.beta.ppf([1e-12, 1e-6, 0.01, 0.5, 0.99, 1 - 1e-6], a2, b2) - t
+        inside = [p for p in (mode1, -t, 1 - t, *rises) if lo1 < p < hi1]
         return integrate.quad(
             lambda e: pdf(e, a1, b1) * special.betainc(a2, b2, min(max(e + t, 0.0), 1.0)),
-            0,
-            1,
-            points=kinks,
-            epsabs=1e-11,
-            epsrel=1e-10,
-            limit=200,
+            lo1,
+            hi1,
+            points=inside or None,
+            epsabs=1e-14,
+            epsrel=1e-12,
+            limit=500,
         )[0]
 
-    mean = (x2 + 1) / (n2 + 2) - (x1 + 1) / (n1 + 2)
+    mean, var = beta_difference(x1, n1, x2, n2)
+    left, right = max(-1.0, mean - 12 * math.sqrt(var)), min(1.0, mean + 12 * math.sqrt(var))
     mode = optimize.minimize_scalar(
         lambda t: -density(t),
-        bounds=(max(-1, mean - 0.3), min(1, mean + 0.3)),
+        bounds=(left, right),
         method="bounded",
-        options={"xatol": 1e-9},
+        options={"xatol": 1e-12 * math.sqrt(var)},
     ).x
     top = density(mode)
 
     def ends(h):
         low = (
-            -1.0
-            if density(-1.0) >= h
-            else optimize.brentq(lambda t: density(t) - h, -1.0, mode, xtol=1e-11)
+            left
+            if density(left) >= h
+            else optimize.brentq(lambda t: density(t) - h, left, mode, xtol=1e-13)
         )
         high = (
-            1.0
-            if density(1.0) >= h
-            else optimize.brentq(lambda t: density(t) - h, mode, 1.0, xtol=1e-11)
+            right
+            if density(right) >= h
+            else optimize.brentq(lambda t: density(t) - h, mode, right, xtol=1e-13)
         )
         return low, high
 
@@ -264,23 +275,37 @@ def reference_hdi(x1, n1, x2, n2, mass):
         lambda h: cdf(ends(h)[1]) - cdf(ends(h)[0]) - mass,
         1e-12 * top,
         top * (1 - 1e-12),
-        xtol=1e-10 * top,
+        xtol=1e-12 * top,
     )
     return ends(level)
 
 
-@pytest.mark.parametrize(
-    ("x1", "n1", "x2", "n2"),
-    [
-        (20, 100, 30, 100),
-        (0, 3, 3, 3),
-        (5, 10, 1, 50),
-        (990, 1000, 5, 20),
-    ],
-)
-def test_hdi_within_1e6_of_quadrature_and_root_finding(x1, n1, x2, n2, mass=0.95):
-    """Its HDI endpoints are within 1e-6 of a quadrature-plus-brentq reference (the grid alone
-    was off by up to 2.6e-4)."""
+# Across the regime: the blog's example; tiny groups (T's density piecewise polynomial, with a
+# kink at 0); a group whose rate is 0 or 1 against a large reference (its density ends steeply,
+# within the reference's sd: the grid-and-Newton HDI was off by up to 4e-3 there); a narrow
+# posterior as skewed as Beta(1, 31254); posteriors of similar width; audits' usual small group
+# against a large reference; both posteriors just below LARGE_POSTERIOR; masses 0.9 to 0.999.
+HDI_CASES = [
+    (20, 100, 30, 100, 0.95),
+    (0, 3, 3, 3, 0.95),
+    (5, 10, 1, 50, 0.95),
+    (0, 1, 0, 1, 0.9),
+    (990, 1000, 5, 20, 0.95),
+    (242696, 379972, 11, 11, 0.95),
+    (57036, 113542, 0, 1, 0.95),
+    (80240, 266432, 0, 8, 0.99),
+    (0, 31253, 0, 30, 0.95),
+    (209, 398, 146, 298, 0.999),
+    (120000, 400000, 30, 800, 0.95),
+    (56000, 250000, 121, 449, 0.9),
+    (4998, 10000, 5600, 11000, 0.95),
+]
+
+
+@pytest.mark.parametrize(("x1", "n1", "x2", "n2", "mass"), HDI_CASES)
+def test_hdi_within_1e6_of_quadrature_and_root_finding(x1, n1, x2, n2, mass):
+    """Its HDI endpoints are within 1e-6 of a quadrature-plus-brentq reference, across the
+    regime (HDI_CASES)."""
     low, high = hdi_difference(x1, n1, x2, n2, mass)
     expected = reference_hdi(x1, n1, x2, n2, mass)
     assert float(low) == pytest.approx(expected[0], abs=1e-6)
@@ -289,9 +314,10 @@ def test_hdi_within_1e6_of_quadrature_and_root_finding(x1, n1, x2, n2, mass=0.95
 
 def test_large_posteriors_take_the_edgeworth_hdi_within_3e7_of_quadrature():
     """Where every Beta parameter is at least LARGE_POSTERIOR, the closed-form HDI is within 3e-7
-    of the quadrature-and-Newton HDI (itself within 1e-6 of the independent reference above),
-    on 200 random comparisons down to the threshold, skewed rates (1% and 99%) included."""
-    from biasaudit.tasks.detection import LARGE_POSTERIOR, _hdi, _in_chunks
+    of the quadrature HDI (itself within 1e-6 of the independent reference above, down to just
+    below the threshold), on 200 random comparisons down to the threshold, skewed rates (1% and
+    99%) included; and within 1e-6 of the reference itself at the threshold."""
+    from biasaudit.tasks.hdi import LARGE_POSTERIOR, quadrature_hdi
 
     rng = np.random.default_rng(3)
     size = LARGE_POSTERIOR
@@ -300,6 +326,36 @@ def test_large_posteriors_take_the_edgeworth_hdi_within_3e7_of_quadrature():
     x1 = np.clip(np.floor(n1 * rng.uniform(0.01, 0.99, 200)), size, n1 - size)
     x2 = np.clip(np.floor(n2 * rng.uniform(0.01, 0.99, 200)), size, n2 - size)
     low, high = hdi_difference(x1, n1, x2, n2, 0.95)
-    quad_low, quad_high = _in_chunks(partial(_hdi, mass=0.95), x1, n1, x2, n2)
+    quad_low, quad_high = quadrature_hdi(x1, n1, x2, n2, 0.95)
     assert np.abs(low - quad_low).max() < 3e-7
     assert np.abs(high - quad_high).max() < 3e-7
+    at_threshold = (size - 1, 2 * size - 2, size - 1, 3 * size)  # parameters 5000 and 5000
+    expected = reference_hdi(*at_threshold, 0.95)
+    assert np.array(hdi_difference(*at_threshold, 0.95)) == pytest.approx(expected, abs=1e-6)
+
+
+def test_mirrored_and_swapped_tables_share_one_computation():
+    """A table, its mirror (x -> n − x: e.g. tpr and fnr), its swap and both, given twice each,
+    are computed once: the mirror's and the swap's HDI are exactly the negated, reversed
+    interval, and P(|T| > t) is the same for all."""
+    from biasaudit.tasks import hdi, posterior
+
+    x1, n1, x2, n2 = 30.0, 200.0, 52.0, 210.0
+    tables = np.array(
+        [(x1, n1, x2, n2), (n1 - x1, n1, n2 - x2, n2), (x2, n2, x1, n1), (n2 - x2, n2, n1 - x1, n1)]
+        * 2
+    ).T
+    calls = []
+
+    def counted(function):
+        return lambda *args, **kwargs: calls.append(len(args[0])) or function(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(hdi, "quadrature_hdi", counted(hdi.quadrature_hdi))
+        patch.setattr(posterior, "_prob_deviation", counted(posterior._prob_deviation))
+        low, high = hdi_difference(*tables, 0.95)
+        p = prob_deviation(*tables, 0.05)
+    assert calls == [1, 1]
+    assert low[0] == low[3] == -high[1] == -high[2] and high[0] == high[3] == -low[1] == -low[2]
+    assert (low[:4] == low[4:]).all() and (high[:4] == high[4:]).all()
+    assert (p == p[0]).all()
