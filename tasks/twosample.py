@@ -67,6 +67,7 @@ _WALK = 8  # _boundary: steps from the quadratic's root before it bisects instea
 _ROUNDING = 1e-6  # _boundary: a root within this of a count is checked against T itself
 _BRACKET = 0.05  # exact_power: the smallest step of their search
 _STEPS = 400  # exact_power: their search's steps, at most
+_CELLS = 2**21  # _critical_statistics: rows searched together hold about this many cells
 _ZONED = 16  # _Zoned: edges found in the middle run only where the larger group is this much larger
 _OUTSIDE = 1e-13  # exact_power: mass of each group's counts left out, at most
 
@@ -616,8 +617,15 @@ def _critical_statistics(
     P_p_B(S >= t) <= ``budget``, to ``precision`` (inf where no t > 0 has it), in batches of like
     sizes (_batches)."""
     out = np.empty(len(p_b))
-    for rows in _batches(n_a, n_b, p_b, p_b, u_tol):
-        out[rows] = _searched_critical(n_a[rows], n_b[rows], p_b[rows], u_tol, budget, precision)
+    n_s, n_l = np.minimum(n_a, n_b), np.maximum(n_a, n_b)
+    # a row's arrays: its window of the smaller group's counts and the larger group's tail table
+    cells = 2 * np.sqrt(n_s * np.log(2 / _NEGLIGIBLE) / 2) + 2 * _SPREAD * np.sqrt(n_l) + 4
+    for batch in _batches(n_a, n_b, p_b, p_b, u_tol):
+        cut = np.flatnonzero(np.diff(np.cumsum(cells[batch]) // _CELLS)) + 1
+        for rows in np.split(batch, cut):  # bounded memory: about _CELLS cells at a time
+            out[rows] = _searched_critical(
+                n_a[rows], n_b[rows], p_b[rows], u_tol, budget, precision
+            )
     return out
 
 
