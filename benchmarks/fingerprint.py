@@ -33,7 +33,7 @@ from biasaudit.db.engine import make_engine, one_snapshot
 from biasaudit.db.scan import scan_window
 from biasaudit.db.source import ROW_PRIME, column_hashes, row_hash_sum, window_bounds, window_of
 from biasaudit.db.stream import read_batches, typed_frame
-from biasaudit.schemas.config import load_audit
+from biasaudit.flows.config_files import load_audit
 
 AS_OF = datetime(2026, 3, 1, tzinfo=UTC)
 

@@ -57,8 +57,8 @@ def persist_seconds(url: str, config: Path, repeat: int) -> None:
     from biasaudit.db import runs
     from biasaudit.db.engine import make_engine
     from biasaudit.db.results import result_tables
+    from biasaudit.flows.config_files import load_audit
     from biasaudit.flows.pipeline import new_record, scan
-    from biasaudit.schemas.config import load_audit
     from biasaudit.tasks.core import audit_counts
     from biasaudit.tasks.counts import group_counts
 

@@ -200,7 +200,7 @@ def scan_seconds(url: str, config: Path, audit_name: str) -> float:
     """The push-down scan alone, in this process."""
     from biasaudit.db.scan import pushdown_cells
     from biasaudit.db.source import window_bounds
-    from biasaudit.schemas.config import load_audit
+    from biasaudit.flows.config_files import load_audit
 
     audit = load_audit(config, audit_name)
     start_at, end = window_bounds(audit, AS_OF)

@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from biasaudit.db.engine import make_engine
 from biasaudit.db.scan import scan_window
 from biasaudit.db.source import window_bounds
-from biasaudit.schemas.config import load_audit
+from biasaudit.flows.config_files import load_audit
 url, config, name = sys.argv[1:4]
 audit = load_audit(config, name)
 as_of = datetime(2026, 3, 1, tzinfo=UTC)

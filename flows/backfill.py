@@ -19,9 +19,9 @@ from prefect import flow
 
 from biasaudit.db.engine import database_url
 from biasaudit.flows.audit import audit_flow
+from biasaudit.flows.config_files import default_config_path, load_audit
 from biasaudit.flows.logs import install_short_errors, one_line
 from biasaudit.flows.monitoring import backfill_plan
-from biasaudit.schemas.config import default_config_path, load_audit
 
 _PERIOD = re.compile(r"^\s*(\d+)\s*(d|mo)\s*$")
 MAX_PERIODS = 10_000

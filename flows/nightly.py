@@ -6,7 +6,7 @@ runner: by default a thread pool of ``BIASAUDIT_MAX_WORKERS`` (2) workers, since
 runs in the database; on a cluster, ``with_task_runner("dask", address=...)`` (the ``dask`` extra,
 prefect-dask) spreads the audits over Dask workers.
 
-Each audit is validated on its own (``schemas.config.load_audit``): a mistake in one audit's
+Each audit is validated on its own (``flows.config_files.load_audit``): a mistake in one audit's
 configuration fails that audit only. The flow runs every audit, prints one line per audit, and
 fails at the end with a summary naming each failed audit and its error.
 
@@ -28,8 +28,8 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from biasaudit.db.engine import flow_url
 from biasaudit.flows.audit import audit_flow
+from biasaudit.flows.config_files import configured_names, default_config_path
 from biasaudit.flows.logs import AuditsFailed, install_short_errors, one_line
-from biasaudit.schemas.config import configured_names, default_config_path
 from biasaudit.schemas.report import run_label
 
 DEFAULT_CRON = "0 2 * * *"

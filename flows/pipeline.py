@@ -44,8 +44,9 @@ from biasaudit.db.runs import (
 )
 from biasaudit.db.scan import scan_window
 from biasaudit.db.source import source_url, window_bounds
+from biasaudit.flows.config_files import default_config_path, load_audit
 from biasaudit.flows.report import write_report
-from biasaudit.schemas.config import Audit, default_config_path, load_audit
+from biasaudit.schemas.config import Audit
 from biasaudit.schemas.frames import listed
 from biasaudit.schemas.names import printable
 from biasaudit.schemas.quarantine import check_invalid_fraction

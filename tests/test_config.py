@@ -2,7 +2,8 @@
 
 import pytest
 
-from biasaudit.schemas.config import ConfigError, load_config, parse_config
+from biasaudit.flows.config_files import load_config
+from biasaudit.schemas.config import ConfigError, parse_config
 
 from .conftest import DEMO_CONFIG
 

@@ -16,9 +16,9 @@ from biasaudit.db.history import list_runs
 from biasaudit.db.models import AuditRun, QuarantinedRow
 from biasaudit.db.runs import record_failed_run, release_run, reuse_identical_run
 from biasaudit.flows.audit import audit_flow, run_audit
+from biasaudit.flows.config_files import load_audit
 from biasaudit.flows.demo import END
 from biasaudit.flows.pipeline import new_record
-from biasaudit.schemas.config import load_audit
 from biasaudit.schemas.quarantine import TooManyInvalidRows
 
 from .conftest import DEMO_CONFIG, on_databases

@@ -21,8 +21,9 @@ from biasaudit.db.report_data import report_frames
 from biasaudit.db.scan import valid_cells
 from biasaudit.flows.audit import run_audit
 from biasaudit.flows.cli import app
+from biasaudit.flows.config_files import load_config
 from biasaudit.flows.monitoring import backfill_plan, backtest, increment
-from biasaudit.schemas.config import load_config, parse_config
+from biasaudit.schemas.config import parse_config
 from biasaudit.schemas.results import COMPARISON_KEY
 from biasaudit.tasks import monitor
 from biasaudit.tasks.compare import compare_metrics, windows_overlap

@@ -456,8 +456,8 @@ def test_result_values_are_stored_exactly(db_url):
     quotes and non-ASCII characters."""
     from biasaudit.db.models import GroupCount, MetricResult
     from biasaudit.db.runs import release_run, save_run, start_run
+    from biasaudit.flows.config_files import load_audit
     from biasaudit.flows.pipeline import new_record
-    from biasaudit.schemas.config import load_audit
 
     from .conftest import DEMO_CONFIG
 

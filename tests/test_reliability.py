@@ -248,8 +248,8 @@ def test_an_older_store_takes_reasons_of_any_length_after_upgrade(db_url):
     from alembic import command
 
     from biasaudit.db.migrate import alembic_config, upgrade
+    from biasaudit.flows.config_files import load_audit
     from biasaudit.flows.pipeline import new_record
-    from biasaudit.schemas.config import load_audit
 
     engine = make_engine(db_url)
 
@@ -451,8 +451,8 @@ def test_live_run_is_waited_for_not_abandoned(db_url, monkeypatch):
     import threading
 
     from biasaudit.db.runs import RunInProgress, release_run, start_run
+    from biasaudit.flows.config_files import load_config
     from biasaudit.flows.pipeline import new_record
-    from biasaudit.schemas.config import load_config
 
     monkeypatch.setenv("BIASAUDIT_LEASE_SECONDS", "3")
     audit = load_config(DEMO_CONFIG).get("credit-race")
@@ -559,8 +559,8 @@ def test_connection_dropped_during_copy_is_retried_like_any_drop(db_url, monkeyp
 
     from biasaudit.db.retry import is_transient
     from biasaudit.db.runs import _insert_results, release_run, start_run
+    from biasaudit.flows.config_files import load_audit
     from biasaudit.flows.pipeline import new_record
-    from biasaudit.schemas.config import load_audit
 
     engine = make_engine(db_url)
     record = new_record(load_audit(DEMO_CONFIG, "credit-race"), END)
@@ -597,9 +597,9 @@ def test_a_value_copy_refuses_is_sqlalchemys_error(db_url):
     from sqlalchemy.exc import DataError
 
     from biasaudit.db.runs import _insert_results, release_run, start_run
+    from biasaudit.flows.config_files import load_audit
     from biasaudit.flows.logs import handled_errors
     from biasaudit.flows.pipeline import new_record
-    from biasaudit.schemas.config import load_audit
 
     engine = make_engine(db_url)
     run_id = start_run(engine, new_record(load_audit(DEMO_CONFIG, "credit-race"), END))

@@ -46,7 +46,7 @@ def run(
     """Run one audit now (one Prefect flow run); prints the run, its flagged findings and the
     report's path."""
     from biasaudit.db.engine import flow_url
-    from biasaudit.schemas.config import default_config_path, load_audit
+    from biasaudit.flows.config_files import default_config_path, load_audit
 
     moment = _date(as_of)
     load_audit(Path(config or default_config_path()), audit)  # a mistake fails before Prefect
@@ -140,7 +140,7 @@ def backfill(
 
     from biasaudit.db.engine import flow_url
     from biasaudit.flows.backfill import parse_period, periods
-    from biasaudit.schemas.config import default_config_path, load_audit
+    from biasaudit.flows.config_files import default_config_path, load_audit
 
     start, end = _date(from_, "--from"), _date(to, "--to")
     assert start is not None and end is not None
@@ -180,8 +180,8 @@ def backtest(
 ) -> None:
     """What nightly monitored runs would have said from --from to --to (nothing is written)."""
     from biasaudit.db.engine import database_url
+    from biasaudit.flows.config_files import default_config_path, load_audit
     from biasaudit.flows.monitoring import backtest as replay
-    from biasaudit.schemas.config import default_config_path, load_audit
 
     _check_format(format_)
     configured = load_audit(Path(config or default_config_path()), audit)
@@ -223,7 +223,7 @@ def serve(
     `prefect deployment run 'nightly/NAME' -p audits='["AUDIT"]'`)."""
     from biasaudit.db.engine import database_url, make_engine, safe_url
     from biasaudit.db.migrate import upgrade
-    from biasaudit.schemas.config import configured_names, default_config_path
+    from biasaudit.flows.config_files import configured_names, default_config_path
 
     if task_runner not in ("threads", "dask"):
         raise Mistake(f"--task-runner is threads or dask, not {task_runner!r}")
@@ -267,12 +267,8 @@ def audits(config: ConfigOption = None, db: DbOption = None) -> None:
     per problem; exit 1 if any audit is invalid."""
     import pandas as pd
 
-    from biasaudit.schemas.config import (
-        ConfigError,
-        configured_names,
-        default_config_path,
-        load_audit,
-    )
+    from biasaudit.flows.config_files import configured_names, default_config_path, load_audit
+    from biasaudit.schemas.config import ConfigError
 
     path = Path(config or default_config_path())
     rows, problems = [], []
