@@ -127,13 +127,14 @@ def run_metrics(
     estimator: str = "raw",
     subset: str = "group",
 ) -> pd.DataFrame:
-    """One run's metric values of groups (or of their complements, ``subset='rest'``) with size n."""
-    n = (GroupCount.tp + GroupCount.fp + GroupCount.fn + GroupCount.tn).label("n")
+    """One run's metric values of groups (or of their complements, ``subset='rest'``) with their
+    ``labelled`` predictions (TP + FP + FN + TN)."""
+    labelled = (GroupCount.tp + GroupCount.fp + GroupCount.fn + GroupCount.tn).label("labelled")
     query = (
         select(
             MetricResult.attribute,
             MetricResult.group_name,
-            n,
+            labelled,
             MetricResult.metric,
             MetricResult.value,
             MetricResult.numerator,

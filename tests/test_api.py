@@ -155,7 +155,7 @@ def test_api_and_database_run_agree(compas_result, tmp_path):
         "[audits.thresholds]\nbootstrap_replicates = 200\n"
     )
     run = run_audit("compas", str(config), url, pd.Timestamp("2015-01-01", tz="UTC"))
-    stored = run_metrics(make_engine(url), run["run_id"]).drop(columns="n")
+    stored = run_metrics(make_engine(url), run["run_id"]).drop(columns="labelled")
     mine = compas_result.metrics
     mine = mine[mine["subset"] == "group"][stored.columns]
     order = ["attribute", "group_name", "metric"]

@@ -2,8 +2,10 @@
 
 import subprocess
 import sys
+from io import StringIO
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -532,6 +534,14 @@ def test_history_of_a_run_is_a_summary_unless_asked_for_more(store):
     exported = runner.invoke(app, ["history", "3", "--db", url, "--format", "csv"])
     groups = credit["race"].nunique() + credit["sex"].nunique() + len(cells)
     assert len(exported.output.splitlines()) == 1 + groups * 4  # header, 4 metrics per group
+    # Each metric row carries its group's labelled predictions, named so (not n: the summary's
+    # group sizes count every valid prediction, labelled or not).
+    table = pd.read_csv(StringIO(exported.output))
+    assert "labelled" in table.columns and "n" not in table.columns
+    race = table[table["attribute"] == "race"].groupby("group_name")["labelled"].unique()
+    labelled = credit[credit["y_true"].notna()].groupby("race").size()
+    assert {g: list(v) for g, v in race.items()} == {g: [n] for g, n in labelled.items()}
+    assert "groups: rows (* below 30)" in summary.output
 
 
 def test_compare_of_overlapping_windows_says_what_to_do_instead(store):

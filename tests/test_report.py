@@ -230,7 +230,7 @@ def test_compas_undefined_cell_shows_its_reason(compas):
     row = Page(compas["page"]).row("race x sex", "PPV", "Asian x Female")
     assert row[6].startswith("undefined:") and len(row[6]) > len("undefined: ")
     assert "⚠ small" in row[0]  # two people, below min_group_size
-    assert re.search(r"Asian x Female · n=2 ⚠</text>.{0,200}undefined: ", compas["page"])
+    assert re.search(r"Asian x Female · 2 rows ⚠</text>.{0,200}undefined: ", compas["page"])
 
 
 @needs_compas
@@ -500,7 +500,7 @@ def test_control_and_bidi_characters_in_names_are_visible_escapes_in_html(spoofe
         assert shown in groups, shown
     assert 'title="\\u202eevil"' in page  # the tooltip of the override's chip
     # its forest-plot label, with the name in full on hover
-    assert "<title>\\u202eevil</title>\\u202eevil · n=200</text>" in page
+    assert "<title>\\u202eevil</title>\\u202eevil · 200 rows</text>" in page
     finding = [c for _, _, c in parsed.rows if c[:2] == ["team", "\\u202eevil"]]
     assert finding and finding[0][2] == LONG  # flagged against the 10 KB reference, in full
     assert f'title="vs ref. {LONG}:"' in page  # a column header cut on one line, whole on hover
@@ -618,8 +618,8 @@ def test_forest_plot_keeps_undefined_and_small_groups():
         }
     )
     svg = forest_plot(rows, 0.05, "FPR", 30)
-    assert "empty · n=0 ⚠" in svg and "undefined: fp+tn = 0" in svg
-    assert "tiny · n=3 ⚠" in svg and 'fill="#fff"' in svg  # hollow dot for a small group
+    assert "empty · 0 rows ⚠" in svg and "undefined: fp+tn = 0" in svg
+    assert "tiny · 3 rows ⚠" in svg and 'fill="#fff"' in svg  # hollow dot for a small group
     assert svg.count("<circle") == 2
 
 

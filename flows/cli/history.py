@@ -160,12 +160,12 @@ def history(
     if metrics.empty:
         return
     wide = metrics.pivot(
-        index=["attribute", "group_name", "n"], columns="metric", values="value"
+        index=["attribute", "group_name", "labelled"], columns="metric", values="value"
     ).reset_index()
     context = [m for m in BASE_RATES if m in wide.columns]
     if context:
         _print_frame(
-            wide[["attribute", "group_name", "n", *context]],
+            wide[["attribute", "group_name", "labelled", *context]],
             title=f"{run_label(run.id, run.version)}: base rates per group (context, not tested)",
         )
     _print_frame(
@@ -217,10 +217,10 @@ def _print_summary(engine: Any, run: Any) -> None:
             "attribute": row.attribute,
             "verdict": first_screen.VERDICTS[row.verdict][0],
             "why": row.why,
-            f"groups: predictions (* below {minimum})": ", ".join(
+            f"groups: rows (* below {minimum})": ", ".join(
                 f"{g} {int(n):,}{'*' if small else ''}"
                 for g, n, small in sizes.loc[
-                    sizes["attribute"] == row.attribute, ["group_name", "n", "small"]
+                    sizes["attribute"] == row.attribute, ["group_name", "rows", "small"]
                 ].itertuples(index=False)
             ),
         }
@@ -251,7 +251,7 @@ def _print_summary(engine: Any, run: Any) -> None:
             f"groups below min_group_size {minimum} (metrics kept, not tested): "
             + "; ".join(
                 f"{a}: {g} ({int(n)})"
-                for a, g, n in small[["attribute", "group_name", "n"]].itertuples(index=False)
+                for a, g, n in small[["attribute", "group_name", "rows"]].itertuples(index=False)
             )
         )
     undefined = first_screen.undefined_metrics(frames)

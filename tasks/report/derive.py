@@ -114,17 +114,18 @@ def per_frames(function: Callable[..., T]) -> Callable[..., T]:
 
 @per_frames
 def groups(frames: ReportFrames) -> pd.DataFrame:
-    """One row per (attribute, group): predictions, labelled, label completeness, small flag, and
+    """One row per (attribute, group): ``rows`` (valid predictions, labelled or not), ``labelled``,
+    label completeness, small flag, and
     each CONTEXT base rate (column ``prev``, with ``prev_numerator`` and ``prev_denominator``)."""
     counts = frames.counts
     if counts.empty:
-        return pd.DataFrame(columns=["attribute", "group_name", "n", "labelled", "completeness"])
+        return pd.DataFrame(columns=["attribute", "group_name", "rows", "labelled", "completeness"])
     own = counts[counts["subset"] == "group"].copy()
     own["labelled"] = own[COUNT_COLUMNS].sum(axis=1)
     unlabelled = own["n_unlabelled"]
-    own["n"] = own["labelled"] + unlabelled
+    own["rows"] = own["labelled"] + unlabelled
     with np.errstate(invalid="ignore", divide="ignore"):
-        own["completeness"] = np.where(own["n"] > 0, own["labelled"] / own["n"], np.nan)
+        own["completeness"] = np.where(own["rows"] > 0, own["labelled"] / own["rows"], np.nan)
         if {"unlabelled_pos", "unlabelled_neg"} <= set(own.columns):  # split by decision
             selected, rejected = own["tp"] + own["fp"], own["fn"] + own["tn"]
             pos, neg = own["unlabelled_pos"].astype(float), own["unlabelled_neg"].astype(float)
@@ -135,8 +136,8 @@ def groups(frames: ReportFrames) -> pd.DataFrame:
         own[f"{metric}_numerator"], own[f"{metric}_denominator"] = numerator, denominator
         own[metric] = numerator.where(denominator > 0) / denominator.where(denominator > 0)
     # min_group_size counts valid predictions, labelled or not, as the comparison stages do
-    own["small"] = own["n"] < thresholds(frames)["min_group_size"]
-    return own.sort_values(["attribute", "n"], ascending=[True, False]).reset_index(drop=True)
+    own["small"] = own["rows"] < thresholds(frames)["min_group_size"]
+    return own.sort_values(["attribute", "rows"], ascending=[True, False]).reset_index(drop=True)
 
 
 @per_frames
@@ -175,10 +176,10 @@ def comparisons(frames: ReportFrames, deduplicate: bool = True) -> pd.DataFrame:
     size = groups(frames).set_index(["attribute", "group_name"])
     minimum = thresholds(frames)["min_group_size"]
     key = pd.MultiIndex.from_frame(out[["attribute", "group_name"]])
-    out["size_group"] = size["n"].reindex(key).to_numpy()
+    out["size_group"] = size["rows"].reindex(key).to_numpy()
     ref_key = pd.MultiIndex.from_arrays([out["attribute"], out["reference"]])
-    ref_size = size["n"].reindex(ref_key).to_numpy()
-    rest = size.groupby(level="attribute")["n"].sum().reindex(out["attribute"]).to_numpy()
+    ref_size = size["rows"].reindex(ref_key).to_numpy()
+    rest = size.groupby(level="attribute")["rows"].sum().reindex(out["attribute"]).to_numpy()
     out["size_reference"] = np.where(out["reference"] == "rest", rest - out["size_group"], ref_size)
     out["small"] = (out["size_group"] < minimum) | (out["size_reference"] < minimum)
     if deduplicate:
@@ -240,7 +241,7 @@ def verdicts(frames: ReportFrames) -> pd.DataFrame:
                 "verdict": key,
                 "why": why,
                 "k": len(part),
-                "smallest": int(part["n"].min()),
+                "smallest": int(part["rows"].min()),
                 "flagged": flagged,
                 "tested": len(tested),
                 "completeness_p": uneven.get(attribute, (float("nan"), ""))[0],
@@ -317,7 +318,7 @@ def rate_table(frames: ReportFrames) -> pd.DataFrame:
         low=low, high=high, reason=raw["undefined_reason"]
     )
     size = groups(frames)
-    keep = ["attribute", "group_name", "n", "labelled", "completeness", "small", *COUNT_COLUMNS]
+    keep = ["attribute", "group_name", "rows", "labelled", "completeness", "small", *COUNT_COLUMNS]
     table = table.merge(size[keep], on=["attribute", "group_name"], how="left")
     comp = comparisons(frames, deduplicate=False)
     named = references(frames)
@@ -335,7 +336,7 @@ def rate_table(frames: ReportFrames) -> pd.DataFrame:
     table["is_reference"] = [
         named.get(a) == g for a, g in zip(table["attribute"], table["group_name"])
     ]
-    return table.sort_values(["attribute", "metric", "n"], ascending=[True, True, False])
+    return table.sort_values(["attribute", "metric", "rows"], ascending=[True, True, False])
 
 
 def ranked_findings(frames: ReportFrames) -> pd.DataFrame:

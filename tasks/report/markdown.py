@@ -34,7 +34,7 @@ from biasaudit.tasks.report.text import (
 def _md_groups(part: pd.DataFrame) -> str:
     """Each group's size, its label completeness when groups differ in it, small ones marked."""
     uniform = part["completeness"].nunique(dropna=False) <= 1
-    cells = zip(part["group_name"], part["n"], part["completeness"], part["small"])
+    cells = zip(part["group_name"], part["rows"], part["completeness"], part["small"])
     text = "; ".join(
         f"{md(g)} {count(n)}"
         + ("" if uniform else f" ({percent(c)} labelled)")

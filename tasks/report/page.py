@@ -180,14 +180,14 @@ def _group_chips(part: pd.DataFrame, minimum: int) -> str:
         chips.append(
             f'<span class="{css}" title="{esc(row.group_name)}">'
             f"{esc(_shorten(str(row.group_name), 40))} "
-            f"<b>{count(row.n)}</b>{esc(done)}{esc(mark)}</span>"
+            f"<b>{count(row.rows)}</b>{esc(done)}{esc(mark)}</span>"
         )
     note = ""
     if len(part) > len(shown):
         hidden = part.drop(index=shown.index)
         note += (
-            f' <span class="muted">and {len(hidden)} more groups of {count(hidden["n"].min())} '
-            f"to {count(hidden['n'].max())} predictions ({int(hidden['small'].sum())} below "
+            f' <span class="muted">and {len(hidden)} more groups of {count(hidden["rows"].min())} '
+            f"to {count(hidden['rows'].max())} predictions ({int(hidden['small'].sum())} below "
             f"{minimum}; all in the details)</span>"
         )
     if uniform and len(part):
@@ -593,7 +593,7 @@ def details_sections(frames: ReportFrames) -> str:
         cols = ["attribute", "group_name", "metric", "value", "undefined_reason"]
         parts.append(_details("Other metrics (no interval)", other, cols))
     sizes = groups(frames)
-    cols = ["attribute", "group_name", "n", "labelled", "completeness", *CONTEXT]
+    cols = ["attribute", "group_name", "rows", "labelled", "completeness", *CONTEXT]
     cols += ["completeness_selected", "completeness_rejected", "small"]
     parts.append(_details("Groups: predictions, label completeness, base rates", sizes, cols))
     parts.append(_details("Changes since the previous run", frames.comparison))

@@ -83,7 +83,7 @@ def forest_plot(rows: pd.DataFrame, tolerance: float, title: str, minimum: int) 
         y = top + i * line + 4
         small = bool(row.small)
         name = _shorten(str(row.group_name), 22)
-        label = f"{name} · n={count(row.size_group)}" + (" ⚠" if small else "")
+        label = f"{name} · {count(row.size_group)} rows" + (" ⚠" if small else "")
         fill = "#8a4b00" if small else "#222"
         parts.append(
             f'<text x="{label_w - 8}" y="{y + 4}" text-anchor="end" font-size="12" '
