@@ -39,8 +39,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
 
 from biasaudit.schemas.metric_ids import METRIC_IDS, TESTED_RATES, canonical_metric
 from biasaudit.schemas.urls import holds_secret
@@ -275,6 +273,9 @@ class Audit(BaseModel):
     def _no_password(cls, value: str | None) -> str | None:
         if value is None:
             return value
+        from sqlalchemy.engine import make_url  # here: audit_frame never needs SQLAlchemy
+        from sqlalchemy.exc import ArgumentError
+
         try:
             url = make_url(value)
         except (ArgumentError, ValueError):

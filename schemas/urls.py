@@ -9,8 +9,10 @@ file asks this module, so the two forms are treated alike everywhere.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from sqlalchemy.engine import URL
+if TYPE_CHECKING:  # SQLAlchemy is not imported for the type alone (audit_frame needs none)
+    from sqlalchemy.engine import URL
 
 # Query parameters that carry a credential in the drivers' and warehouses' URLs (compared without
 # case): PostgreSQL/libpq, MySQL drivers, and the token or key parameters of warehouse dialects.

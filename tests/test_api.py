@@ -331,6 +331,23 @@ def test_api_does_not_import_prefect():
     assert done.stdout.strip() == "[]"
 
 
+def test_audit_frame_imports_no_database_library(tmp_path):
+    """A notebook's first audit_frame imports neither Prefect nor SQLAlchemy, Alembic or a
+    database driver: its cost is the statistics' libraries alone (SQLAlchemy was 0.2-0.4 s of
+    it, for the type of a URL)."""
+    probe = (
+        "import sys\n"
+        "import pandas as pd\n"
+        "import biasaudit\n"
+        "frame = pd.DataFrame({'y_true': [0.0, 1.0] * 20, 'y_pred': [0, 1, 1, 0] * 10,\n"
+        "                      'sex': ['F', 'M'] * 20})\n"
+        "biasaudit.audit_frame(frame, attributes=['sex'], metrics=['tpr'])\n"
+        "heavy = {'prefect', 'sqlalchemy', 'alembic', 'psycopg', 'pymysql'}\n"
+        "print('imported:', sorted({m.split('.')[0] for m in sys.modules} & heavy))\n"
+    )
+    assert last_line_of(probe, tmp_path) == "imported: []"
+
+
 def test_plain_pipeline_runs_without_prefect(tmp_path):
     """It runs a whole audit as plain calls, and reuses it for unchanged input, without ever
     importing Prefect."""
