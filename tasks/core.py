@@ -34,6 +34,7 @@ from biasaudit.tasks.counts import (
 )
 from biasaudit.tasks.detection import detect
 from biasaudit.tasks.match import match_test
+from biasaudit.tasks.memory import keep_freed_memory
 from biasaudit.tasks.metametrics import attribute_meta_metrics
 from biasaudit.tasks.metrics import CATALOGUE, compute_metrics, two_group_metrics
 from biasaudit.tasks.planning import plan
@@ -172,6 +173,7 @@ def audit_counts(
     default). ``run(stage, function, *args)`` runs each stage: the default calls it; the audit flow
     runs it as a Prefect task.
     """
+    keep_freed_memory()  # the stages' arrays reuse freed memory from the first audit on
     counts = validate_result("counts", counts)
     previous = previous or (None, pd.DataFrame())
     # Before any stage, so that a flow fails on this one line and not inside a task.
