@@ -29,6 +29,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from biasaudit.db.engine import flow_url
 from biasaudit.flows.audit import audit_flow
 from biasaudit.flows.config_files import configured_names, default_config_path
+from biasaudit.flows.heartbeats import without_heartbeats
 from biasaudit.flows.logs import AuditsFailed, install_short_errors, one_line
 from biasaudit.schemas.report import run_label
 
@@ -47,7 +48,8 @@ def audit_task(
     # The nightly flow validated the parameters already; re-validating them on a Dask worker
     # fails (pydantic cannot rebuild the unpickled flow's parameter model).
     subflow = audit_flow.with_options(validate_parameters=False)
-    return subflow(audit_name, config_path, db_url, as_of, force)
+    with without_heartbeats():  # the nightly run's own heartbeat covers its process
+        return subflow(audit_name, config_path, db_url, as_of, force)
 
 
 def summary_line(failed: dict[str, str], total: int) -> str:

@@ -1,4 +1,5 @@
-"""What a process pays outside the statistics: the first audit's fresh pages."""
+"""What a process pays outside the statistics: the first audit's fresh pages, Prefect's
+heartbeats in the flows the CLI runs."""
 
 from __future__ import annotations
 
@@ -69,3 +70,40 @@ def test_thresholds_set_in_the_environment_are_left_alone(monkeypatch):
         assert keep_freed_memory() is False
     finally:
         keep_freed_memory.cache_clear()
+
+
+PREFECT_ENVIRONMENT = """
+from prefect.settings import get_current_settings
+from biasaudit.flows.cli.server import _prefect_environment
+_prefect_environment()
+print(get_current_settings().flows.heartbeat_frequency)
+"""
+
+
+@pytest.mark.parametrize(
+    ("configured", "expected"), [({}, "None"), ({"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": "60"}, "60")]
+)
+def test_the_cli_flow_runs_send_heartbeats_only_where_configured(configured, expected):
+    """The flow runs of `run`, `demo` and `backfill` send no Prefect heartbeat (each ended up to
+    1 s late waiting for the heartbeat thread), unless the operator set their frequency. The
+    server's URL is set (never contacted), so no temporary server starts."""
+    env = {"PREFECT_API_URL": "http://127.0.0.1:9/api", **configured}
+    assert _fresh(PREFECT_ENVIRONMENT, **env) == expected
+
+
+def test_the_nightly_audit_subflows_send_no_heartbeat_unless_configured():
+    """The nightly flow's audits run as subflows in its process, inside ``without_heartbeats``:
+    their frequency is off by default and the operator's where set."""
+    from prefect.settings import (
+        PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
+        get_current_settings,
+        temporary_settings,
+    )
+
+    from biasaudit.flows.heartbeats import without_heartbeats
+
+    with without_heartbeats():
+        assert get_current_settings().flows.heartbeat_frequency is None
+    operator = temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: 90})
+    with operator, without_heartbeats():  # entered after the operator's setting
+        assert get_current_settings().flows.heartbeat_frequency == 90

@@ -23,25 +23,31 @@ def _prefect_environment(logs: bool = False) -> None:
     """Point Prefect at a server: $PREFECT_API_URL or the profile's, else a temporary local server
     started here that dies with this process (even on SIGKILL), unlike Prefect's own temporary
     server. Prefect's log lines are left out unless ``logs``, --verbose or --debug: the command
-    prints the run's results itself, and an error as one line."""
+    prints the run's results itself, and an error as one line. The flow runs of this process send
+    no heartbeat unless the operator configured them (flows.heartbeats)."""
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from prefect.settings import get_current_settings
 
+    from biasaudit.flows.heartbeats import heartbeat_updates
     from biasaudit.flows.logs import install_short_errors, quiet_prefect_console
 
     install_short_errors()
     if not (logs or PREFECT_LOGS["on"]):
         quiet_prefect_console()
-    if get_current_settings().api.url:
-        return
-    url = _start_temporary_server()
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    updates = heartbeat_updates()  # the flow runs this process runs: flows.heartbeats
+    if not get_current_settings().api.url:
+        url = _start_temporary_server()
+        from prefect.settings import PREFECT_API_URL
 
-    os.environ["PREFECT_API_URL"] = url  # inherited by flow runs `serve` starts
-    stack = contextlib.ExitStack()
-    stack.enter_context(temporary_settings(updates={PREFECT_API_URL: url}))
-    atexit.register(stack.close)
+        os.environ["PREFECT_API_URL"] = url  # inherited by flow runs `serve` starts
+        updates[PREFECT_API_URL] = url
+    if updates:
+        from prefect.settings import temporary_settings
+
+        stack = contextlib.ExitStack()
+        stack.enter_context(temporary_settings(updates=updates))
+        atexit.register(stack.close)
 
 
 # Started in the server's process before it becomes uvicorn: ask Linux to SIGKILL it when its
