@@ -1,5 +1,5 @@
 """What a process pays outside the statistics: the first audit's fresh pages, Prefect's
-heartbeats in the flows the CLI runs."""
+heartbeats in the flows the CLI runs, the interpreter's last collections at a command's exit."""
 
 from __future__ import annotations
 
@@ -107,3 +107,20 @@ def test_the_nightly_audit_subflows_send_no_heartbeat_unless_configured():
     operator = temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: 90})
     with operator, without_heartbeats():  # entered after the operator's setting
         assert get_current_settings().flows.heartbeat_frequency == 90
+
+
+EXIT = """
+import atexit, gc, sys
+atexit.register(lambda: print("frozen at exit:", gc.get_freeze_count() > 0))
+from biasaudit.flows.cli import app
+try:
+    app(["metrics"])
+except SystemExit:
+    pass
+"""
+
+
+def test_a_command_exits_without_the_final_collections():
+    """A CLI process freezes the garbage collector at exit (after Prefect's exit handlers, before
+    the interpreter's own collections, which took 1-2 s with Prefect and pandas loaded)."""
+    assert _fresh(EXIT) == "frozen at exit: True"
