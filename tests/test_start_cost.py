@@ -50,14 +50,13 @@ def _fresh(code: str, **env: str) -> str:
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's allocator only")
 def test_an_audit_takes_its_arrays_from_freed_memory():
-    """Two audits of a frame in a fresh process: the second takes almost no fresh page, and the
-    first fewer than a tenth of what glibc's default thresholds cost (measured before: 195,000
-    and 181,000 minor page faults; with tasks.memory 20,000 and 550)."""
+    """Two audits of a frame in a fresh process: the second takes almost no fresh page (with
+    glibc's default thresholds, measured: 35,000 and 11,900 minor page faults; with tasks.memory
+    22,700 and 18; before planning's rewrite 195,000 and 181,000 against 20,000 and 550)."""
     import json
 
     first, second = json.loads(_fresh(AUDITS))
-    assert second < 10_000, (first, second)
-    assert first < 80_000, (first, second)
+    assert second < 2_000, (first, second)
 
 
 def test_thresholds_set_in_the_environment_are_left_alone(monkeypatch):
