@@ -325,7 +325,7 @@ class _Probabilities:
     1). Where few edges fall among them (a larger group of millions against a small one: each
     count of the small group moves the edge by several of the large one's standard errors), the
     binomial CDF at those edges, until they cost more than a table of the tails there (_tails),
-    which then serves every region asked about (planning's bisection).
+    which then serves every region asked about (planning's search).
 
     Many comparisons at once: ``n_a``, ``n_b`` one per row (the same one smaller in every row),
     ``xs`` a row of counts per row (``kept``: the columns that hold counts, the rest padding),
