@@ -121,12 +121,18 @@ def _snap(grid: np.ndarray, low, high) -> tuple[np.ndarray, np.ndarray]:
     return first, np.maximum(last, first)
 
 
+def _windows(n, p_low, p_high) -> tuple[np.ndarray, np.ndarray]:
+    """(first, how many) counts of Binomial(n, p), p in [p_low, p_high], outside which the mass
+    is below _NEGLIGIBLE at every such p (Hoeffding: P(|X − np| >= k) <= 2·exp(−2k²/n))."""
+    k = np.sqrt(np.asarray(n) * np.log(2 / _NEGLIGIBLE) / 2)
+    first = np.maximum(0, np.floor(n * np.asarray(p_low) - k))
+    return first, (np.minimum(n, np.ceil(n * np.asarray(p_high) + k)) - first + 1).astype("int64")
+
+
 def _window(n: int, p_low: float, p_high: float) -> np.ndarray:
-    """Counts of Binomial(n, p), p in [p_low, p_high], outside which the mass is below
-    _NEGLIGIBLE at every such p (Hoeffding: P(|X − np| >= k) <= 2·exp(−2k²/n))."""
-    k = np.sqrt(n * np.log(2 / _NEGLIGIBLE) / 2)
-    first = max(0, int(np.floor(n * p_low - k)))
-    return np.arange(first, min(n, int(np.ceil(n * p_high + k))) + 1, dtype="float64")
+    """_windows of one group, as its counts."""
+    first, count = _windows(n, p_low, p_high)
+    return np.arange(int(first), int(first) + int(count), dtype="float64")
 
 
 def _boundary(n_a, n_b, t, u_tol: float, xs: np.ndarray | None = None):
@@ -462,16 +468,9 @@ def _ragged(start: np.ndarray, count: np.ndarray) -> np.ndarray:
 def _nuisance_values(n_a, n_b, u_tol: float, low, high) -> tuple[np.ndarray, np.ndarray]:
     """Each comparison's nuisance grid values spanning [low, high] (_snap), concatenated: (the
     values, how many per comparison); one grid per distinct pair of sizes."""
-    pairs, inverse = np.unique(np.stack([n_a, n_b], axis=1), axis=0, return_inverse=True)
-    inverse = inverse.ravel()
-    grids = [_nuisance_grid(int(a), int(b), u_tol) for a, b in pairs]
-    offset = np.cumsum([0] + [len(g) for g in grids])[inverse]
-    first, last = np.empty(len(n_a), "int64"), np.empty(len(n_a), "int64")
-    order = np.argsort(inverse, kind="stable")
-    for grid, rows in zip(grids, np.split(order, np.cumsum(np.bincount(inverse))[:-1])):
-        first[rows], last[rows] = _snap(grid, low[rows], high[rows])
-    values = np.concatenate(grids)[_ragged(offset + first, last - first + 1)]
-    return values, last - first + 1
+    grids = _Grids(n_a, n_b, u_tol)
+    first, last = grids.snap(np.arange(len(n_a)), low, high)
+    return grids.values[_ragged(first, last - first + 1)], last - first + 1
 
 
 class _Layout:
@@ -489,10 +488,8 @@ class _Layout:
         n_s = n_a if a_small else n_b
         if a_small:
             low, high = np.minimum(low + u_tol, 1.0), np.minimum(high + u_tol, 1.0)
-        k = np.sqrt(n_s * np.log(2 / _NEGLIGIBLE) / 2)
-        start = np.maximum(0, np.floor(n_s * low - k))
-        stop = np.minimum(n_s, np.ceil(n_s * high + k))
-        self.start, self.width = start, (stop - start + 1).astype("int64")
+        start, self.width = _windows(n_s, low, high)
+        self.start = start
         columns = np.arange(int(self.width.max()))[None, :]
         self.kept = columns < self.width[self.owner, None]
         self.xs = start[self.owner, None] + np.minimum(columns, self.width[self.owner, None] - 1)
@@ -644,9 +641,7 @@ def _searched_critical(n_a, n_b, p_b, u_tol: float, budget: float, precision: fl
     a_small = bool(n_a[0] <= n_b[0])
     n_s = n_a if a_small else n_b
     p_s = np.minimum(p_b + u_tol, 1.0) if a_small else p_b
-    k = np.sqrt(n_s * np.log(2 / _NEGLIGIBLE) / 2)
-    start = np.maximum(0, np.floor(n_s * p_s - k))
-    width = (np.minimum(n_s, np.ceil(n_s * p_s + k)) - start + 1).astype("int64")
+    start, width = _windows(n_s, p_s, p_s)
     columns = np.arange(int(width.max()))[None, :]
     kept = columns < width[:, None]
     xs = start[:, None] + np.minimum(columns, width[:, None] - 1)

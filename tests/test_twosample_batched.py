@@ -90,9 +90,7 @@ def test_zoned_probabilities_equal_those_over_every_count(n_s, n_l, a_small):
     p_b = np.linspace(0.2, 0.6, rows)
     u_tol = 0.05
     p_s = np.minimum(p_b + u_tol, 1.0) if a_small else p_b
-    window = np.sqrt(n_s * np.log(2 / twosample._NEGLIGIBLE) / 2)
-    start = np.maximum(0, np.floor(n_s * p_s - window))
-    width = (np.minimum(n_s, np.ceil(n_s * p_s + window)) - start + 1).astype("int64")
+    start, width = twosample._windows(n_s, p_s, p_s)
     xs = start[:, None] + np.minimum(np.arange(width.max())[None, :], width[:, None] - 1)
     zoned = twosample._Zoned(n_a, n_b, xs, p_b, u_tol, width)
     assert zoned.zoned
