@@ -365,7 +365,6 @@ class _Probabilities:
         self.first = np.clip(middle, 0, self.n_l + 1 - self.width).astype("int64")
         self.owner = np.zeros(len(self.p_l), "int64") if owner is None else owner
         owners = int(self.owner.max()) + 1 if len(self.owner) else 0
-        self.rows = np.bincount(self.owner, minlength=owners)  # per comparison
         self.cost = np.bincount(self.owner, self.width, minlength=owners)  # its table's
         self.spent = np.zeros(owners, "int64")  # CDFs so far, per comparison
         self.tabled = np.zeros(owners, bool)
@@ -377,58 +376,63 @@ class _Probabilities:
         pmf: np.ndarray | None = None,
         kept: np.ndarray | None = None,
         table: bool | None = None,
+        rows: np.ndarray | None = None,
     ) -> np.ndarray:
-        """P(region) per row; ``pmf`` and ``kept``: the smaller group's pmf and kept columns at
-        other counts than ``xs`` (a part of each row: _Zoned), else this layout's own;
-        ``table``: force the table (True) or the CDF (False); None: the cheaper."""
-        pmf, kept = (self.pmf, self.kept) if pmf is None else (pmf, kept)
+        """P(region) per row (of ``rows``, indices: all by default; ``edge`` one row each);
+        ``pmf`` and ``kept``: the smaller group's pmf and kept columns at other counts than ``xs``
+        (a part of each row: _Zoned), else this layout's own; ``table``: force the table (True)
+        or the CDF (False); None: the cheaper."""
+        rows = np.arange(len(self.p_l)) if rows is None else rows
+        if pmf is None:
+            pmf, kept = self.pmf[rows], None if self.kept is None else self.kept[rows]
         edge = np.broadcast_to(edge, pmf.shape)
-        column = edge - self.first[:, None] + 1  # the table's columns 1 .. width: kept counts
-        inside = (column >= 1) & (column <= self.width[:, None])
+        first, width, owner = self.first[rows], self.width[rows], self.owner[rows]
+        column = edge - first[:, None] + 1  # the table's columns 1 .. width: kept counts
+        inside = (column >= 1) & (column <= width[:, None])
         if kept is not None:
             inside &= kept
         if table is True:
             self.tabled[:] = True
         else:  # the table once a comparison's CDFs have cost more than it would
             fresh = ~self.tabled
-            found = np.bincount(self.owner, inside.sum(axis=1), len(fresh)).astype("int64")
+            found = np.bincount(owner, inside.sum(axis=1), len(fresh)).astype("int64")
             self.spent += np.where(fresh, found, 0)
             if table is None:
                 self.tabled |= fresh & (self.spent * _TABLE_RATIO > self.cost)
-        use = self.tabled[self.owner]
-        out = np.empty(len(self.p_l))
+        use = self.tabled[owner]
+        out = np.empty(len(rows))
         cdf = ~use
         if cdf.any():
             beyond = (0.0, 1.0) if self.a_small else (1.0, 0.0)
             tail = np.where(column[cdf] < 1, *beyond)
             cells = inside[cdf]
-            rates = np.broadcast_to(self.p_l[cdf, None], tail.shape)
+            rates = np.broadcast_to(self.p_l[rows[cdf], None], tail.shape)
             n_l = (
                 self.n_l
                 if np.ndim(self.n_l) == 0
-                else np.broadcast_to(np.asarray(self.n_l)[cdf, None], tail.shape)[cells]
+                else np.broadcast_to(np.asarray(self.n_l)[rows[cdf], None], tail.shape)[cells]
             )
             tail[cells] = _binomial_tail(self.a_small, n_l, edge[cdf][cells], rates[cells])
             out[cdf] = (pmf[cdf] * tail).sum(axis=1)
         if use.any():
-            self._fill(use)
+            tabled = rows[use]
+            self._fill(tabled)
             assert self.table is not None
-            width = self.width[use, None]
-            at = np.clip(column[use], 0, width + 1)
-            out[use] = (pmf[use] * np.take_along_axis(self.table[use], at, axis=1)).sum(axis=1)
+            at = np.clip(column[use], 0, width[use, None] + 1)
+            out[use] = (pmf[use] * np.take_along_axis(self.table[tabled], at, axis=1)).sum(axis=1)
         return out
 
     def _fill(self, use: np.ndarray) -> None:
-        """The tail table of the rows in ``use`` that have none yet."""
+        """The tail table of the rows ``use`` (indices) that have none yet."""
         if self.table is None:
             self.table = np.empty((len(self.p_l), int(self.width.max()) + 2))
             self.filled = np.zeros(len(self.p_l), bool)
-        rows = use & ~self.filled
-        if rows.any():
+        rows = use[~self.filled[use]]
+        if len(rows):
             n_l = self.n_l if np.ndim(self.n_l) == 0 else np.asarray(self.n_l)[rows]
             block = _tails(self.a_small, n_l, self.p_l[rows], self.first[rows], self.width[rows])
             self.table[rows, : block.shape[1]] = block
-            self.filled |= rows
+            self.filled[rows] = True
 
 
 def exact_one_sided(
@@ -655,38 +659,46 @@ def _searched_critical(n_a, n_b, p_b, u_tol: float, budget: float, precision: fl
     moved = np.zeros(rows, bool)  # the last step moved low (else high)
     pinned, pending = np.zeros(rows, bool), np.zeros(rows, bool)
     t = np.full(rows, z)
+    live = np.arange(rows)  # the rows whose search is open: only they are evaluated
     for _ in range(_STEPS):
-        tail, edges = probability(t)
+        tail, edges = probability(t[live], live)
         gap = stats.norm.isf(np.clip(tail, 1e-300, 1 - 1e-16)) - z  # ≈ t − c
         likely = tail > budget
         # Illinois: an end kept twice has its gap halved, so the secant moves it next
-        gap_low = np.where(~likely & ~moved, gap_low / 2, gap_low)
-        gap_high = np.where(likely & moved, gap_high / 2, gap_high)
-        low, gap_low = np.where(likely, t, low), np.where(likely, gap, gap_low)
-        high, gap_high = np.where(likely, high, t), np.where(likely, gap_high, gap)
-        edge_low = np.where(likely[:, None], edges, edge_low)
-        edge_high = np.where(likely[:, None], edge_high, edges)
-        pinned |= pending & ~likely
-        moved = likely
-        bounded = np.isfinite(high)
-        open_ = np.where(bounded, high - low > precision, low < 1e6) & ~pinned
-        if not open_.any():
+        g_low = np.where(~likely & ~moved[live], gap_low[live] / 2, gap_low[live])
+        g_high = np.where(likely & moved[live], gap_high[live] / 2, gap_high[live])
+        low[live], high[live] = (
+            np.where(likely, t[live], low[live]),
+            np.where(likely, high[live], t[live]),
+        )
+        gap_low[live], gap_high[live] = np.where(likely, gap, g_low), np.where(likely, g_high, gap)
+        edge_low[live] = np.where(likely[:, None], edges, edge_low[live])
+        edge_high[live] = np.where(likely[:, None], edge_high[live], edges)
+        pinned[live] |= pending[live] & ~likely
+        moved[live] = likely
+        bounded = np.isfinite(high[live])
+        open_ = np.where(bounded, high[live] - low[live] > precision, low[live] < 1e6)
+        open_ &= ~pinned[live]
+        pending[live] = False
+        live, bounded = live[open_], bounded[open_]
+        if not len(live):
             break
+        lo, hi, g_low, g_high = low[live], high[live], gap_low[live], gap_high[live]
         with np.errstate(invalid="ignore", divide="ignore"):
-            secant = low - gap_low * (high - low) / (gap_high - gap_low)
+            secant = lo - g_low * (hi - lo) / (g_high - g_low)
         guess = np.where(
             bounded,
-            np.where(np.isnan(gap_low), high - np.maximum(gap_high, _BRACKET), secant),
-            np.maximum(2 * low, low - gap_low + _BRACKET),
+            np.where(np.isnan(g_low), hi - np.maximum(g_high, _BRACKET), secant),
+            np.maximum(2 * lo, lo - g_low + _BRACKET),
         )
-        guess = np.where(np.isfinite(guess), guess, (low + high) / 2)
-        inner = np.clip(guess, low + precision / 2, high - precision / 2)
-        t = np.where(open_, np.where(bounded, inner, np.maximum(guess, low + _BRACKET)), t)
-        differ = np.abs(edge_low - edge_high) * kept
-        one = np.flatnonzero(open_ & bounded & ~np.isnan(gap_low) & (differ.sum(axis=1) == 1))
-        pending[:] = False
+        guess = np.where(np.isfinite(guess), guess, (lo + hi) / 2)
+        inner = np.clip(guess, lo + precision / 2, hi - precision / 2)
+        t[live] = np.where(bounded, inner, np.maximum(guess, lo + _BRACKET))
+        differ = np.abs(edge_low[live] - edge_high[live]) * kept[live]
+        one = np.flatnonzero(bounded & ~np.isnan(g_low) & (differ.sum(axis=1) == 1))
         if len(one):  # the one table between: (x_s, the larger group's count at the low edge)
             column = np.argmax(differ[one], axis=1)
+            one = live[one]
             x_s, x_l = xs[one, column], edge_low[one, column].astype("float64")
             n_a1, n_b1 = n_a[one], n_b[one]
             table = (
@@ -722,57 +734,61 @@ class _Zoned:
         self.n_a, self.n_b, self.xs, self.width, self.u_tol = n_a, n_b, xs, width, u_tol
         pmf = self.probability.pmf
         self.mass = np.concatenate([np.zeros((len(p_b), 1)), np.cumsum(pmf, axis=1)], axis=1)
-        self.rows = np.arange(len(p_b))
         # the middle run holds ~1.1·√(n_s/n_l) of a row's counts: worth the searches where small
         n_s, n_l = (n_a, n_b) if self.a_small else (n_b, n_a)
         self.zoned = bool(np.max(n_s / n_l) <= 1 / _ZONED)
 
-    def _first(self, inside, x_large: np.ndarray, threshold: np.ndarray, flip: bool) -> np.ndarray:
-        """Per row the first column whose table (count, ``x_large``) is inside {T >= t} (or,
-        ``flip``, not inside), the row's width where none is; columns are monotone in it."""
-        low, high = np.zeros(len(self.rows), "int64"), self.width.copy()
+    def _first(
+        self, rows: np.ndarray, inside, x_large: np.ndarray, threshold: np.ndarray, flip: bool
+    ) -> np.ndarray:
+        """Per row of ``rows`` the first column whose table (count, ``x_large``) is inside
+        {T >= t} (or, ``flip``, not inside), the row's width where none is; columns are monotone
+        in it."""
+        width, n_a, n_b = self.width[rows], self.n_a[rows], self.n_b[rows]
+        low, high = np.zeros(len(rows), "int64"), width.copy()
         while (open_ := low < high).any():
             mid = (low + high) // 2
-            x_s = self.xs[self.rows, np.minimum(mid, self.width - 1)]
+            x_s = self.xs[rows, np.minimum(mid, width - 1)]
             if self.a_small:
-                found = statistic(x_s, self.n_a, x_large, self.n_b, self.u_tol) >= threshold
+                found = statistic(x_s, n_a, x_large, n_b, self.u_tol) >= threshold
             else:
-                found = statistic(x_large, self.n_a, x_s, self.n_b, self.u_tol) >= threshold
+                found = statistic(x_large, n_a, x_s, n_b, self.u_tol) >= threshold
             found = (found != flip) & inside
             high, low = np.where(open_ & found, mid, high), np.where(open_ & ~found, mid + 1, low)
         return low
 
-    def __call__(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def __call__(self, t: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(P(S >= t), the edges over the whole row: those outside the middle run at the kept
-        counts' ends, which give the same tails) for each row's t."""
+        counts' ends, which give the same tails) for each row of ``rows`` (indices) at its t."""
+        width = self.width[rows]
+        sizes = (self.n_a[rows, None], self.n_b[rows, None])
         if not self.zoned:
-            edges = _boundary(self.n_a[:, None], self.n_b[:, None], t, self.u_tol, self.xs)[1]
-            return self.probability(edges), edges
+            edges = _boundary(*sizes, t, self.u_tol, self.xs[rows])[1]
+            return self.probability(edges, rows=rows), edges
         threshold = t - _TIE * (1 + np.abs(t))
-        first, kept = self.probability.first, self.probability.width
-        n_l = self.n_b if self.a_small else self.n_a
+        first, kept = self.probability.first[rows], self.probability.width[rows]
+        n_l = (self.n_b if self.a_small else self.n_a)[rows]
         end = first + kept  # one past the larger group's kept counts
         if self.a_small:  # edge >= first: (x_s, first) inside; edge >= end: (x_s, end) inside
-            begin = self._first(np.ones(len(t), bool), first, threshold, flip=False)
-            stop = self._first(end <= n_l, end, threshold, flip=False)
+            begin = self._first(rows, np.ones(len(t), bool), first, threshold, flip=False)
+            stop = self._first(rows, end <= n_l, end, threshold, flip=False)
         else:  # edge >= first: (first − 1, x_s) not inside; edge >= end: (end − 1, x_s) not
-            begin = self._first(first >= 1, first - 1, threshold, flip=True)
+            begin = self._first(rows, first >= 1, first - 1, threshold, flip=True)
             begin = np.where(first >= 1, begin, 0)
-            stop = self._first(np.ones(len(t), bool), end - 1, threshold, flip=True)
+            stop = self._first(rows, np.ones(len(t), bool), end - 1, threshold, flip=True)
         stop = np.maximum(stop, begin)
         span = stop - begin
         offsets = np.arange(max(int(span.max()), 1))[None, :]
         valid = offsets < span[:, None]
-        columns = np.minimum(begin[:, None] + offsets, self.width[:, None] - 1)
-        x_s = np.take_along_axis(self.xs, columns, axis=1)
-        sizes = (self.n_a[:, None], self.n_b[:, None])
+        columns = np.minimum(begin[:, None] + offsets, width[:, None] - 1)
+        x_s = self.xs[rows[:, None], columns]
         middle = _boundary(*sizes, t, self.u_tol, x_s)[1]
-        pmf = np.where(valid, np.take_along_axis(self.probability.pmf, columns, axis=1), 0.0)
-        total = self.probability(middle, pmf, valid)
+        pmf = self.probability.pmf[rows[:, None], columns]
+        total = self.probability(middle, np.where(valid, pmf, 0.0), valid, rows=rows)
         if self.a_small:  # above the middle run: the CDF is 1
-            total += self.mass[self.rows, self.width] - self.mass[self.rows, stop]
+            total += self.mass[rows, width] - self.mass[rows, stop]
         else:  # below it: the survival is 1
-            total += self.mass[self.rows, begin]
+            total += self.mass[rows, begin]
         column = np.arange(self.xs.shape[1])[None, :]
         edges = np.where(column < begin[:, None], (first - 1)[:, None], end[:, None])
         edges = _scatter(edges, columns, middle, valid)

@@ -82,7 +82,8 @@ def test_zoned_probabilities_equal_those_over_every_count(n_s, n_l, a_small):
     """Planning's search finds the region's edge only where it falls among the larger group's
     kept counts: its P(S >= t) and edges equal _Probabilities of _boundary over every count of
     the smaller group within the tails' own rounding (binomial CDF or table: 1e-9 beyond n =
-    1,000; the outer runs' edges stand at the kept counts' ends)."""
+    1,000; the outer runs' edges stand at the kept counts' ends), and a part of the rows
+    evaluated alone (the search evaluates only its open rows) equals the same rows of the whole."""
     rows = 12
     n_a, n_b = (np.full(rows, float(n_s)), np.full(rows, float(n_l)))
     if not a_small:
@@ -97,7 +98,11 @@ def test_zoned_probabilities_equal_those_over_every_count(n_s, n_l, a_small):
     kept = np.arange(xs.shape[1])[None, :] < width[:, None]
     whole = twosample._Probabilities(n_a, n_b, xs, p_b, u_tol, kept, np.arange(rows))
     for t in (2.0, 3.3, 4.5, 5.9):
-        total, edges = zoned(np.full(rows, t))
+        total, edges = zoned(np.full(rows, t), np.arange(rows))
+        part = np.arange(1, rows, 3)
+        part_total, part_edges = zoned(np.full(len(part), t), part)
+        np.testing.assert_allclose(part_total, total[part], rtol=1e-9)  # CDF or table
+        np.testing.assert_array_equal(part_edges, edges[part])
         edge = twosample._boundary(n_a[:, None], n_b[:, None], np.full(rows, t), u_tol, xs)[1]
         np.testing.assert_allclose(total, whole(edge, table=True), rtol=1e-8, atol=1e-12)
         first, end = whole.first[:, None], (whole.first + whole.width)[:, None]
