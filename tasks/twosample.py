@@ -638,7 +638,8 @@ def _searched_critical(n_a, n_b, p_b, u_tol: float, budget: float, precision: fl
     A bracket [low, high] with P(S >= low) > budget >= P(S >= high) (low = 0 at first: T > 0
     only) narrows by Illinois steps on the gap Φ̄⁻¹(P(S >= t)) − Φ̄⁻¹(budget), nearly t − c, so
     a step lands close to c at once (an end kept twice has its gap halved; a point within
-    ``precision`` of an end is moved that far inside). Where the regions at the two ends differ
+    ``precision`` of an end is moved that far inside; with no upper end yet, the step goes
+    _BRACKET beyond the c the gap points to). Where the regions at the two ends differ
     by one table only, c sits just above that table's statistic T*: t = T* (plus the tie margin)
     is tried next, and where it holds, the row is done with c exact (small groups, whose
     statistics are far apart, end there in a few steps)."""
@@ -689,7 +690,7 @@ def _searched_critical(n_a, n_b, p_b, u_tol: float, budget: float, precision: fl
         guess = np.where(
             bounded,
             np.where(np.isnan(g_low), hi - np.maximum(g_high, _BRACKET), secant),
-            np.maximum(2 * lo, lo - g_low + _BRACKET),
+            lo - g_low + _BRACKET,  # beyond c by _BRACKET, were the gap t − c exactly
         )
         guess = np.where(np.isfinite(guess), guess, (lo + hi) / 2)
         inner = np.clip(guess, lo + precision / 2, hi - precision / 2)
