@@ -890,7 +890,11 @@ def _oriented_powers(
     owner = np.repeat(comparisons, (hi_s - lo_s + 1).astype("int64"))
     xs = _ragged(lo_s, (hi_s - lo_s + 1).astype("int64")).astype("float64")
     pmf_s = stats.binom.pmf(xs, n_s[owner], p_s[owner])
-    h1 = _h1_edges(a_small, xs, n_a[owner], n_b[owner], u_tol, gamma)
+    # the H1 edge depends on the count and the sizes only: once per distinct (size pair, count)
+    key = grids.pair[owner] * (float(n_s.max()) + 1) + xs
+    _, once, inverse = np.unique(key, return_index=True, return_inverse=True)
+    cell = owner[once]
+    h1 = _h1_edges(a_small, xs[once], n_a[cell], n_b[cell], u_tol, gamma)[inverse.ravel()]
     toward = np.maximum if a_small else np.minimum  # the region taking in more tables
 
     def edges(t: np.ndarray) -> np.ndarray:  # {T >= t} per cell, hulled per comparison
@@ -1001,13 +1005,6 @@ def _undecided_power(a_small: bool, comparisons, cells, nuisance, u_tol: float, 
         0.0,
     )
     return np.bincount(e, pmf_s[run_cell] * mass, minlength=len(n_a))
-
-
-def _by_count(x: np.ndarray, n: np.ndarray, gamma: float) -> tuple[np.ndarray, np.ndarray]:
-    """clopper_pearson of each count, computed once per distinct (count, size)."""
-    values, inverse = np.unique(np.stack([x, n], axis=1), axis=0, return_inverse=True)
-    low, high = clopper_pearson(values[:, 0], values[:, 1], gamma)
-    return low[inverse.ravel()], high[inverse.ravel()]
 
 
 def _h1_edges(a_small: bool, xs: np.ndarray, n_a, n_b, u_tol: float, gamma: float):
