@@ -35,6 +35,7 @@ from biasaudit.schemas.metric_ids import (
     UNLABELLED_COLUMNS,
     rate_cells,
 )
+from biasaudit.tasks.arrays import ragged
 from biasaudit.tasks.metrics import COUNT_FIELDS
 from biasaudit.tasks.multiplicity import bh_adjust
 from biasaudit.tasks.rates import comparison_reasons
@@ -57,23 +58,24 @@ def _cells(frame: pd.DataFrame) -> dict[str, np.ndarray]:
 
 def _mixture(n: np.ndarray, q: np.ndarray, cut, r: np.ndarray):
     """(P(X <= cut(S)), P(X >= cut(S))) with S ~ Binomial(n, q) and X | S ~ Binomial(S, r),
-    summed over the window of S that holds the binomial's mass. ``cut(s)`` returns the threshold
-    as an integer numerator and denominator (exact: no floating-point floor)."""
+    summed over the window of S that holds the binomial's mass. ``cut(s, row)`` returns the
+    threshold at counts ``s`` of rows ``row`` as an integer numerator and denominator (exact: no
+    floating-point floor). Each row's window is laid out flat (ragged), not padded to the widest."""
     mean, sd = n * q, np.sqrt(n * q * (1 - q))
     lo = np.floor(np.maximum(0, mean - _WINDOW_SD * sd - 5)).astype("int64")
     hi = np.ceil(np.minimum(n, mean + _WINDOW_SD * sd + 5)).astype("int64")
-    width = int((hi - lo).max(initial=0)) + 1
-    s = lo[:, None] + np.arange(width)[None, :]
-    inside = s <= hi[:, None]
-    s = np.minimum(s, n[:, None])
-    weight = np.where(inside, stats.binom.pmf(s, n[:, None], q[:, None]), 0.0)
-    top, bottom = cut(s)
+    width = np.maximum(hi - lo + 1, 0)
+    row = np.repeat(np.arange(len(n)), width)
+    s = ragged(lo, width)
+    weight = stats.binom.pmf(s, n[row], q[row])
+    top, bottom = cut(s, row)
     k = top // bottom  # floor of the threshold
     exact = top % bottom == 0  # the threshold is itself a count X can take
-    below = stats.binom.cdf(k, s, r[:, None])  # P(X <= threshold)
-    at = np.where(exact, stats.binom.pmf(k, s, r[:, None]), 0.0)
+    below = stats.binom.cdf(k, s, r[row])  # P(X <= threshold)
+    at = np.where(exact, stats.binom.pmf(k, s, r[row]), 0.0)
     # P(X >= threshold) = 1 − P(X <= floor) + P(X = threshold if it is an integer)
-    return (weight * below).sum(axis=1), (weight * (1 - below + at)).sum(axis=1)
+    lower = np.bincount(row, weight * below, minlength=len(n))
+    return lower, np.bincount(row, weight * (1 - below + at), minlength=len(n))
 
 
 def _two_sided(lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
@@ -106,7 +108,7 @@ def _marginal_benefit(fp, fn, n, p_fp, p_fn, exact):
         with np.errstate(divide="ignore", invalid="ignore"):
             r = np.where(q > 0, p_fp / q, 0.0)
         # D = 2·FP − S, so D <= d  <=>  FP <= (d + S)/2 (and >= likewise).
-        return _mixture(n, q, lambda s: (d[:, None] + s, np.full_like(s, 2)), r)
+        return _mixture(n, q, lambda s, row: (d[row] + s, np.full_like(s, 2)), r)
 
     lower, upper = _exact_on(exact, windowed, d, n, p_fp, q)
     mu, var = p_fp - p_fn, p_fp + p_fn - (p_fp - p_fn) ** 2
@@ -122,9 +124,9 @@ def _joint_ratio(a_obs, d_obs, n, p_a, p_b, exact):
     def windowed(a_obs, d_obs, n, p_a, q):
         with np.errstate(divide="ignore", invalid="ignore"):
             r = np.where(q > 0, p_a / q, 0.0)
-        d_safe = np.maximum(d_obs, 1)[:, None]
+        d_safe = np.maximum(d_obs, 1)
         # M = A/S <= a_obs/d_obs  <=>  A <= a_obs·S/d_obs; only S >= 1 leaves M defined.
-        lower, upper = _mixture(n, q, lambda s: (a_obs[:, None] * s, d_safe + 0 * s), r)
+        lower, upper = _mixture(n, q, lambda s, row: (a_obs[row] * s, d_safe[row]), r)
         undefined = (1 - q) ** n  # S = 0 meets both thresholds (X = 0 = 0·m): remove its mass
         with np.errstate(divide="ignore", invalid="ignore"):
             return (lower - undefined) / (1 - undefined), (upper - undefined) / (1 - undefined)

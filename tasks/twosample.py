@@ -57,6 +57,8 @@ import functools
 import numpy as np
 from scipy import special, stats
 
+from biasaudit.tasks.arrays import ragged
+
 GAMMA = 1e-9  # Berger-Boos γ: the confidence set's error, added to every one-sided p-value
 _GRID = 257  # nuisance values on the null boundary, at least
 _TIE = 1e-9  # statistics within this (relative) of the observed one count as "as extreme"
@@ -272,7 +274,7 @@ def _log_choose_by_size(k: np.ndarray, n: np.ndarray) -> np.ndarray:
     np.minimum.at(low, inverse, k.min(axis=1))
     np.maximum.at(high, inverse, k.max(axis=1))
     length = (high - low + 1).astype("int64")
-    counts = _ragged(low, length)
+    counts = ragged(low, length)
     size = np.repeat(sizes, length)
     table = (
         special.gammaln(size + 1) - special.gammaln(counts + 1) - special.gammaln(size - counts + 1)
@@ -463,18 +465,12 @@ def _one_sided_pvalues(x_a, n_a, x_b, n_b, u_tol: float, gamma: float) -> np.nda
     return p
 
 
-def _ragged(start: np.ndarray, count: np.ndarray) -> np.ndarray:
-    """start[i], start[i] + 1, ..., start[i] + count[i] − 1 for every i, concatenated."""
-    before = np.cumsum(count) - count
-    return np.repeat(start - before, count) + np.arange(int(count.sum()))
-
-
 def _nuisance_values(n_a, n_b, u_tol: float, low, high) -> tuple[np.ndarray, np.ndarray]:
     """Each comparison's nuisance grid values spanning [low, high] (_snap), concatenated: (the
     values, how many per comparison); one grid per distinct pair of sizes."""
     grids = _Grids(n_a, n_b, u_tol)
     first, last = grids.snap(np.arange(len(n_a)), low, high)
-    return grids.values[_ragged(first, last - first + 1)], last - first + 1
+    return grids.values[ragged(first, last - first + 1)], last - first + 1
 
 
 class _Layout:
@@ -888,7 +884,7 @@ def _oriented_powers(
     lo_s, hi_s, n_s, p_s = (lo_a, hi_a, n_a, p_a) if a_small else (lo_b, hi_b, n_b, p_b)
     lo_l, hi_l, n_l, p_l = (lo_b, hi_b, n_b, p_b) if a_small else (lo_a, hi_a, n_a, p_a)
     owner = np.repeat(comparisons, (hi_s - lo_s + 1).astype("int64"))
-    xs = _ragged(lo_s, (hi_s - lo_s + 1).astype("int64")).astype("float64")
+    xs = ragged(lo_s, (hi_s - lo_s + 1).astype("int64")).astype("float64")
     pmf_s = stats.binom.pmf(xs, n_s[owner], p_s[owner])
     # the H1 edge depends on the count and the sizes only: once per distinct (size pair, count)
     key = grids.pair[owner] * (float(n_s.max()) + 1) + xs
@@ -951,7 +947,7 @@ def _undecided_power(a_small: bool, comparisons, cells, nuisance, u_tol: float, 
     used = np.unique(owner)
     span = (last[used] - first[used] + 1).astype("int64")
     whose = np.repeat(used, span)
-    j = _ragged(first[used], span)
+    j = ragged(first[used], span)
     rate = np.clip(grids.values[j] + (0.0 if a_small else u_tol), 0.0, 1.0)
     n_large = n_l[whose]
     lower_from = n_large - stats.binom.ppf(tail, n_large, 1 - rate) + 1  # Q_j
@@ -975,7 +971,7 @@ def _undecided_power(a_small: bool, comparisons, cells, nuisance, u_tol: float, 
     for keys in (q_keys, r_keys):
         begin = np.searchsorted(keys, start + owner * key, "right")
         end = np.searchsorted(keys, stop - 1 + owner * key, "right")
-        at = _ragged(begin, end - begin)
+        at = ragged(begin, end - begin)
         cell = np.repeat(np.arange(len(xs)), end - begin)
         inside.append((cell, keys[at] - owner[cell] * key))
     run_cell = np.concatenate([np.arange(len(xs))] + [cell for cell, _ in inside])
