@@ -12,6 +12,7 @@ from sqlalchemy import Engine, or_, select
 from biasaudit.db.history import get_run, read_frame
 from biasaudit.db.models import (
     AuditRun,
+    CalibrationResult,
     ComparisonResult,
     DetectionResult,
     GroupCount,
@@ -20,6 +21,8 @@ from biasaudit.db.models import (
     MetricResult,
     MonitorResult,
     PlanningResult,
+    ScoreResult,
+    ThresholdResult,
     TwoGroupResult,
 )
 from biasaudit.schemas.report import ReportFrames
@@ -116,6 +119,9 @@ def report_frames(engine: Engine, run_id: int, trend_limit: int = 8) -> ReportFr
         "comparison": ComparisonResult,
         "two_group": TwoGroupResult,
         "monitor": MonitorResult,
+        "scores": ScoreResult,
+        "calibration": CalibrationResult,
+        "thresholds": ThresholdResult,
     }
     frames = {key: _rows(engine, model.__table__, run_id) for key, model in tables.items()}
     runs = trend_runs(engine, run, trend_limit)

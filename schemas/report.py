@@ -31,6 +31,8 @@ class ReportFrames:
     ``trend``: raw group metric values of this run and the earlier runs of the same audit and model
     (by as-of, never a later one), with ``run_id``, ``version`` and ``as_of``.
     ``monitor``: the anytime-valid monitoring rows of the run, when that stage exists.
+    ``scores``, ``calibration``, ``thresholds``: the score audit's rows (tasks.scores), empty
+    where the run audited no score.
     ``derived``: tables the report computes from these once and reads in several sections
     (tasks.report's ``per_frames``); not part of the run.
     """
@@ -46,4 +48,7 @@ class ReportFrames:
     two_group: pd.DataFrame = field(default_factory=_empty)
     trend: pd.DataFrame = field(default_factory=_empty)
     monitor: pd.DataFrame = field(default_factory=_empty)
+    scores: pd.DataFrame = field(default_factory=_empty)
+    calibration: pd.DataFrame = field(default_factory=_empty)
+    thresholds: pd.DataFrame = field(default_factory=_empty)
     derived: dict[Any, Any] = field(default_factory=dict, init=False, compare=False, repr=False)

@@ -370,3 +370,138 @@ def _with_sequences(comp: pd.DataFrame, monitor: pd.DataFrame) -> pd.DataFrame:
 
 def points_plain(frames: ReportFrames) -> str:
     return points(thresholds(frames)["tolerance"]).lstrip("+")
+
+
+# The definitions of fairness a score audit speaks to (Chouldechova 2017; Kleinberg, Mullainathan
+# and Raghavan 2016): error-rate balance is equal FPR and FNR, statistical parity equal selection.
+ERROR_RATES = ("fpr", "fnr")
+SELECTION_RATES = ("ppr",)
+ROC_COLUMNS = ["attribute", "group_name", "threshold", "fpr", "tpr"]
+
+
+def score_attributes(frames: ReportFrames) -> list[str]:
+    """The attributes (and intersections) the run audited a score for; none without a score."""
+    stored = [f["attribute"] for f in (frames.calibration, frames.thresholds) if len(f)]
+    return sorted(set(pd.concat(stored))) if stored else []
+
+
+@per_frames
+def reliability(frames: ReportFrames) -> pd.DataFrame:
+    """Reliability curves: per (attribute, group, score bin) with labelled rows, the bin's mean
+    score and observed outcome rate with its exact interval (the stored calibration rows,
+    tasks.scores.calibration_curves), ascending by score."""
+    curves = frames.calibration
+    columns = ["attribute", "group_name", "score_bin", "n", "positives", "mean_score"]
+    columns += ["observed_rate", "rate_low", "rate_high"]
+    if curves.empty:
+        return pd.DataFrame(columns=columns)
+    curves = curves[curves["n"] > 0][columns]
+    return curves.sort_values(["attribute", "group_name", "score_bin"]).reset_index(drop=True)
+
+
+@per_frames
+def roc_points(frames: ReportFrames) -> pd.DataFrame:
+    """ROC curves from the stored threshold sweep (tasks.scores.threshold_sweep): per (attribute,
+    group) the (FPR, TPR) of ``score >= threshold`` from the highest bin edge down, after (0, 0)
+    at an infinite threshold (nobody selected), as Fawcett (2006, algorithm 1) traces it; a point
+    equal to the one before it (an edge where the group has no labelled row) is left out. A group
+    without positives or without negatives has no curve."""
+    sweep = frames.thresholds
+    if sweep.empty:
+        return pd.DataFrame(columns=ROC_COLUMNS)
+    keys = ["attribute", "group_name"]
+    sweep = sweep[[*keys, "threshold", "fpr", "tpr"]].astype({"fpr": float, "tpr": float})
+    start = sweep.drop_duplicates(keys).assign(threshold=np.inf, fpr=0.0, tpr=0.0)
+    points = pd.concat([start, sweep], ignore_index=True)
+    points = points[points["fpr"].notna() & points["tpr"].notna()]
+    points = points.sort_values([*keys, "threshold"], ascending=[True, True, False])
+    repeated = points[[*keys, "fpr", "tpr"]].eq(points[[*keys, "fpr", "tpr"]].shift()).all(axis=1)
+    return points[~repeated].reset_index(drop=True)
+
+
+@per_frames
+def score_groups(frames: ReportFrames) -> pd.DataFrame:
+    """Per (attribute, group) of the score audit: labelled positives and negatives and the AUC
+    with its interval (the stored comparison with the rest, whose group side is the group's own;
+    tasks.scores.auc_interval)."""
+    scores = frames.scores
+    columns = ["attribute", "group_name", "positives", "negatives", "auc", "auc_low", "auc_high"]
+    if scores.empty:
+        return pd.DataFrame(columns=columns)
+    own = scores[scores["reference"] == "rest"]
+    own = own.rename(columns=lambda c: c.removesuffix("_group") if c.endswith("_group") else c)
+    return own[columns].sort_values(["attribute", "group_name"]).reset_index(drop=True)
+
+
+def _calibration_p(scores: pd.DataFrame, attribute: str) -> pd.Series:
+    """The adjusted p-values of an attribute's calibration tests; one for a two-valued attribute,
+    whose comparisons (each group against the rest, and against the other) are one test."""
+    if scores.empty:
+        return pd.Series(dtype=float)
+    mine = scores[scores["attribute"] == attribute]
+    if mine["group_name"].nunique() == 2:
+        mine = mine.head(1)
+    return mine["calibration_p_adjusted"].dropna()
+
+
+def _state(tested: int, failed: int, settled: int) -> str:
+    """'fails' (some test rejects), 'holds' (every test settles it), 'open' or 'untested'."""
+    if not tested:
+        return "untested"
+    return "fails" if failed else ("holds" if settled == tested else "open")
+
+
+@per_frames
+def definitions(frames: ReportFrames) -> pd.DataFrame:
+    """Per attribute the run audited a score for: which definitions of fairness hold, each from
+    the run's own tests. Equal calibration across groups (tasks.scores.calibration_test,
+    Benjamini-Hochberg adjusted): fails where a comparison's adjusted p is below α, holds (no
+    difference found) where none is. Equal error rates (FPR, FNR) and equal selection rates
+    (PPR), from detection: fail where a comparison is flagged, hold where every tested
+    comparison's HDI lies inside the tolerance, open otherwise; untested where the audit did not
+    test them. With the lowest and highest base rate (prevalence) among the groups of at least
+    min_group_size (all groups where none is that large): calibration within groups and equal
+    error rates cannot both hold when base rates differ (Chouldechova 2017, eq. 2.6; Kleinberg,
+    Mullainathan and Raghavan 2016, theorem 1.1), unless the score predicts perfectly."""
+    alpha = thresholds(frames)["alpha"]
+    comp = comparisons(frames)
+    tested = comp[comp["tested"]] if not comp.empty else comp
+    sizes = groups(frames)
+    rows = []
+    for attribute in score_attributes(frames):
+        row: dict[str, Any] = {"attribute": attribute}
+        p = _calibration_p(frames.scores, attribute)
+        rejected = int((p < alpha).sum())
+        row |= {
+            "calibration": _state(len(p), rejected, len(p) - rejected),
+            "calibration_tested": len(p),
+            "calibration_rejected": rejected,
+        }
+        for name, metrics in (("error", ERROR_RATES), ("selection", SELECTION_RATES)):
+            mine = (
+                tested[(tested["attribute"] == attribute) & tested["metric"].isin(metrics)]
+                if not tested.empty
+                else tested
+            )
+            flagged = int(mine["flagged"].sum()) if len(mine) else 0
+            fair = int((mine["decision"] == "fair").sum()) if len(mine) else 0
+            row |= {
+                name: _state(len(mine), flagged, fair),
+                f"{name}_metrics": [m for m in metrics if len(mine) and m in set(mine["metric"])],
+                f"{name}_tested": len(mine),
+                f"{name}_flagged": flagged,
+                f"{name}_open": len(mine) - flagged - fair,
+            }
+        part = sizes[(sizes["attribute"] == attribute) & sizes["prev"].notna()] if len(sizes) else sizes
+        if len(part) and (~part["small"]).any():
+            part = part[~part["small"]]
+        if len(part):
+            low, high = part.loc[part["prev"].idxmin()], part.loc[part["prev"].idxmax()]
+            row |= {
+                "base_low": float(low["prev"]),
+                "base_low_group": low["group_name"],
+                "base_high": float(high["prev"]),
+                "base_high_group": high["group_name"],
+            }
+        rows.append(row)
+    return pd.DataFrame(rows)

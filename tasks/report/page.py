@@ -20,21 +20,33 @@ from biasaudit.schemas.report import ReportFrames
 from biasaudit.tasks.counts import DECISION_BIAS
 from biasaudit.tasks.report.derive import (
     CONTEXT,
+    ERROR_RATES,
     FIRST_SCREEN_ROWS,
     VERDICTS,
     _with_sequences,
     comparisons,
+    definitions,
     groups,
     points_plain,
     ranked_findings,
     rate_interval,
     rate_table,
     references,
+    reliability,
+    roc_points,
+    score_attributes,
+    score_groups,
     tested_metrics,
     thresholds,
     verdicts,
 )
-from biasaudit.tasks.report.svg import _shorten, forest_plot, sparkline
+from biasaudit.tasks.report.svg import (
+    _shorten,
+    forest_plot,
+    reliability_plot,
+    roc_plot,
+    sparkline,
+)
 from biasaudit.tasks.report.text import (
     _metric_abbr,
     _missing,
@@ -44,6 +56,7 @@ from biasaudit.tasks.report.text import (
     clipped,
     count,
     datum,
+    definitions_sentence,
     esc,
     legend,
     metric_label,
@@ -53,6 +66,7 @@ from biasaudit.tasks.report.text import (
     points,
     sig3,
 )
+from biasaudit.tasks.scores import is_probability
 
 CHIPS = 16  # groups shown per attribute on the first screen
 
@@ -379,9 +393,12 @@ def attribute_sections(frames: ReportFrames) -> str:
     if verdict is None:
         return out[0] + '<p class="muted">no groups</p>'
     sizes = groups(frames)
+    scored = score_attributes(frames)
     for attribute, row in verdict.iterrows():
         ref = named.get(attribute)
         body = [_context_table(sizes[sizes["attribute"] == attribute], 1 - limits["alpha"])]
+        if attribute in scored:
+            body.append(score_block(frames, str(attribute), kept))
         part = table[table["attribute"] == attribute] if not table.empty else table
         for metric, rows in part.groupby("metric", sort=True) if not part.empty else []:
             header = ["group", "labelled", "tp", "fp", "fn", "tn", f"rate<br>[{level}% interval]"]
@@ -406,6 +423,78 @@ def attribute_sections(frames: ReportFrames) -> str:
             f"<span class=muted>{esc(row['why'])}</span></summary>{''.join(body)}</details>"
         )
     return "".join(out)
+
+
+def score_block(frames: ReportFrames, attribute: str, kept: dict) -> str:
+    """A scored run's attribute: which definitions of fairness hold (one sentence, from the
+    run's tests), the reliability curves beside the error-rate forest plots (against the named
+    reference, else the rest), the ROC curves, and each group's AUC and calibration test."""
+    limits = thresholds(frames)
+    ref = references(frames).get(attribute)
+    stated = definitions(frames)
+    sentence = definitions_sentence(
+        next(_tuples(stated[stated["attribute"] == attribute])),
+        limits["alpha"],
+        points_plain(frames),
+    )
+    curves = reliability(frames)
+    mine = curves[curves["attribute"] == attribute]
+    sizes = groups(frames)
+    own = sizes[sizes["attribute"] == attribute]
+    order, small = sorted(own["group_name"]), frozenset(own.loc[own["small"], "group_name"])
+    probability = is_probability(frames.calibration)
+    figures = [reliability_plot(mine, f"{attribute}: reliability", probability, order, small)]
+    for metric in ERROR_RATES:
+        rows = kept.get((attribute, metric))
+        if rows is None:
+            continue
+        against = rows[rows["reference"] == ref] if ref else rows.iloc[:0]
+        against = against if len(against) else rows[rows["reference"] == "rest"]
+        versus = ref if len(against) and against["reference"].iloc[0] == ref else "rest"
+        title = f"{metric.upper()}: group − {'rest of population' if versus == 'rest' else ref}"
+        figures.append(forest_plot(against, limits["tolerance"], title, limits["min_group_size"]))
+    roc = roc_points(frames)
+    aucs = score_groups(frames)
+    aucs = aucs[aucs["attribute"] == attribute]
+    figures.append(
+        roc_plot(roc[roc["attribute"] == attribute], aucs, f"{attribute}: ROC", order, small)
+    )
+    return (
+        "<details open><summary class=metric>Score: calibration, error rates and ROC "
+        "<span class=muted>· reliability: each score bin's observed outcome rate (exact "
+        f"{round(100 * (1 - limits['alpha']))}% interval) against its mean score</span>"
+        f"</summary><p>{esc(sentence)}</p><div class=plots>{''.join(figures)}</div>"
+        + _score_table(frames, attribute)
+        + "</details>"
+    )
+
+
+def _score_table(frames: ReportFrames, attribute: str) -> str:
+    """Each group's labelled positives and negatives, AUC [interval] and its calibration test
+    against the rest (Benjamini-Hochberg adjusted p)."""
+    aucs = score_groups(frames)
+    aucs = aucs[aucs["attribute"] == attribute]
+    if aucs.empty:
+        return ""
+    scores = frames.scores
+    p = scores[(scores["attribute"] == attribute) & (scores["reference"] == "rest")]
+    p = p.set_index("group_name")["calibration_p_adjusted"]
+    level = round(100 * frames.scores["confidence"].iloc[0])
+    rows = [
+        [
+            datum(row.group_name),
+            count(row.positives),
+            count(row.negatives),
+            (
+                f"{esc(sig3(row.auc))} <span class=muted>[{esc(sig3(row.auc_low))}, "
+                f"{esc(sig3(row.auc_high))}]</span>"
+            ),
+            esc(p_text(p.get(row.group_name))),
+        ]
+        for row in _tuples(aucs)
+    ]
+    header = ["group", "positives", "negatives", f"AUC [{level}% interval]"]
+    return _table([*header, "calibration vs rest: adjusted p"], rows)
 
 
 def _context_table(part: pd.DataFrame, level: float) -> str:

@@ -1,15 +1,16 @@
-"""Inline SVG: forest plots of differences with their intervals and the tolerance band, and trend
-sparklines."""
+"""Inline SVG: forest plots of differences with their intervals and the tolerance band, trend
+sparklines, and a score's reliability and ROC curves per group."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 
 from biasaudit.schemas.names import printable
-from biasaudit.tasks.report.text import _missing, _tuples, count, esc, points, sig3
+from biasaudit.tasks.report.text import _missing, _tuples, count, esc, percent, points, sig3
 
 
 def nice_ticks(low: float, high: float, most: int = 7) -> np.ndarray:
@@ -24,13 +25,18 @@ def nice_ticks(low: float, high: float, most: int = 7) -> np.ndarray:
     return np.array([low, high])
 
 
-def tick_label(tick: float, ticks: np.ndarray) -> str:
-    """A tick in signed percentage points with the fewest decimals that show every tick exactly."""
-    values = 100 * np.asarray(ticks, dtype=float)
+def tick_label(
+    tick: float, ticks: np.ndarray, scale: float = 100, signed: bool = True, unit: str = ""
+) -> str:
+    """A tick times ``scale`` (signed percentage points by default; ``unit`` after it) with the
+    fewest decimals that show every tick exactly."""
+    values = scale * np.asarray(ticks, dtype=float)
     decimals = next(d for d in range(4) if np.allclose(values, values.round(d), atol=1e-9))
-    value = 100 * tick
+    value = scale * tick
     text = f"{abs(value):.{decimals}f}"
-    return "0" if float(text) == 0 else ("+" if value > 0 else "−") + text
+    if float(text) == 0:
+        return "0" + unit
+    return ("+" if value > 0 and signed else "−" if value < 0 else "") + text + unit
 
 
 def _shorten(text: str, size: int) -> str:
@@ -145,3 +151,159 @@ def sparkline(values: list[float], label: str) -> str:
         f'aria-label="{esc(label)}"><polyline fill="none" stroke="#1f4e79" stroke-width="1.5" '
         f'points="{line}"/>{dots}</svg>'
     )
+
+
+# Okabe and Ito's colours, distinct for colour-blind readers; groups beyond them are dashed.
+PALETTE = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#000000", "#f0e442"]
+SIDE, MARGIN, LEGEND_W = 210, 44, 190  # plot square, left margin for labels, legend width
+
+
+def _xy_axes(
+    x_range: tuple[float, float], x_title: str, y_title: str, x_percent: bool
+) -> tuple[list[str], Callable[[float], float], Callable[[float], float]]:
+    """The axes of a square plot: y a rate from 0 to 100%, x ``x_range`` (a rate too when
+    ``x_percent``) with round ticks and grid lines; the SVG parts and the maps to pixels."""
+    top = 22
+    x_ticks = nice_ticks(*x_range, 6)
+    y_ticks = nice_ticks(0.0, 1.0, 6)
+
+    def x(value: float) -> float:
+        low, high = x_ticks[0], x_ticks[-1]
+        return MARGIN + (min(max(value, low), high) - low) / (high - low) * SIDE
+
+    def y(value: float) -> float:
+        return top + (1 - min(max(value, 0.0), 1.0)) * SIDE
+
+    parts = []
+    x_scale, x_unit = (100, "%") if x_percent else (1, "")
+    for tick in x_ticks:
+        parts.append(
+            f'<line x1="{x(tick):.1f}" y1="{top}" x2="{x(tick):.1f}" y2="{top + SIDE + 3}" '
+            f'stroke="#e0e0e0"/><text x="{x(tick):.1f}" y="{top + SIDE + 15}" '
+            f'text-anchor="middle" font-size="11">'
+            f"{esc(tick_label(tick, x_ticks, x_scale, False, x_unit))}</text>"
+        )
+    for tick in y_ticks:
+        parts.append(
+            f'<line x1="{MARGIN - 3}" y1="{y(tick):.1f}" x2="{MARGIN + SIDE}" y2="{y(tick):.1f}" '
+            f'stroke="#e0e0e0"/><text x="{MARGIN - 5}" y="{y(tick) + 4:.1f}" text-anchor="end" '
+            f'font-size="11">{esc(tick_label(tick, y_ticks, 100, False, "%"))}</text>'
+        )
+    parts.append(
+        f'<text x="{MARGIN + SIDE / 2}" y="{top + SIDE + 29}" text-anchor="middle" '
+        f'font-size="11" fill="#555">{esc(x_title)}</text>'
+        f'<text x="0" y="0" transform="translate(11 {top + SIDE / 2}) rotate(-90)" '
+        f'text-anchor="middle" font-size="11" fill="#555">{esc(y_title)}</text>'
+    )
+    return parts, x, y
+
+
+def _curve_svg(title: str, parts: list[str], legend: list[tuple[str, str, str]]) -> str:
+    """A figure of the curves' ``parts`` with ``title`` and a legend of (text, tooltip, colour
+    and dash) per group, one line each."""
+    height = max(22 + SIDE + 36, 30 + 14 * len(legend))
+    width = MARGIN + SIDE + 12 + LEGEND_W
+    for i, (text, tooltip, style) in enumerate(legend):
+        y = 30 + 14 * i
+        left = MARGIN + SIDE + 12
+        parts.append(
+            f'<line x1="{left}" y1="{y - 4}" x2="{left + 14}" y2="{y - 4}" {style} '
+            f'stroke-width="2"/><text x="{left + 18}" y="{y}" font-size="11">'
+            f"<title>{esc(tooltip)}</title>{esc(text)}</text>"
+        )
+    svg = (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{esc(title)}">'
+        f'<text x="0" y="12" font-size="12" font-weight="600">{esc(_shorten(title, 60))}</text>'
+        f"{''.join(parts)}</svg>"
+    )
+    return f"<figure>{svg}</figure>"
+
+
+def _style(i: int, small: bool) -> str:
+    """The stroke of the i-th group's curve: its colour, dashed after the palette's first round,
+    faint for a group below min_group_size (as the forest plots draw it hollow)."""
+    dash = ' stroke-dasharray="4 2"' if i >= len(PALETTE) else ""
+    faint = ' stroke-opacity="0.45"' if small else ""
+    return f'stroke="{PALETTE[i % len(PALETTE)]}"{dash}{faint}'
+
+
+def reliability_plot(
+    curves: pd.DataFrame, title: str, probability: bool, order: list, small: frozenset
+) -> str:
+    """SVG reliability curves (tasks.report.derive.reliability): per group the observed outcome
+    rate against the mean score of each score bin, with its exact interval as a vertical bar
+    (the groups' bars side by side, 3 px apart); the diagonal (a calibrated probability) where
+    the score is one. A group's colour is that of its place in ``order`` (the same in every
+    plot of the attribute); groups in ``small`` are faint and marked ⚠."""
+    if curves.empty:
+        return ""
+    x_range = (0.0, 1.0) if probability else (
+        float(curves["mean_score"].min()), float(curves["mean_score"].max())
+    )
+    parts, x, y = _xy_axes(x_range, "mean score in the bin", "observed outcome rate", probability)
+    if probability:
+        parts.append(
+            f'<line x1="{x(0):.1f}" y1="{y(0):.1f}" x2="{x(1):.1f}" y2="{y(1):.1f}" '
+            'stroke="#999" stroke-dasharray="3 3"/>'
+        )
+    legend = []
+    for name, part in curves.groupby("group_name", sort=False):
+        i = order.index(name)
+        style, dodge = _style(i, name in small), 3 * (i - (len(order) - 1) / 2)
+        dot = f'fill="#fff" {style}' if name in small else f'fill="{PALETTE[i % len(PALETTE)]}"'
+        line = " ".join(
+            f"{x(s) + dodge:.1f},{y(r):.1f}" for s, r in zip(part["mean_score"], part["observed_rate"])
+        )
+        marks = []
+        for row in _tuples(part):
+            cx = x(row.mean_score) + dodge
+            tip = (
+                f"{name}, score bin {sig3(row.score_bin)} (mean score {sig3(row.mean_score)}): "
+                f"{percent(row.observed_rate)} [{percent(row.rate_low)}, "
+                f"{percent(row.rate_high)}] of {count(row.n)}"
+            )
+            marks.append(
+                f'<g><title>{esc(tip)}</title><line x1="{cx:.1f}" y1="{y(row.rate_low):.1f}" '
+                f'x2="{cx:.1f}" y2="{y(row.rate_high):.1f}" {style} stroke-width="0.8"/>'
+                f'<circle cx="{cx:.1f}" cy="{y(row.observed_rate):.1f}" r="2.5" {dot}/></g>'
+            )
+        parts.append(
+            f'<polyline fill="none" {style} stroke-width="1.5" points="{line}"/>{"".join(marks)}'
+        )
+        labelled = int(part["n"].sum())
+        mark = " ⚠" if name in small else ""
+        legend.append((f"{_shorten(str(name), 16)} · {count(labelled)}{mark}", str(name), style))
+    return _curve_svg(title, parts, legend)
+
+
+def roc_plot(
+    points_: pd.DataFrame, aucs: pd.DataFrame, title: str, order: list, small: frozenset
+) -> str:
+    """SVG ROC curves (tasks.report.derive.roc_points): per group its TPR against its FPR at each
+    threshold, joined by straight lines (the ties' expected ROC, whose area is the AUC with ties
+    counted 1/2), the diagonal of chance; the legend gives each group's AUC and its interval.
+    Colours and marks as in :func:`reliability_plot`."""
+    if points_.empty:
+        return ""
+    parts, x, y = _xy_axes((0.0, 1.0), "false positive rate", "true positive rate", True)
+    parts.append(
+        f'<line x1="{x(0):.1f}" y1="{y(0):.1f}" x2="{x(1):.1f}" y2="{y(1):.1f}" stroke="#999" '
+        'stroke-dasharray="3 3"/>'
+    )
+    auc = aucs.set_index("group_name") if len(aucs) else aucs
+    legend = []
+    for name, part in points_.groupby("group_name", sort=False):
+        style = _style(order.index(name), name in small)
+        line = " ".join(f"{x(f):.1f},{y(t):.1f}" for f, t in zip(part["fpr"], part["tpr"]))
+        parts.append(f'<polyline fill="none" {style} stroke-width="1.5" points="{line}"/>')
+        text = _shorten(str(name), 16)
+        tooltip = str(name)
+        if len(auc) and name in auc.index:
+            mine = auc.loc[name]
+            text += f" · {sig3(mine['auc'])}"
+            tooltip += (
+                f": AUC {sig3(mine['auc'])} [{sig3(mine['auc_low'])}, {sig3(mine['auc_high'])}]"
+            )
+        legend.append((text + (" ⚠" if name in small else ""), tooltip, style))
+    return _curve_svg(title, parts, legend)

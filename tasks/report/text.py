@@ -163,3 +163,55 @@ def md(value) -> str:
     text = "" if _missing(value) else printable(str(value))
     text = html.escape(text, quote=True)
     return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
+
+
+IMPOSSIBILITY = (
+    "these definitions cannot all hold when base rates differ (Chouldechova 2017; Kleinberg, "
+    "Mullainathan and Raghavan 2016)"
+)
+
+
+def _rates_clause(kind: str, row: Any, tolerance: str) -> str:
+    """'equal error rates (FPR, FNR) do not hold (2 of 6 comparisons flagged)' and the like, from
+    one attribute's row of tasks.report.derive.definitions (``kind``: 'error' or 'selection')."""
+    name = "equal error rates" if kind == "error" else "equal selection rates"
+    state, tested = getattr(row, kind), getattr(row, f"{kind}_tested")
+    if state == "untested":
+        return f"{name} were not tested"
+    name += f" ({', '.join(m.upper() for m in getattr(row, f'{kind}_metrics'))})"
+    if state == "fails":
+        flagged = getattr(row, f"{kind}_flagged")
+        return f"{name} do not hold ({flagged} of {tested} comparisons flagged)"
+    if state == "holds":
+        return f"{name} hold within ±{tolerance} (all {tested} intervals inside)"
+    crossing = getattr(row, f"{kind}_open")
+    return f"{name} are undecided ({crossing} of {tested} intervals cross ±{tolerance})"
+
+
+def definitions_sentence(row: Any, alpha: float, tolerance: str) -> str:
+    """One plain sentence (no markup: callers escape it) saying which definitions of fairness
+    hold for one attribute, worded from its row of tasks.report.derive.definitions: equal
+    calibration across groups, equal error rates, equal selection rates, the impossibility of all
+    three where base rates differ, and the base rates' range."""
+    tested, rejected = row.calibration_tested, row.calibration_rejected
+    if row.calibration == "untested":
+        calibration = "equal calibration across groups was not tested"
+    elif row.calibration == "fails":
+        calibration = (
+            f"equal calibration across groups does not hold ({rejected} of {tested} calibration "
+            f"tests reject it at α = {alpha:g})"
+        )
+    else:
+        calibration = (
+            f"equal calibration across groups holds as far as the data tell (none of {tested} "
+            f"calibration tests rejects it at α = {alpha:g})"
+        )
+    rates = [_rates_clause(kind, row, tolerance) for kind in ("error", "selection")]
+    sentence = f"By {row.attribute}: {calibration}, {rates[0]} and {rates[1]}; {IMPOSSIBILITY}"
+    low = getattr(row, "base_low", None)
+    if _missing(low):
+        return sentence + "."
+    return (
+        f"{sentence}, and here they run from {percent(low)} ({row.base_low_group}) to "
+        f"{percent(row.base_high)} ({row.base_high_group})."
+    )

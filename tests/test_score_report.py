@@ -1,0 +1,226 @@
+"""The report's score section: reliability curves, ROC curves and the sentence on which definitions
+of fairness hold, checked against scikit-learn, pandas and statsmodels on the rows; runs without a
+score render without it."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.metrics import roc_curve
+from statsmodels.stats.proportion import proportion_confint
+
+from biasaudit.schemas.report import ReportFrames
+from biasaudit.tasks.api import audit_frame
+from biasaudit.tasks.report import render_html
+from biasaudit.tasks.report.derive import definitions, reliability, roc_points
+
+from .test_report import assert_self_contained
+
+HOSTILE = "<i>c</i>"
+
+
+def frames_of(result, **config) -> ReportFrames:
+    """The report's frames of an ``audit_frame`` result, as the store would hand them over."""
+    return ReportFrames(
+        run={"id": 1, "audit_name": "s", "status": "succeeded", "config": config},
+        counts=result.counts,
+        metrics=result.metrics,
+        detection=result.detection,
+        planning=result.planning,
+        match=result.match,
+        meta=result.metametrics,
+        two_group=result.two_group,
+        scores=result.scores,
+        calibration=result.calibration,
+        thresholds=result.thresholds,
+    )
+
+
+def scored_rows(seed: int = 3, n: int = 3000) -> pd.DataFrame:
+    """A score 1..8 over three groups (one with a hostile name that never scores 4), outcomes
+    rising with the score, a tenth unlabelled; the decision is score >= 5."""
+    rng = np.random.default_rng(seed)
+    g = rng.choice(["a", "b", HOSTILE], n, p=[0.5, 0.35, 0.15])
+    s = rng.integers(1, 9, n)
+    s = np.where((g == HOSTILE) & (s == 4), 5, s)
+    y = (rng.random(n) < s / 9 - 0.1 * (g == "b")).astype(float)
+    y[rng.random(n) < 0.1] = np.nan
+    return pd.DataFrame({"y_true": y, "y_pred": (s >= 5).astype(int), "s": s, "g": g})
+
+
+@pytest.fixture(scope="module")
+def scored():
+    rows = scored_rows()
+    result = audit_frame(rows, attributes=["g"], score="s", metrics=["fpr", "fnr", "ppr"])
+    return rows, frames_of(result)
+
+
+def test_roc_points_per_group_equal_scikit_learn(scored):
+    """Each group's ROC points (thresholds included) are scikit-learn's roc_curve on its
+    labelled rows, without dropping collinear points: a bin where the group has no row (the
+    hostile group never scores 4) or only unlabelled rows adds no point."""
+    rows, frames = scored
+    roc = roc_points(frames)
+    labelled = rows.dropna(subset=["y_true"])
+    assert set(roc["group_name"]) == set(labelled["g"])
+    for name, part in labelled.groupby("g"):
+        fpr, tpr, cut = roc_curve(part["y_true"], part["s"], drop_intermediate=False)
+        mine = roc[roc["group_name"] == name]
+        np.testing.assert_allclose(mine["fpr"], fpr, atol=1e-12)
+        np.testing.assert_allclose(mine["tpr"], tpr, atol=1e-12)
+        np.testing.assert_array_equal(mine["threshold"], cut)
+    assert 4.0 not in set(roc.loc[roc["group_name"] == HOSTILE, "threshold"])
+
+
+def test_reliability_points_equal_a_pandas_groupby(scored):
+    """Each group's points: per score value, the labelled rows' mean score and outcome rate and
+    their count (pandas), with the exact interval of statsmodels' Clopper-Pearson."""
+    rows, frames = scored
+    curves = reliability(frames).set_index(["group_name", "score_bin"])
+    labelled = rows.dropna(subset=["y_true"])
+    expected = labelled.groupby(["g", "s"]).agg(
+        mean_score=("s", "mean"), rate=("y_true", "mean"), n=("y_true", "size"),
+        positives=("y_true", "sum"),
+    )  # fmt: skip
+    expected.index = expected.index.set_levels(expected.index.levels[1].astype(float), level=1)
+    assert sorted(curves.index) == sorted(expected.index)
+    got = curves.loc[expected.index]
+    np.testing.assert_allclose(got["mean_score"], expected["mean_score"], atol=1e-12)
+    np.testing.assert_allclose(got["observed_rate"], expected["rate"], atol=1e-12)
+    assert got["n"].tolist() == expected["n"].tolist()
+    low, high = proportion_confint(expected["positives"], expected["n"], 0.05, method="beta")
+    np.testing.assert_allclose(got["rate_low"], np.nan_to_num(low, nan=0.0), atol=1e-9)
+    np.testing.assert_allclose(got["rate_high"], np.nan_to_num(high, nan=1.0), atol=1e-9)
+
+
+def test_the_score_section_draws_every_point_and_escapes_names(scored):
+    """The page draws a reliability point per (group, bin) and an ROC polyline per group with
+    its points, beside the FPR and FNR forest plots; a hostile name is escaped."""
+    _, frames = scored
+    page = render_html(frames)
+    assert_self_contained(page)
+    assert HOSTILE not in page and "&lt;i&gt;c&lt;/i&gt;" in page
+    block = page.split("Score: calibration, error rates and ROC")[1].split("</details>")[0]
+    figures = re.findall(r"<svg.*?</svg>", block, flags=re.DOTALL)
+    labels = [re.search(r'aria-label="([^"]*)"', f).group(1) for f in figures]
+    assert labels == [
+        "g: reliability", "FPR: group − rest of population", "FNR: group − rest of population",
+        "g: ROC",
+    ]  # fmt: skip
+    assert figures[0].count("<circle") == len(reliability(frames))
+    lines = re.findall(r'<polyline[^>]*points="([^"]*)"', figures[3])
+    roc = roc_points(frames)
+    assert [len(p.split()) for p in lines] == roc.groupby("group_name", sort=False).size().tolist()
+
+
+def _group_rows(rng, n: int, p: float) -> pd.DataFrame:
+    """Scores 0.1..0.9 (1 + Binomial(8, p), tenths), each outcome drawn with its score as its
+    probability: a calibrated score."""
+    s = (1 + rng.binomial(8, p, n)) / 10
+    return pd.DataFrame({"score": s, "y_true": (rng.random(n) < s).astype(float)})
+
+
+def _audited(rows: pd.DataFrame) -> ReportFrames:
+    rows = rows.assign(y_pred=(rows["score"] >= 0.5).astype(int))
+    result = audit_frame(rows, attributes=["g"], score="score", metrics=["fpr", "fnr", "ppr"])
+    return frames_of(result)
+
+
+@pytest.fixture(scope="module")
+def calibrated_apart():
+    """Both groups calibrated, base rates apart (scores around 0.3 and 0.6): error rates of
+    score >= 0.5 differ."""
+    rng = np.random.default_rng(2016)
+    rows = pd.concat(
+        [_group_rows(rng, 4000, 0.25).assign(g="a"), _group_rows(rng, 4000, 0.6).assign(g="b")]
+    )
+    return _audited(rows)
+
+
+@pytest.fixture(scope="module")
+def balanced_miscalibrated():
+    """Group b is group a with its scores shuffled within each side of the threshold: the same
+    decisions and outcomes (equal error and selection rates), but within a side b's score says
+    nothing of its outcome (calibration differs)."""
+    rng = np.random.default_rng(2017)
+    a = _group_rows(rng, 5000, 0.5)
+    b = a.copy()
+    for side in (a["score"] >= 0.5, a["score"] < 0.5):
+        b.loc[side, "score"] = rng.permutation(b.loc[side, "score"].to_numpy())
+    return _audited(pd.concat([a.assign(g="a"), b.assign(g="b")], ignore_index=True))
+
+
+def _sentence(frames: ReportFrames) -> str:
+    found = re.findall(r"<p>(By g: .*?)</p>", render_html(frames))
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_calibrated_groups_with_different_error_rates(calibrated_apart):
+    """The stored verdicts (no calibration test rejects, error and selection rates flagged)
+    are what the sentence says, with the base rates' range from the counts."""
+    frames = calibrated_apart
+    assert (frames.scores["calibration_p_adjusted"] >= 0.05).all()
+    error = frames.detection[frames.detection["metric"].isin(["fpr", "fnr"])]
+    assert error["flagged"].any()
+    sentence = _sentence(frames)
+    assert "equal calibration across groups holds as far as the data tell (none of 1 " in sentence
+    assert "equal error rates (FPR, FNR) do not hold (" in sentence
+    assert "cannot all hold when base rates differ (Chouldechova 2017; Kleinberg" in sentence
+    counts = frames.counts[frames.counts["subset"] == "group"].set_index("group_name")
+    prev = (counts["tp"] + counts["fn"]) / counts[["tp", "fp", "fn", "tn"]].sum(axis=1)
+    low, high = prev.idxmin(), prev.idxmax()
+    assert f"from {100 * prev[low]:.1f}% ({low}) to {100 * prev[high]:.1f}% ({high})" in sentence
+
+
+def test_balanced_error_rates_with_different_calibration(balanced_miscalibrated):
+    frames = balanced_miscalibrated
+    assert (frames.scores["calibration_p_adjusted"] < 0.05).all()
+    tested = frames.detection[frames.detection["p_adjusted"].notna()]
+    assert not tested["flagged"].any() and (tested["decision"] == "fair").all()
+    sentence = _sentence(frames)
+    assert "equal calibration across groups does not hold (1 of 1 calibration tests" in sentence
+    assert "equal error rates (FPR, FNR) hold within ±5.00 pp (all 2 intervals inside)" in sentence
+    assert "equal selection rates (PPR) hold within ±5.00 pp (all 1 intervals inside)" in sentence
+
+
+def test_the_sentence_follows_the_stored_verdicts_not_the_data(calibrated_apart):
+    """The same run with its stored verdicts changed (calibration rejected, no comparison
+    flagged and every interval inside, selection rates not tested) says so."""
+    frames = calibrated_apart
+    detection = frames.detection[frames.detection["metric"] != "ppr"].assign(
+        flagged=False, decision="fair"
+    )
+    changed = dataclasses.replace(
+        frames,
+        scores=frames.scores.assign(calibration_p_adjusted=0.001),
+        detection=detection,
+    )
+    stated = definitions(changed).iloc[0]
+    assert (stated["calibration"], stated["error"], stated["selection"]) == (
+        "fails", "holds", "untested",
+    )  # fmt: skip
+    sentence = _sentence(changed)
+    assert "equal calibration across groups does not hold" in sentence
+    assert "equal error rates (FPR, FNR) hold within" in sentence
+    assert "equal selection rates were not tested" in sentence
+
+
+def test_a_run_without_a_score_renders_as_before(scored):
+    """Without stored score results there is no score section, and the page is the one the
+    frames render without score frames at all."""
+    rows, _ = scored
+    result = audit_frame(rows, attributes=["g"], metrics=["fpr", "fnr", "ppr"])
+    assert result.calibration.empty and result.thresholds.empty
+    frames = frames_of(result)
+    page = render_html(frames)
+    bare = dataclasses.replace(
+        frames, scores=pd.DataFrame(), calibration=pd.DataFrame(), thresholds=pd.DataFrame()
+    )
+    assert page == render_html(bare)
+    assert "Score:" not in page and "reliability" not in page and "ROC" not in page
+    assert definitions(frames).empty and roc_points(frames).empty and reliability(frames).empty
