@@ -5,20 +5,35 @@ score render without it."""
 from __future__ import annotations
 
 import dataclasses
+import io
 import re
 
 import numpy as np
 import pandas as pd
 import pytest
-from sklearn.metrics import roc_curve
+from sklearn.metrics import roc_auc_score, roc_curve
 from statsmodels.stats.proportion import proportion_confint
+from typer.testing import CliRunner
 
+from biasaudit.db.engine import make_engine
+from biasaudit.db.history import list_runs
+from biasaudit.db.migrate import upgrade
+from biasaudit.db.report_data import report_frames
+from biasaudit.flows import audit as flow
+from biasaudit.flows import pipeline
+from biasaudit.flows.cli import app
+from biasaudit.flows.ll144 import ll144_report
 from biasaudit.schemas.report import ReportFrames
 from biasaudit.tasks.api import audit_frame
+from biasaudit.tasks.ll144 import impact_table
 from biasaudit.tasks.report import render_html
 from biasaudit.tasks.report.derive import definitions, reliability, roc_points
 
-from .test_report import assert_self_contained
+from .conftest import COMPAS
+from .test_ll144 import _expected
+from .test_report import assert_self_contained, laid_out_open, needs_chromium
+
+needs_compas = pytest.mark.skipif(not COMPAS.exists(), reason=f"{COMPAS} is absent")
 
 HOSTILE = "<i>c</i>"
 
@@ -224,3 +239,127 @@ def test_a_run_without_a_score_renders_as_before(scored):
     assert page == render_html(bare)
     assert "Score:" not in page and "reliability" not in page and "ROC" not in page
     assert definitions(frames).empty and roc_points(frames).empty and reliability(frames).empty
+
+
+COMPAS_AUDIT = """[[audits]]
+name = "compas"
+model = "compas"
+source = "compas"
+attributes = ["race", "sex"]
+intersections = [["race", "sex"]]
+metrics = ["fpr", "fnr", "ppr"]
+reference_groups = { race = "Caucasian" }
+decision = { score = "decile_score", threshold = 5 }
+columns = { prediction_id = "id", predicted_at = "compas_screening_date", y_true = "two_year_recid" }
+"""
+
+
+@needs_compas
+def test_compas_decile_score_through_biasaudit_run(tmp_path, monkeypatch):
+    """ProPublica's file loaded as it is (every column text) and audited by ``biasaudit run`` with
+    the decile score as the score (docs/configuration.md's example): the stored recidivism per
+    decile and race, AUC per race, FPR and FNR at every decile threshold, the ROC points of the
+    report and the Local Law 144 tables equal pandas and scikit-learn on the CSV; the report has
+    the score section of each attribute."""
+    raw = pd.read_csv(COMPAS)
+    url = f"sqlite:///{tmp_path / 'compas.db'}"
+    upgrade(url)
+    engine = make_engine(url)
+    pd.read_csv(COMPAS, dtype=str).to_sql("compas", engine, index=False)
+    (tmp_path / "audits.toml").write_text(COMPAS_AUDIT)
+    monkeypatch.setenv("BIASAUDIT_REPORTS_DIR", str(tmp_path / "reports"))
+    monkeypatch.setattr(flow, "audit_flow", pipeline.run_audit)  # the flow's body, no Prefect
+    args = ["-c", str(tmp_path / "audits.toml"), "--db", url, "--as-of", "2015-01-01"]
+    result = CliRunner().invoke(app, ["run", "compas", *args])
+    assert result.exit_code == 0, result.output
+    run_id = int(list_runs(engine)["id"].iloc[0])
+    frames = report_frames(engine, run_id)
+
+    rates = frames.calibration.set_index(["attribute", "group_name", "score_bin"])
+    expected = raw.groupby(["race", "decile_score"])["two_year_recid"].agg(["mean", "size"])
+    got = rates.loc[[("race", r, float(d)) for r, d in expected.index]]
+    np.testing.assert_allclose(got["observed_rate"], expected["mean"], atol=1e-12)
+    assert got["n"].tolist() == expected["size"].tolist()
+    scores = frames.scores[(frames.scores["attribute"] == "race")]
+    auc = scores[scores["reference"] == "rest"].set_index("group_name")["auc_group"]
+    sweep = frames.thresholds.set_index(["attribute", "group_name", "threshold"])
+    roc = roc_points(frames)
+    for race, part in raw.groupby("race"):
+        truth = part["two_year_recid"] == 1
+        assert auc[race] == pytest.approx(roc_auc_score(truth, part["decile_score"]), abs=1e-9)
+        for decile in range(1, 11):
+            chosen = part["decile_score"] >= decile
+            at = sweep.loc[("race", race, float(decile))]
+            assert at["fpr"] == pytest.approx((chosen & ~truth).sum() / (~truth).sum(), abs=1e-12)
+            assert at["fnr"] == pytest.approx((~chosen & truth).sum() / truth.sum(), abs=1e-12)
+        fpr, tpr, _ = roc_curve(truth, part["decile_score"], drop_intermediate=False)
+        mine = roc[(roc["attribute"] == "race") & (roc["group_name"] == race)]
+        np.testing.assert_allclose(mine[["fpr", "tpr"]], np.column_stack([fpr, tpr]), atol=1e-12)
+
+    _, csv = ll144_report(engine, run_id)
+    tables = pd.read_csv(io.StringIO(csv)).set_index(["attribute", "group_name"]).sort_index()
+    above = _expected(raw, raw["decile_score"] > raw["decile_score"].median())
+    assert tables.index.equals(above.index)
+    assert tables[["n", "selected"]].values.tolist() == above[["n", "selected"]].values.tolist()
+    np.testing.assert_allclose(tables["impact_ratio"], above["impact_ratio"], atol=1e-12)
+
+    page = (tmp_path / "reports" / f"compas-run-{run_id}.html").read_text()
+    assert_self_contained(page)
+    for attribute in ("race", "sex", "race x sex"):
+        assert f'aria-label="{attribute}: reliability"' in page
+        assert f'aria-label="{attribute}: ROC"' in page
+        assert f"<p>By {attribute}: equal calibration across groups " in page
+    engine.dispose()
+
+
+@needs_compas
+def test_compas_scoring_tables_through_the_api():
+    """audit_frame with the decile score: its Local Law 144 scoring counts give the tables of
+    rows scoring above the median, per race, sex and race x sex, that pandas gives."""
+    raw = pd.read_csv(COMPAS)
+    frame = pd.DataFrame(
+        {
+            "y_true": raw["two_year_recid"].astype(float),
+            "y_pred": (raw["score_text"] != "Low").astype(int),
+            "decile_score": raw["decile_score"],
+            "race": raw["race"],
+            "sex": raw["sex"],
+        }
+    )
+    result = audit_frame(
+        frame, attributes=["race", "sex"], intersections=[["race", "sex"]], metrics=["fpr"],
+        score="decile_score",
+    )  # fmt: skip
+    tables = impact_table(result.scoring.rename(columns={"above_median": "selected"}))
+    tables = tables.set_index(["attribute", "group_name"]).sort_index()
+    above = _expected(raw, raw["decile_score"] > raw["decile_score"].median())
+    assert tables.index.equals(above.index)
+    assert tables[["n", "selected"]].values.tolist() == above[["n", "selected"]].values.tolist()
+    np.testing.assert_allclose(tables["rate"], above["rate"], atol=1e-12)
+    np.testing.assert_allclose(tables["impact_ratio"], above["impact_ratio"], atol=1e-12)
+
+
+@needs_compas
+@needs_chromium
+def test_a_scored_compas_page_fits_the_window_in_headless_chromium(tmp_path):
+    """With every section and detail open, the score blocks of race, sex and race x sex (12
+    groups: dashed colours after the eighth) keep the page within Chromium's 1,400 px window."""
+    raw = pd.read_csv(COMPAS)
+    frame = pd.DataFrame(
+        {
+            "y_true": raw["two_year_recid"].astype(float),
+            "y_pred": (raw["score_text"] != "Low").astype(int),
+            "decile_score": raw["decile_score"],
+            "race": raw["race"],
+            "sex": raw["sex"],
+        }
+    )
+    result = audit_frame(
+        frame, attributes=["race", "sex"], intersections=[["race", "sex"]],
+        reference_groups={"race": "Caucasian"}, metrics=["fpr", "fnr", "ppr"],
+        score="decile_score",
+    )  # fmt: skip
+    frames = frames_of(result, reference_groups={"race": "Caucasian"})
+    measure = laid_out_open(render_html(frames), tmp_path)
+    assert measure["width"] <= 1400, measure["width"]
+    assert "By race x sex: equal calibration across groups" in measure["text"]

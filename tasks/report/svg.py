@@ -155,7 +155,7 @@ def sparkline(values: list[float], label: str) -> str:
 
 # Okabe and Ito's colours, distinct for colour-blind readers; groups beyond them are dashed.
 PALETTE = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#000000", "#f0e442"]
-SIDE, MARGIN, LEGEND_W = 210, 44, 190  # plot square, left margin for labels, legend width
+SIDE, MARGIN, LEGEND_W = 210, 44, 215  # plot square, left margin for labels, legend width
 
 
 def _xy_axes(
@@ -273,7 +273,7 @@ def reliability_plot(
         )
         labelled = int(part["n"].sum())
         mark = " ⚠" if name in small else ""
-        legend.append((f"{_shorten(str(name), 16)} · {count(labelled)}{mark}", str(name), style))
+        legend.append((f"{_shorten(str(name), 24)} · {count(labelled)}{mark}", str(name), style))
     return _curve_svg(title, parts, legend)
 
 
@@ -297,7 +297,7 @@ def roc_plot(
         style = _style(order.index(name), name in small)
         line = " ".join(f"{x(f):.1f},{y(t):.1f}" for f, t in zip(part["fpr"], part["tpr"]))
         parts.append(f'<polyline fill="none" {style} stroke-width="1.5" points="{line}"/>')
-        text = _shorten(str(name), 16)
+        text = _shorten(str(name), 24)
         tooltip = str(name)
         if len(auc) and name in auc.index:
             mine = auc.loc[name]

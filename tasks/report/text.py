@@ -208,7 +208,7 @@ def definitions_sentence(row: Any, alpha: float, tolerance: str) -> str:
         )
     rates = [_rates_clause(kind, row, tolerance) for kind in ("error", "selection")]
     sentence = f"By {row.attribute}: {calibration}, {rates[0]} and {rates[1]}; {IMPOSSIBILITY}"
-    low = getattr(row, "base_low", None)
+    low: float = getattr(row, "base_low", math.nan)  # absent where no group has a base rate
     if _missing(low):
         return sentence + "."
     return (
