@@ -12,7 +12,9 @@ Rendered from the frames of one stored run (``schemas.report.ReportFrames``, gat
    every group's rate with its Clopper-Pearson interval and counts,
    the difference and ratio to the configured reference group and to the rest of the population,
    the four-fifths rule (ratio within 0.8-1.25, as Aequitas applies it) beside the statistical
-   verdict, and forest plots against the reference and against the rest;
+   verdict, and forest plots against the reference and against the rest; where the run audited a
+   score, which definitions of fairness hold (one sentence from its tests), reliability curves
+   beside the error-rate forest plots, and ROC curves;
 3. trends of each metric and group over the runs up to this one (by as-of), with dates and values;
 4. every metric of the run in words with its formula (schemas.metric_ids.GLOSSARY);
 5. details, collapsed: planning, MATCH, meta-metrics, smoothing, changes, other metrics, run facts.

@@ -1,6 +1,7 @@
 """What the report says, derived from a stored run's result frames (no markup): settings,
 groups with their base rates and label completeness, comparisons with rates, ratios and the
-four-fifths rule, verdicts per attribute, ranked findings, what was not tested and why."""
+four-fifths rule, verdicts per attribute, ranked findings, what was not tested and why; for a
+scored run, the reliability and ROC points and which definitions of fairness hold."""
 
 from __future__ import annotations
 
