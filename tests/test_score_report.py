@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from biasaudit.db.engine import make_engine
 from biasaudit.db.history import list_runs
+from biasaudit.db.load import load_predictions
 from biasaudit.db.migrate import upgrade
 from biasaudit.db.report_data import report_frames
 from biasaudit.flows import audit as flow
@@ -130,6 +131,39 @@ def test_the_score_section_draws_every_point_and_escapes_names(scored):
     lines = re.findall(r'<polyline[^>]*points="([^"]*)"', figures[3])
     roc = roc_points(frames)
     assert [len(p.split()) for p in lines] == roc.groupby("group_name", sort=False).size().tolist()
+
+
+def test_a_stored_run_has_its_score_section_on_each_database(db_url, tmp_path):
+    """The pipeline stores a scored run (its decision from the score) and the report read back
+    from SQLite, PostgreSQL or MariaDB draws each group's ROC points as scikit-learn's roc_curve
+    and its reliability points as pandas on the rows."""
+    rows = scored_rows(n=1200).assign(
+        prediction_id=lambda f: [f"p{i}" for i in range(len(f))],
+        model_id="m",
+        model_version="1",
+        predicted_at=pd.Timestamp("2026-05-01", tz="UTC"),
+        score=lambda f: f["s"] / 10,
+    )
+    load_predictions(make_engine(db_url), rows.drop(columns="s"), ["g"], "scored")
+    (tmp_path / "a.toml").write_text(
+        '[[audits]]\nname = "s"\nmodel = "m"\nattributes = ["g"]\nmetrics = ["fpr", "fnr"]\n'
+        'decision = { score = "score", threshold = 0.5 }\n'
+    )
+    run = pipeline.run_audit("s", str(tmp_path / "a.toml"), db_url, pd.Timestamp("2026-06-01"))
+    engine = make_engine(db_url)
+    frames = report_frames(engine, run["run_id"])
+    roc, curves = roc_points(frames), reliability(frames)
+    labelled = rows.dropna(subset=["y_true"])
+    for name, part in labelled.groupby("g"):
+        fpr, tpr, _ = roc_curve(part["y_true"], part["score"], drop_intermediate=False)
+        mine = roc[roc["group_name"] == name]
+        np.testing.assert_allclose(mine[["fpr", "tpr"]], np.column_stack([fpr, tpr]), atol=1e-12)
+        rates = part.groupby("score")["y_true"].mean()
+        got = curves[curves["group_name"] == name].set_index("score_bin")["observed_rate"]
+        np.testing.assert_allclose(got.loc[rates.index], rates, atol=1e-12)
+    page = render_html(frames)
+    assert 'aria-label="g: reliability"' in page and "<p>By g: " in page
+    engine.dispose()
 
 
 def _group_rows(rng, n: int, p: float) -> pd.DataFrame:

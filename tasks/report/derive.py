@@ -430,7 +430,7 @@ def score_groups(frames: ReportFrames) -> pd.DataFrame:
     if scores.empty:
         return pd.DataFrame(columns=columns)
     own = scores[scores["reference"] == "rest"]
-    own = own.rename(columns=lambda c: c.removesuffix("_group") if c.endswith("_group") else c)
+    own = own.rename(columns=lambda c: c.removesuffix("_group"))
     return own[columns].sort_values(["attribute", "group_name"]).reset_index(drop=True)
 
 

@@ -448,10 +448,9 @@ def score_block(frames: ReportFrames, attribute: str, kept: dict) -> str:
         rows = kept.get((attribute, metric))
         if rows is None:
             continue
-        against = rows[rows["reference"] == ref] if ref else rows.iloc[:0]
-        against = against if len(against) else rows[rows["reference"] == "rest"]
-        versus = ref if len(against) and against["reference"].iloc[0] == ref else "rest"
-        title = f"{metric.upper()}: group − {'rest of population' if versus == 'rest' else ref}"
+        named = rows[rows["reference"] == ref]
+        against = named if len(named) else rows[rows["reference"] == "rest"]
+        title = f"{metric.upper()}: group − {ref if len(named) else 'rest of population'}"
         figures.append(forest_plot(against, limits["tolerance"], title, limits["min_group_size"]))
     roc = roc_points(frames)
     aucs = score_groups(frames)
