@@ -5,6 +5,7 @@ score render without it."""
 from __future__ import annotations
 
 import dataclasses
+import html
 import io
 import re
 
@@ -29,6 +30,7 @@ from biasaudit.tasks.api import audit_frame
 from biasaudit.tasks.ll144 import impact_table
 from biasaudit.tasks.report import render_html
 from biasaudit.tasks.report.derive import definitions, reliability, roc_points
+from biasaudit.tasks.report.text import percent
 
 from .conftest import COMPAS
 from .test_ll144 import _expected
@@ -206,7 +208,7 @@ def balanced_miscalibrated():
 def _sentence(frames: ReportFrames) -> str:
     found = re.findall(r"<p>(By g: .*?)</p>", render_html(frames))
     assert len(found) == 1, found
-    return found[0]
+    return html.unescape(found[0])
 
 
 def test_calibrated_groups_with_different_error_rates(calibrated_apart):
@@ -235,6 +237,9 @@ def test_balanced_error_rates_with_different_calibration(balanced_miscalibrated)
     assert "equal calibration across groups does not hold (1 of 1 calibration tests" in sentence
     assert "equal error rates (FPR, FNR) hold within ±5.00 pp (all 2 intervals inside)" in sentence
     assert "equal selection rates (PPR) hold within ±5.00 pp (all 1 intervals inside)" in sentence
+    prev = frames.counts.loc[frames.counts["subset"] == "group", ["tp", "fn"]].sum(axis=1)
+    assert prev.nunique() == 1  # the same outcomes: one base rate
+    assert sentence.endswith(f"and here every group's is {percent(prev.iloc[0] / 5000)}.")
 
 
 def test_the_sentence_follows_the_stored_verdicts_not_the_data(calibrated_apart):
@@ -257,6 +262,29 @@ def test_the_sentence_follows_the_stored_verdicts_not_the_data(calibrated_apart)
     assert "equal calibration across groups does not hold" in sentence
     assert "equal error rates (FPR, FNR) hold within" in sentence
     assert "equal selection rates were not tested" in sentence
+
+
+def test_groups_without_outcomes_or_comparisons_render():
+    """A group without positives, a group without labels, and an attribute of one group (nothing
+    to compare: every definition untested, no range of base rates) render."""
+    rng = np.random.default_rng(1)
+    rows = pd.DataFrame(
+        {"g": rng.choice(["a", "b", "none", "unlabelled"], 400), "one": "only",
+         "s": rng.integers(1, 4, 400).astype(float), "y_true": rng.integers(0, 2, 400) * 1.0}
+    )  # fmt: skip
+    rows.loc[rows["g"] == "none", "y_true"] = 0.0
+    rows.loc[rows["g"] == "unlabelled", "y_true"] = np.nan
+    rows["y_pred"] = (rows["s"] >= 2).astype(int)
+    frames = frames_of(audit_frame(rows, attributes=["g", "one"], score="s", metrics=["fpr"]))
+    page = render_html(frames)
+    assert_self_contained(page)
+    assert set(roc_points(frames)["group_name"]) == {"a", "b", "only"}  # need both outcomes
+    assert (
+        "<p>By one: equal calibration across groups was not tested, equal error rates were not "
+        "tested and equal selection rates were not tested; these definitions cannot all hold "
+        "when base rates differ (Chouldechova 2017; Kleinberg, Mullainathan and Raghavan "
+        "2016).</p>"
+    ) in page
 
 
 def test_a_run_without_a_score_renders_as_before(scored):

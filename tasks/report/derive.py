@@ -412,9 +412,9 @@ def roc_points(frames: ReportFrames) -> pd.DataFrame:
         return pd.DataFrame(columns=ROC_COLUMNS)
     keys = ["attribute", "group_name"]
     sweep = sweep[[*keys, "threshold", "fpr", "tpr"]].astype({"fpr": float, "tpr": float})
+    sweep = sweep[sweep["fpr"].notna() & sweep["tpr"].notna()]
     start = sweep.drop_duplicates(keys).assign(threshold=np.inf, fpr=0.0, tpr=0.0)
     points = pd.concat([start, sweep], ignore_index=True)
-    points = points[points["fpr"].notna() & points["tpr"].notna()]
     points = points.sort_values([*keys, "threshold"], ascending=[True, True, False])
     repeated = points[[*keys, "fpr", "tpr"]].eq(points[[*keys, "fpr", "tpr"]].shift()).all(axis=1)
     return points[~repeated].reset_index(drop=True)
@@ -496,7 +496,7 @@ def definitions(frames: ReportFrames) -> pd.DataFrame:
         part = sizes[(sizes["attribute"] == attribute) & sizes["prev"].notna()] if len(sizes) else sizes
         if len(part) and (~part["small"]).any():
             part = part[~part["small"]]
-        if len(part):
+        if len(part) > 1:  # a range of base rates needs two groups
             low, high = part.loc[part["prev"].idxmin()], part.loc[part["prev"].idxmax()]
             row |= {
                 "base_low": float(low["prev"]),

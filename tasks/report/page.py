@@ -437,11 +437,11 @@ def score_block(frames: ReportFrames, attribute: str, kept: dict) -> str:
         limits["alpha"],
         points_plain(frames),
     )
-    curves = reliability(frames)
-    mine = curves[curves["attribute"] == attribute]
+    curves, roc = reliability(frames), roc_points(frames)
+    mine, roc = curves[curves["attribute"] == attribute], roc[roc["attribute"] == attribute]
     sizes = groups(frames)
-    own = sizes[sizes["attribute"] == attribute]
-    order, small = sorted(own["group_name"]), frozenset(own.loc[own["small"], "group_name"])
+    small = frozenset(sizes.loc[(sizes["attribute"] == attribute) & sizes["small"], "group_name"])
+    order = sorted({*mine["group_name"], *roc["group_name"]})  # a group's colour in both plots
     probability = is_probability(frames.calibration)
     figures = [reliability_plot(mine, f"{attribute}: reliability", probability, order, small)]
     for metric in ERROR_RATES:
@@ -452,12 +452,9 @@ def score_block(frames: ReportFrames, attribute: str, kept: dict) -> str:
         against = named if len(named) else rows[rows["reference"] == "rest"]
         title = f"{metric.upper()}: group − {ref if len(named) else 'rest of population'}"
         figures.append(forest_plot(against, limits["tolerance"], title, limits["min_group_size"]))
-    roc = roc_points(frames)
     aucs = score_groups(frames)
     aucs = aucs[aucs["attribute"] == attribute]
-    figures.append(
-        roc_plot(roc[roc["attribute"] == attribute], aucs, f"{attribute}: ROC", order, small)
-    )
+    figures.append(roc_plot(roc, aucs, f"{attribute}: ROC", order, small))
     return (
         "<details open><summary class=metric>Score: calibration, error rates and ROC "
         "<span class=muted>· reliability: each score bin's observed outcome rate (exact "

@@ -208,9 +208,11 @@ def definitions_sentence(row: Any, alpha: float, tolerance: str) -> str:
         )
     rates = [_rates_clause(kind, row, tolerance) for kind in ("error", "selection")]
     sentence = f"By {row.attribute}: {calibration}, {rates[0]} and {rates[1]}; {IMPOSSIBILITY}"
-    low: float = getattr(row, "base_low", math.nan)  # absent where no group has a base rate
+    low: float = getattr(row, "base_low", math.nan)  # absent where no two groups have one
     if _missing(low):
         return sentence + "."
+    if low == row.base_high:
+        return f"{sentence}, and here every group's is {percent(low)}."
     return (
         f"{sentence}, and here they run from {percent(low)} ({row.base_low_group}) to "
         f"{percent(row.base_high)} ({row.base_high_group})."
