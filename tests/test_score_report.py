@@ -21,7 +21,6 @@ from biasaudit.db.history import list_runs
 from biasaudit.db.load import load_predictions
 from biasaudit.db.migrate import upgrade
 from biasaudit.db.report_data import report_frames
-from biasaudit.flows import audit as flow
 from biasaudit.flows import pipeline
 from biasaudit.flows.cli import app
 from biasaudit.flows.ll144 import ll144_report
@@ -317,12 +316,13 @@ columns = { prediction_id = "id", predicted_at = "compas_screening_date", y_true
 
 
 @needs_compas
+@pytest.mark.usefixtures("prefect_harness")
 def test_compas_decile_score_through_biasaudit_run(tmp_path, monkeypatch):
-    """ProPublica's file loaded as it is (every column text) and audited by ``biasaudit run`` with
-    the decile score as the score (docs/configuration.md's example): the stored recidivism per
-    decile and race, AUC per race, FPR and FNR at every decile threshold, the ROC points of the
-    report and the Local Law 144 tables equal pandas and scikit-learn on the CSV; the report has
-    the score section of each attribute."""
+    """ProPublica's file loaded as it is (every column text) and audited by ``biasaudit run`` (a
+    Prefect flow run) with the decile score as the score (docs/configuration.md's example): the
+    stored recidivism per decile and race, AUC per race, FPR and FNR at every decile threshold,
+    the report's ROC points and the Local Law 144 tables equal pandas and scikit-learn on the
+    CSV; the report has the score section of each attribute."""
     raw = pd.read_csv(COMPAS)
     url = f"sqlite:///{tmp_path / 'compas.db'}"
     upgrade(url)
@@ -330,7 +330,6 @@ def test_compas_decile_score_through_biasaudit_run(tmp_path, monkeypatch):
     pd.read_csv(COMPAS, dtype=str).to_sql("compas", engine, index=False)
     (tmp_path / "audits.toml").write_text(COMPAS_AUDIT)
     monkeypatch.setenv("BIASAUDIT_REPORTS_DIR", str(tmp_path / "reports"))
-    monkeypatch.setattr(flow, "audit_flow", pipeline.run_audit)  # the flow's body, no Prefect
     args = ["-c", str(tmp_path / "audits.toml"), "--db", url, "--as-of", "2015-01-01"]
     result = CliRunner().invoke(app, ["run", "compas", *args])
     assert result.exit_code == 0, result.output
