@@ -25,6 +25,9 @@ _COUNT = pa.Check.ge(0)
 
 
 def _is_text(values: pd.Series) -> pd.Series:
+    """Each value text or null: at once where pandas infers the column as text (or all null)."""
+    if pd.api.types.infer_dtype(values, skipna=True) in ("string", "empty"):
+        return pd.Series(True, index=values.index)
     text = np.fromiter((isinstance(v, str) for v in values), bool, len(values))
     return pd.Series(text | values.isna().to_numpy(dtype=bool), index=values.index)
 

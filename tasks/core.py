@@ -116,6 +116,13 @@ def smoothed_metrics(
     )
 
 
+def _below_min_size(detection: pd.DataFrame) -> pd.Series:
+    """'attribute=group' of each detection row left untested for its group's size."""
+    small = detection["reason"].astype("string").str.startswith("group size").fillna(False)
+    rows = detection[small.to_numpy(dtype=bool)]
+    return rows["attribute"].astype(str) + "=" + rows["group_name"].astype(str)
+
+
 def run_summary(
     counts: pd.DataFrame,
     metrics: pd.DataFrame,
@@ -137,13 +144,7 @@ def run_summary(
         "undefined_by_metric": undefined.groupby("metric").size().astype(int).to_dict(),
         "match_tests": int(match["p_value"].notna().sum()),
         "match_below_alpha": int((match["p_adjusted"] < alpha).sum()),  # after BH
-        "groups_below_min_size": sorted(
-            {
-                f"{r.attribute}={r.group_name}"
-                for r in detection.itertuples()
-                if isinstance(r.reason, str) and r.reason.startswith("group size")
-            }
-        ),
+        "groups_below_min_size": sorted(set(_below_min_size(detection))),
         "label_completeness_warnings": completeness_warnings(label_completeness(counts, alpha)),
         "detection_tests": int(detection["p_value"].notna().sum()),
         "underpowered": int(

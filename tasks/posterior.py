@@ -22,6 +22,8 @@ from typing import NamedTuple
 import numpy as np
 from scipy import special, stats
 
+from biasaudit.tasks.arrays import distinct_rows
+
 _NODES, _WEIGHTS = np.polynomial.legendre.leggauss(40)
 _TAIL = 1e-14
 _CHUNK = 256  # comparisons per block: keeps the (block, points, nodes) arrays in cache-sized memory
@@ -68,8 +70,8 @@ def distinct_tables(x1, n1, x2, n2) -> tuple[np.ndarray, np.ndarray, np.ndarray]
         smaller = _lexicographically_smaller(image, best)
         best = np.where(smaller, image, best)
         sign = np.where(smaller, image_sign, sign)
-    tables, inverse = np.unique(best, axis=1, return_inverse=True)
-    return tables, inverse.ravel(), sign
+    tables, inverse = distinct_rows(best.T)
+    return tables.T, inverse, sign
 
 
 def _lexicographically_smaller(a, b):
@@ -203,11 +205,9 @@ def prob_deviation(x1, n1, x2, n2, t) -> np.ndarray:
         *(np.asarray(v, "float64") for v in (x1, n1, x2, n2, t))
     )
     tables, inverse, _ = distinct_tables(x1, n1, x2, n2)
-    keys, key_index = np.unique(
-        np.vstack([tables[:, inverse], t.ravel()]), axis=1, return_inverse=True
-    )
-    values = in_chunks(_prob_deviation, *keys)
-    return values[key_index.ravel()].reshape(t.shape)
+    keys, key_index = distinct_rows(np.vstack([tables[:, inverse], t.ravel()]).T)
+    values = in_chunks(_prob_deviation, *keys.T)
+    return values[key_index].reshape(t.shape)
 
 
 def _prob_deviation(x1, n1, x2, n2, t):

@@ -57,7 +57,7 @@ import functools
 import numpy as np
 from scipy import special, stats
 
-from biasaudit.tasks.arrays import ragged
+from biasaudit.tasks.arrays import distinct_rows, ragged
 
 GAMMA = 1e-9  # Berger-Boos γ: the confidence set's error, added to every one-sided p-value
 _GRID = 257  # nuisance values on the null boundary, at least
@@ -516,8 +516,7 @@ def _batches(n_a, n_b, low, high, u_tol: float) -> list[np.ndarray]:
     span = np.maximum(span, 0.0)
     window = n_s * span + np.sqrt(n_s * np.log(2 / _NEGLIGIBLE) * 2) + 2
     key = np.stack([a_small, np.ceil(np.log2(window)), np.ceil(np.log2(np.sqrt(n_l) + 1))], axis=1)
-    _, inverse = np.unique(key, axis=0, return_inverse=True)
-    inverse = inverse.ravel()
+    inverse = distinct_rows(key)[1]
     order = np.argsort(inverse, kind="stable")
     return np.split(order, np.cumsum(np.bincount(inverse))[:-1])
 
@@ -556,11 +555,11 @@ def two_sample_test(
         np.where(up, *(np.ravel(v)[at] for v in pair))
         for pair in ((x_a, x_b), (n_a, n_b), (x_b, x_a), (n_b, n_a))
     ]
-    tables, inverse = np.unique(np.stack(sides, axis=1), axis=0, return_inverse=True)
+    tables, inverse = distinct_rows(np.stack(sides, axis=1))
     one_sided = _one_sided_pvalues(
         tables[:, 0], tables[:, 1], tables[:, 2], tables[:, 3], u_tol, gamma
     )
-    p.flat[at] = np.minimum(1.0, 2 * one_sided[inverse.ravel()])
+    p.flat[at] = np.minimum(1.0, 2 * one_sided[inverse])
     return np.maximum(z_up, z_down), p, tested
 
 
@@ -805,13 +804,13 @@ class _Grids:
     concatenated: ``values`` and each value's sizes, ``pair`` each comparison's pair."""
 
     def __init__(self, n_a: np.ndarray, n_b: np.ndarray, u_tol: float):
-        pairs, inverse = np.unique(np.stack([n_a, n_b], axis=1), axis=0, return_inverse=True)
+        pairs, inverse = distinct_rows(np.stack([n_a, n_b], axis=1))
         grids = [_nuisance_grid(int(a), int(b), u_tol) for a, b in pairs]
         lengths = [len(grid) for grid in grids]
         self.start = np.cumsum([0] + lengths)
         self.values = np.concatenate(grids)
         self.n_a, self.n_b = np.repeat(pairs[:, 0], lengths), np.repeat(pairs[:, 1], lengths)
-        self.pair = inverse.ravel()
+        self.pair = inverse
 
     def snap(self, which: np.ndarray, low, high) -> tuple[np.ndarray, np.ndarray]:
         """_snap of [low, high] on the grid of comparison ``which`` (each), as indices into
@@ -1058,7 +1057,7 @@ def exact_powers(
             np.stack([n_a[down], n_b[down], 1 - p_a[down], 1 - p_b[down]], axis=1),
         ]
     )
-    distinct, inverse = np.unique(sides, axis=0, return_inverse=True)
+    distinct, inverse = distinct_rows(sides)
     one_sided = np.zeros(len(distinct))
     for a_small in (True, False):
         rows = np.flatnonzero((distinct[:, 0] <= distinct[:, 1]) == a_small)
@@ -1067,7 +1066,7 @@ def exact_powers(
             one_sided[rows] = _oriented_powers(
                 a_small, size_a, size_b, rate_a, rate_b, u_tol, budget, gamma, precision
             )
-    np.add.at(power, np.concatenate([up, down]), one_sided[inverse.ravel()])
+    np.add.at(power, np.concatenate([up, down]), one_sided[inverse])
     return np.minimum(power, 1.0).reshape(arrays[0].shape)
 
 
