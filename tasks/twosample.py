@@ -245,42 +245,36 @@ def _monotone(a_small: bool, edge: np.ndarray) -> np.ndarray:
 
 
 def _log_pmf(k: np.ndarray, n, p: np.ndarray) -> np.ndarray:
-    """log Binomial(n, p) pmf at counts k (row, or one row per p) for probabilities p (column);
-    log C(n, k) from log-gamma over the range of counts asked for only (n may be millions), or
-    per element where n is one per row (the same values)."""
-    if np.ndim(n) == 0:
-        counts = k.astype("int64")
-        low = int(counts.min())
-        span = np.arange(low, int(counts.max()) + 1, dtype="float64")
-        log_choose = (
-            special.gammaln(n + 1) - special.gammaln(span + 1) - special.gammaln(n - span + 1)
-        )[counts - low]
-    else:  # the same values, each distinct (n, count) once: rows share their n (planning)
-        log_choose = _log_choose_by_size(k, np.broadcast_to(n, (k.shape[0], 1))[:, 0])
+    """log Binomial(n, p) pmf at counts k (one row, or one per p) for probabilities p (column);
+    n a number or one per row. Each row's counts are consecutive (after its last distinct count,
+    a row may repeat it: padding), so log C(n, k) comes from _log_choose_rows."""
+    n_rows = np.broadcast_to(np.asarray(n, dtype="float64").reshape(-1), (k.shape[0],))
+    width = np.argmax(k == k[:, -1:], axis=1) + 1
+    log_choose = _log_choose_rows(k[:, 0], width, n_rows, k.shape[1])
     p = np.asarray(p, dtype="float64")
     with np.errstate(divide="ignore", invalid="ignore"):
-        successes, failures = k * np.log(p), (n - k) * np.log1p(-p)
+        successes, failures = k * np.log(p), (n_rows[:, None] - k) * np.log1p(-p)
     if (p <= 0).any() or (p >= 1).any():  # 0·log 0 = 0 (special.xlogy's convention)
         successes, failures = np.nan_to_num(successes, nan=0.0), np.nan_to_num(failures, nan=0.0)
     return log_choose + successes + failures
 
 
-def _log_choose_by_size(k: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """log C(n_r, k) for each row r of counts ``k`` (2-D), from log-gamma over each distinct n's
-    range of counts once."""
-    sizes, inverse = np.unique(n, return_inverse=True)
-    inverse = inverse.ravel()
-    low, high = np.full(len(sizes), np.inf), np.full(len(sizes), -np.inf)
-    np.minimum.at(low, inverse, k.min(axis=1))
-    np.maximum.at(high, inverse, k.max(axis=1))
-    length = (high - low + 1).astype("int64")
-    counts = ragged(low, length)
-    size = np.repeat(sizes, length)
-    table = (
-        special.gammaln(size + 1) - special.gammaln(counts + 1) - special.gammaln(size - counts + 1)
-    )
-    start = (np.cumsum(length) - length - low)[inverse]
-    return table[(start[:, None] + k).astype("int64")]
+def _log_choose_rows(first: np.ndarray, width: np.ndarray, n: np.ndarray, columns: int):
+    """log C(n_r, first_r + j) for j < columns in each row r (j >= width_r: its last count): the
+    log-gamma at the row's first count, then the running sum of log((n − k)/(k + 1)) =
+    log C(n, k + 1) − log C(n, k) along it. Two logarithms per count instead of three log-gamma
+    values, and the running sums stay small beside log C itself: against 40-digit arithmetic
+    the log pmf is within 2.2e-10 at n = 400,000 (log-gamma differences: 1.1e-9), 6e-12 at
+    5,000 and 9e-13 at 900."""
+    k = first[:, None] + np.arange(columns - 1)[None, :]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        steps = np.log(n[:, None] - k) - np.log1p(k)
+    steps = np.where(np.arange(columns - 1)[None, :] < (width - 1)[:, None], steps, 0.0)
+    start = special.gammaln(n + 1) - special.gammaln(first + 1) - special.gammaln(n - first + 1)
+    out = np.empty((len(first), columns))
+    out[:, 0] = 0.0
+    np.cumsum(steps, axis=1, out=out[:, 1:])
+    return out + start[:, None]
 
 
 def _tails(a_small: bool, n_l, p_l: np.ndarray, first: np.ndarray, width):
