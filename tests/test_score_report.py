@@ -373,12 +373,9 @@ def test_compas_decile_score_through_biasaudit_run(tmp_path, monkeypatch):
     engine.dispose()
 
 
-@needs_compas
-def test_compas_scoring_tables_through_the_api():
-    """audit_frame with the decile score: its Local Law 144 scoring counts give the tables of
-    rows scoring above the median, per race, sex and race x sex, that pandas gives."""
-    raw = pd.read_csv(COMPAS)
-    frame = pd.DataFrame(
+def _scored_compas(raw: pd.DataFrame) -> pd.DataFrame:
+    """ProPublica's rows as audit_frame takes them, the decile score as the score."""
+    return pd.DataFrame(
         {
             "y_true": raw["two_year_recid"].astype(float),
             "y_pred": (raw["score_text"] != "Low").astype(int),
@@ -387,6 +384,14 @@ def test_compas_scoring_tables_through_the_api():
             "sex": raw["sex"],
         }
     )
+
+
+@needs_compas
+def test_compas_scoring_tables_through_the_api():
+    """audit_frame with the decile score: its Local Law 144 scoring counts give the tables of
+    rows scoring above the median, per race, sex and race x sex, that pandas gives."""
+    raw = pd.read_csv(COMPAS)
+    frame = _scored_compas(raw)
     result = audit_frame(
         frame, attributes=["race", "sex"], intersections=[["race", "sex"]], metrics=["fpr"],
         score="decile_score",
@@ -406,15 +411,7 @@ def test_a_scored_compas_page_fits_the_window_in_headless_chromium(tmp_path):
     """With every section and detail open, the score blocks of race, sex and race x sex (12
     groups: dashed colours after the eighth) keep the page within Chromium's 1,400 px window."""
     raw = pd.read_csv(COMPAS)
-    frame = pd.DataFrame(
-        {
-            "y_true": raw["two_year_recid"].astype(float),
-            "y_pred": (raw["score_text"] != "Low").astype(int),
-            "decile_score": raw["decile_score"],
-            "race": raw["race"],
-            "sex": raw["sex"],
-        }
-    )
+    frame = _scored_compas(raw)
     result = audit_frame(
         frame, attributes=["race", "sex"], intersections=[["race", "sex"]],
         reference_groups={"race": "Caucasian"}, metrics=["fpr", "fnr", "ppr"],
