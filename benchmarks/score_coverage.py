@@ -3,9 +3,10 @@
 Scores are a latent normal shifted by `shift` for positives, cut into 10 bins (ties, as deciles).
 Printed as markdown tables (benchmarks/README.md, "Score audits"):
 
-1. coverage of the 95% AUC interval: Wald on DeLong's variance (the textbook interval), and the
-   product's (logit scale, DeLong floored by Hanley & McNeil below 50 positives or negatives),
-   with the median width of each;
+1. coverage of the 95% AUC interval: Wald on DeLong's variance (the textbook interval, over
+   samples with two positives and two negatives), and the product's (Newcombe's score-type
+   interval below 50 positives or negatives, else Wald's on the logit scale with DeLong's
+   variance; over samples with a positive and a negative), with the median width of each;
 2. size at alpha = 0.05 of the test of equal AUC and of equal calibration, a group against a
    600-row reference drawn from the same model; beside the calibration score test, the
    likelihood-ratio test of the same hypothesis.
@@ -57,6 +58,7 @@ def coverage(reps: int, rng) -> None:
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     z = stats.norm.ppf(0.975)
     for n, base, shift in [
+        (4, 0.5, 1.0), (6, 0.5, 2.0), (8, 0.3, 1.0), (10, 0.4, 1.0),
         (15, 0.4, 2.0), (20, 0.3, 1.0), (25, 0.1, 1.0), (40, 0.5, 2.0), (100, 0.4, 0.8),
         (400, 0.4, 1.0), (2000, 0.05, 1.5), (5000, 0.4, 1.0),
     ]:  # fmt: skip
@@ -66,7 +68,8 @@ def coverage(reps: int, rng) -> None:
         both = (pos.sum(1) > 1) & (neg.sum(1) > 1)
         auc, variance = S.auc_and_variance(pos[both], neg[both])
         wald = (np.abs(auc - truth) <= z * np.sqrt(variance)).mean()
-        _, _, low, high = S.auc_interval(pos[both], neg[both])
+        some = (pos.sum(1) > 0) & (neg.sum(1) > 0)
+        _, _, low, high = S.auc_interval(pos[some], neg[some])
         ours = ((low <= truth) & (truth <= high)).mean()
         print(
             f"| {n} | {base} | {truth:.3f} | {wald:.3f} | {np.median(2 * z * np.sqrt(variance)):.3f}"

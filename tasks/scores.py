@@ -28,9 +28,10 @@ from biasaudit.schemas.score_bins import (  # noqa: F401 (the bins are the stage
 )
 from biasaudit.tasks.multiplicity import bh_adjust
 
-# Below this many positives or negatives, DeLong's variance (from few placements, zero at perfect
-# separation) is floored by Hanley & McNeil's: benchmarks/README.md ("Score audits") measures the
-# coverage of both rules.
+# Below this many positives or negatives the AUC's interval is Newcombe's score-type interval,
+# not Wald's on DeLong's variance (from few placements, zero at perfect separation), and the test
+# of equal AUC floors DeLong's variance by Hanley & McNeil's: benchmarks/README.md ("Score
+# audits") measures the coverage and size of both rules.
 SMALL_SAMPLE = 50
 
 
@@ -56,34 +57,60 @@ def auc_and_variance(positives: np.ndarray, negatives: np.ndarray):
     return auc, variance
 
 
-def hanley_mcneil_variance(auc, positives, negatives):
+def hanley_mcneil_variance(auc, positives, negatives, *, newcombe: bool = False):
     """Hanley & McNeil (1982, eq. 2): var = (A(1-A) + (P-1)(Q1-A^2) + (Q-1)(Q2-A^2)) / (P Q),
-    Q1 = A/(2-A), Q2 = 2A^2/(1+A); it depends on AUC and the sample sizes only."""
+    Q1 = A/(2-A), Q2 = 2A^2/(1+A), here in the equal form A(1-A) (1 + (P-1)(1-A)/(2-A) +
+    (Q-1)A/(1+A)) / (P Q); it depends on AUC and the sample sizes only. With ``newcombe``, P-1
+    and Q-1 are both N*-1 = (P+Q)/2 - 1 (Newcombe 2006, Part 2, eq. for method 5)."""
     a, p, q = (np.asarray(v, dtype="float64") for v in (auc, positives, negatives))
-    q1, q2 = a / (2 - a), 2 * a * a / (1 + a)
-    return (a * (1 - a) + (p - 1) * (q1 - a * a) + (q - 1) * (q2 - a * a)) / (p * q)
+    p_less, q_less = ((p + q) / 2 - 1,) * 2 if newcombe else (p - 1, q - 1)
+    return a * (1 - a) * (1 + p_less * (1 - a) / (2 - a) + q_less * a / (1 + a)) / (p * q)
+
+
+def newcombe_interval(auc, positives, negatives, level: float = 0.95):
+    """Newcombe's (2006, Part 2, method 5) score-type interval: the θ in [0, 1] with
+    (A - θ)^2 <= z^2 V(θ), V Newcombe's variance (:func:`hanley_mcneil_variance`) at θ itself, as
+    Wilson's interval is for a proportion. Each end is found by bisection between A and 0 or 1,
+    keeping the end inside the interval. It contains A by construction, and V(0) = V(1) = 0
+    makes 1 its upper end when A = 1 and 0 its lower end when A = 0."""
+    a, p, q = (np.asarray(v, dtype="float64") for v in (auc, positives, negatives))
+    z = stats.norm.ppf(0.5 + level / 2)
+
+    def outside(theta, side):  # θ beyond the end on this side (-1 below A, +1 above)
+        spread = z * np.sqrt(hanley_mcneil_variance(theta, p, q, newcombe=True))
+        return side * (theta - a) > spread
+
+    ends = []
+    for side in (-1.0, 1.0):
+        inside, beyond = a.copy(), np.full_like(a, (1 + side) / 2)
+        for _ in range(60):  # halves a gap of at most 1 to below 1e-18
+            middle = (inside + beyond) / 2
+            out = outside(middle, side)
+            inside, beyond = np.where(out, inside, middle), np.where(out, middle, beyond)
+        ends.append(inside)
+    return ends[0], ends[1]
 
 
 def auc_interval(positives: np.ndarray, negatives: np.ndarray, level: float = 0.95):
-    """AUC, its variance and a ``level`` interval of each row of binned counts.
+    """AUC, DeLong's variance and a ``level`` interval of each row of binned counts.
 
-    The interval is Wald's on the logit scale (it stays in (0, 1) and is not symmetric near 1),
-    around the AUC moved by half a pair towards 1/2, (A P Q + 1/2) / (P Q + 1), so that a
-    perfect separation has a finite logit. The variance is DeLong's; where a group has fewer
-    than SMALL_SAMPLE positives or negatives it is at least Hanley & McNeil's, as DeLong's
-    estimate from few placements is unstable (zero when the classes separate)."""
+    From SMALL_SAMPLE positives and negatives on, the interval is Wald's on the logit scale around
+    the AUC with DeLong's variance (it stays in (0, 1) and is not symmetric near 1). Below, or
+    where that interval does not exist (an AUC of 0 or 1, a variance of 0), it is Newcombe's
+    score-type interval (:func:`newcombe_interval`), which exists at 0 and 1 and is not built on
+    the few placements of a small group. Either contains the AUC."""
     pos = np.atleast_2d(np.asarray(positives, dtype="float64"))
     neg = np.atleast_2d(np.asarray(negatives, dtype="float64"))
     auc, variance = auc_and_variance(pos, neg)
     p, q = pos.sum(-1), neg.sum(-1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        moved = (auc * p * q + 0.5) / (p * q + 1)
-        small = np.minimum(p, q) < SMALL_SAMPLE
-        floor = hanley_mcneil_variance(moved, p, q)
-        variance = np.where(small, np.fmax(variance, floor), variance)
-        half = stats.norm.ppf(0.5 + level / 2) * np.sqrt(variance) / (moved * (1 - moved))
-        centre = special.logit(moved)
-        return auc, variance, special.expit(centre - half), special.expit(centre + half)
+        half = stats.norm.ppf(0.5 + level / 2) * np.sqrt(variance) / (auc * (1 - auc))
+        centre = special.logit(auc)
+        score_low, score_high = newcombe_interval(auc, p, q, level)
+    wald = (np.minimum(p, q) >= SMALL_SAMPLE) & (half > 0) & np.isfinite(half)
+    low = np.where(wald, special.expit(centre - half), score_low)
+    high = np.where(wald, special.expit(centre + half), score_high)
+    return auc, variance, low, high
 
 
 def auc_difference_test(pos_a, neg_a, pos_b, neg_b) -> float:

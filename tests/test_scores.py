@@ -2,12 +2,15 @@
 (scikit-learn, statsmodels, pandas) and by simulation (benchmarks/score_coverage.py has the full
 figures)."""
 
+import itertools
+
 import numpy as np
 import pandas as pd
 import pytest
 import statsmodels.api as sm
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy import optimize, stats
 from sklearn.metrics import roc_auc_score
 from statsmodels.stats.contingency_tables import StratifiedTable
 from statsmodels.stats.proportion import proportion_confint
@@ -173,15 +176,67 @@ def _true_auc(base, shift, rng):
     return S.auc_and_variance(pos, neg)[0][0]
 
 
-@pytest.mark.parametrize("n,base,shift", [(20, 0.3, 1.0), (40, 0.5, 2.0), (400, 0.4, 1.0)])
+@pytest.mark.parametrize(
+    "n,base,shift", [(6, 0.5, 2.0), (8, 0.3, 1.0), (20, 0.3, 1.0), (40, 0.5, 2.0), (400, 0.4, 1.0)]
+)
 def test_auc_interval_covers(n, base, shift):
-    """Coverage of the 95% interval >= 0.94 over 2,000 samples, small groups included."""
+    """Coverage of the 95% interval >= 0.94 over 2,000 samples with a positive and a negative,
+    tiny groups (one positive or one negative) included."""
     rng = np.random.default_rng(n)
     truth = _true_auc(base, shift, rng)
     pos, neg = _simulate(n, base, shift, 2000, rng)
     both = (pos.sum(1) > 0) & (neg.sum(1) > 0)
     _, _, low, high = S.auc_interval(pos[both], neg[both])
     assert ((low <= truth) & (truth <= high)).mean() >= 0.94
+
+
+def _placements(total: int, bins: int = 3):
+    """Every way to put ``total`` rows in ``bins`` score bins."""
+    return [c for c in itertools.product(range(total + 1), repeat=bins) if sum(c) == total]
+
+
+def test_auc_interval_contains_its_estimate_in_tiny_groups():
+    """Every group of 1-5 positives and 1-5 negatives in 3 score bins (3,025 groups, AUC 0, 1
+    and between): the AUC equals scikit-learn's on its rows and lies in its interval, 1 the upper
+    end where it is 1 and 0 the lower end where it is 0. COMPAS's Asian x Female (one negative at
+    decile 1, one positive at 3) was stored as AUC 1 with the interval [0.031, 0.996]."""
+    groups = [
+        (pos, neg)
+        for p, q in itertools.product(range(1, 6), repeat=2)
+        for pos in _placements(p)
+        for neg in _placements(q)
+    ]
+    pos, neg = (np.array(side, dtype=float) for side in zip(*groups))
+    auc, _, low, high = S.auc_interval(pos, neg)
+    expected = [
+        roc_auc_score(np.repeat([1, 0], [sum(p), sum(q)]), np.repeat([0, 1, 2, 0, 1, 2], p + q))
+        for p, q in groups
+    ]
+    np.testing.assert_allclose(auc, expected, atol=1e-12)
+    assert ((0 <= low) & (low <= auc) & (auc <= high) & (high <= 1)).all()
+    assert (high[auc == 1] == 1).all() and (low[auc == 0] == 0).all()
+    assert {0.0, 1.0} < set(auc) and ((auc > 0) & (auc < 1)).sum() > 2000
+    assert (low < high).all()  # no group, however small, gets a point interval
+    compas = S.auc_interval([0, 0, 1], [1, 0, 0])
+    assert compas[0][0] == 1 and compas[2][0] < 1 and compas[3][0] == 1
+
+
+@pytest.mark.parametrize(
+    "auc,p,q", [(0.5, 1, 1), (0.75, 2, 2), (0.9, 3, 7), (0.2, 10, 4), (0.62, 40, 45)]
+)
+def test_newcombe_interval_solves_its_equation(auc, p, q):
+    """Each end of the score-type interval is the root of (A - θ)² = z² V(θ) on its side of A,
+    V written out from Newcombe (2006, Part 2, method 5), found by scipy's brentq."""
+    z = stats.norm.ppf(0.975)
+    each = (p + q) / 2 - 1
+
+    def f(t):
+        v = t * (1 - t) * (1 + each * (1 - t) / (2 - t) + each * t / (1 + t)) / (p * q)
+        return (auc - t) ** 2 - z * z * v
+
+    low, high = S.newcombe_interval(np.array([auc]), np.array([p]), np.array([q]))
+    assert low[0] == pytest.approx(optimize.brentq(f, 0, auc, xtol=1e-14), abs=1e-9)
+    assert high[0] == pytest.approx(optimize.brentq(f, auc, 1, xtol=1e-14), abs=1e-9)
 
 
 @pytest.mark.parametrize("small", [15, 30, 60])
