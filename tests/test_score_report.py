@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import io
+import itertools
 import re
 
 import numpy as np
@@ -27,7 +28,7 @@ from biasaudit.flows.ll144 import ll144_report
 from biasaudit.schemas.report import ReportFrames
 from biasaudit.tasks.api import audit_frame
 from biasaudit.tasks.ll144 import impact_table
-from biasaudit.tasks.report import render_html
+from biasaudit.tasks.report import render_html, render_markdown
 from biasaudit.tasks.report.derive import definitions, reliability, roc_points
 from biasaudit.tasks.report.text import percent
 
@@ -263,6 +264,24 @@ def test_the_sentence_follows_the_stored_verdicts_not_the_data(calibrated_apart)
     assert "equal selection rates were not tested" in sentence
 
 
+def _markdown_sentences(frames: ReportFrames) -> list[str]:
+    """The bullets under the markdown artifact's definitions heading, markdown and HTML escapes
+    undone."""
+    lines = render_markdown(frames).splitlines()
+    start = lines.index("## Which definitions of fairness hold") + 2
+    bullets = itertools.takewhile(lambda line: line.startswith("- "), lines[start:])
+    return [html.unescape(re.sub(r"\\(.)", r"\1", line[2:])) for line in bullets]
+
+
+def test_the_markdown_artifact_states_the_sentence(calibrated_apart, balanced_miscalibrated):
+    """The Prefect markdown artifact says which definitions hold in the HTML report's words, for
+    verdicts either way (calibrated with unequal error rates, and the reverse)."""
+    for frames in (calibrated_apart, balanced_miscalibrated):
+        assert _markdown_sentences(frames) == [_sentence(frames)]
+    assert "equal calibration across groups holds" in _markdown_sentences(calibrated_apart)[0]
+    assert "error rates (FPR, FNR) hold" in _markdown_sentences(balanced_miscalibrated)[0]
+
+
 def test_groups_without_outcomes_or_comparisons_render():
     """A group without positives, a group without labels, and an attribute of one group (nothing
     to compare: every definition untested, no range of base rates) render."""
@@ -299,6 +318,7 @@ def test_a_run_without_a_score_renders_as_before(scored):
     )
     assert page == render_html(bare)
     assert "Score:" not in page and "reliability" not in page and "ROC" not in page
+    assert "definitions of fairness" not in render_markdown(frames)
     assert definitions(frames).empty and roc_points(frames).empty and reliability(frames).empty
 
 

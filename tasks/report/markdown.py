@@ -13,8 +13,11 @@ from biasaudit.tasks.report.derive import (
     FIRST_SCREEN_ROWS,
     VERDICTS,
     comparisons,
+    definitions,
     groups,
+    points_plain,
     ranked_findings,
+    thresholds,
     verdicts,
 )
 from biasaudit.tasks.report.text import (
@@ -22,6 +25,7 @@ from biasaudit.tasks.report.text import (
     _title,
     _tuples,
     count,
+    definitions_sentence,
     legend,
     md,
     p_text,
@@ -56,8 +60,10 @@ def _md_completeness(p: float, names: str) -> str:
 
 
 def render_markdown(frames: ReportFrames, report_path: str | None = None) -> str:
-    """The first screen as markdown (Prefect artifact): verdicts, groups and ranked flagged
-    comparisons. Values from the data go through ``md``; numbers are formatted here."""
+    """The first screen as markdown (Prefect artifact): verdicts, groups, which definitions of
+    fairness hold (a scored run's sentence per attribute, as the HTML report states it) and
+    ranked flagged comparisons. Values from the data go through ``md``; numbers are formatted
+    here."""
     run = frames.run
     verdict = verdicts(frames)
     sizes = groups(frames)
@@ -80,6 +86,11 @@ def render_markdown(frames: ReportFrames, report_path: str | None = None) -> str
             f"| {md(row.attribute)} | **{VERDICTS[row.verdict][0]}** | {md(row.why)} | "
             f"{_md_groups(part)}{_md_completeness(row.completeness_p, row.completeness_groups)} |"
         )
+    stated = definitions(frames)
+    if len(stated):
+        alpha, tolerance = thresholds(frames)["alpha"], points_plain(frames)
+        lines += ["", "## Which definitions of fairness hold", ""]
+        lines += [f"- {md(definitions_sentence(row, alpha, tolerance))}" for row in _tuples(stated)]
     findings = ranked_findings(frames)
     lines += ["", f"## Flagged comparisons ({len(findings)}), largest first", ""]
     if findings.empty:
