@@ -54,6 +54,21 @@ PLANNING_COLUMNS = [
     "bias_n",
     "reason",
 ]
+# A scored run's AUC and calibration per group against its reference (tasks.scores), and the
+# headers `history RUN --all` shows them under.
+SCORE_COLUMNS = {
+    "attribute": "attribute",
+    "group_name": "group",
+    "reference": "against",
+    "positives_group": "positives",
+    "negatives_group": "negatives",
+    "auc_group": "auc",
+    "auc_low_group": "low",
+    "auc_high_group": "high",
+    "auc_p_adjusted": "auc p_adj",
+    "slope_group": "slope",
+    "calibration_p_adjusted": "calibration p_adj",
+}
 META_COLUMNS = [
     "attribute",
     "metric",

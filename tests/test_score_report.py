@@ -376,6 +376,16 @@ def test_compas_decile_score_through_biasaudit_run(tmp_path, monkeypatch):
         fpr, tpr, _ = roc_curve(truth, part["decile_score"], drop_intermediate=False)
         mine = roc[(roc["attribute"] == "race") & (roc["group_name"] == race)]
         np.testing.assert_allclose(mine[["fpr", "tpr"]], np.column_stack([fpr, tpr]), atol=1e-12)
+    every = frames.scores  # Asian x Female is 2 rows: AUC 1, its interval up to 1
+    assert (every["auc_low_group"] <= every["auc_group"]).all()
+    assert (every["auc_group"] <= every["auc_high_group"]).all()
+    shown = CliRunner().invoke(app, ["history", str(run_id), "--all", "--db", url])
+    assert shown.exit_code == 0, shown.output
+    table = shown.output[shown.output.index("score: AUC") :].splitlines()
+    for race, part in raw.groupby("race"):  # `history --all` shows each AUC against the rest
+        value = roc_auc_score(part["two_year_recid"], part["decile_score"])
+        line = next(x for x in table if re.match(rf"│ race +│ {race} +│ rest ", x))
+        assert f" {value:.4g} " in line, line
 
     _, csv = ll144_report(engine, run_id)
     tables = pd.read_csv(io.StringIO(csv)).set_index(["attribute", "group_name"]).sort_index()

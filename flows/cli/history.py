@@ -153,7 +153,7 @@ def history(
     if not (show_all or attribute or metric):
         _say(
             "more: --all (base rates and metrics per group, undefined metrics, MATCH, planning, "
-            "detection, meta-metrics); --attribute A, --metric M (the same, narrowed); "
+            "detection, meta-metrics, score AUC and calibration); --attribute A, --metric M (the same, narrowed); "
             "--format csv|json (every metric)"
         )
         return
@@ -322,10 +322,11 @@ def _print_stage_tables(
         FLAGGED_COLUMNS,
         META_COLUMNS,
         PLANNING_COLUMNS,
+        SCORE_COLUMNS,
         flagged_detections,
         run_results,
     )
-    from biasaudit.db.models import DetectionResult, MetaMetricResult, PlanningResult
+    from biasaudit.db.models import DetectionResult, MetaMetricResult, PlanningResult, ScoreResult
 
     planning = run_results(engine, PlanningResult, run_id, attribute, metric)
     if not planning.empty:
@@ -337,6 +338,13 @@ def _print_stage_tables(
     if not meta.empty:
         _print_frame(
             meta[META_COLUMNS], title="meta-metrics: naive and corrected between-group variance"
+        )
+    scores = run_results(engine, ScoreResult, run_id, attribute)  # no metric: a score's own
+    if not scores.empty:
+        _print_frame(
+            scores[list(SCORE_COLUMNS)].rename(columns=SCORE_COLUMNS),
+            title="score: AUC [interval] and calibration slope per group against its reference "
+            "(BH-adjusted p of equal AUC, of equal calibration)",
         )
 
 
