@@ -153,8 +153,8 @@ def history(
     if not (show_all or attribute or metric):
         _say(
             "more: --all (base rates and metrics per group, undefined metrics, MATCH, planning, "
-            "detection, meta-metrics, score AUC and calibration); --attribute A, --metric M (the same, narrowed); "
-            "--format csv|json (every metric)"
+            "detection, meta-metrics, score AUC and calibration); --attribute A, --metric M "
+            "(the same, narrowed); --format csv|json (every metric)"
         )
         return
     if metrics.empty:
