@@ -13,6 +13,7 @@ from sqlalchemy import Column, DateTime, Double, Integer, MetaData, String, Tabl
 from typer.testing import CliRunner
 
 from biasaudit.db.engine import make_engine
+from biasaudit.db.history import get_run
 from biasaudit.db.load import load_predictions
 from biasaudit.db.migrate import upgrade
 from biasaudit.flows.cli import app
@@ -90,7 +91,11 @@ def test_compas_ll144_tables_equal_the_rows(tmp_path, scores):
     np.testing.assert_allclose(got["impact_ratio"], expected["impact_ratio"], atol=1e-12)
     assert ("Scoring rate" in page) == scores
     assert "left out of the impact ratios" in page and "race Asian" in page
-    assert "Period of the data: the first prediction to 2015-01-01." in page
+    finished = get_run(engine, run["run_id"]).finished_at.date().isoformat()
+    assert (
+        f"Date of the audit: {finished}. Period of the data: the first prediction to 2015-01-01."
+        in page
+    )
     assert "Individuals in unknown categories (not in any table above): race: 0; sex: 0" in page
     assert html.escape(FOUR_FIFTHS) in page
     result = CliRunner().invoke(
@@ -167,7 +172,9 @@ def test_continuous_scoring_rates_count_above_the_exact_median(db_url, tmp_path,
     assert got.sort_index().index.equals(expected.index)
     assert got.sort_index()["selected"].tolist() == expected["selected"].tolist()
     assert got.sort_index()["n"].tolist() == expected["n"].tolist()
-    assert html.escape(f"strictly above {median!r}, the median of the sample's 1,001 scores") in page
+    assert (
+        html.escape(f"strictly above {median!r}, the median of the sample's 1,001 scores") in page
+    )
     assert "10 of them in rows not in the tables" in page  # 7 unknown races, 3 copies
     with engine.begin() as connection:  # as a run stored before its scoring counts
         connection.execute(text(f"DELETE FROM scoring_results WHERE run_id = {run['run_id']}"))

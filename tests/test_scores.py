@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from scipy import optimize, stats
 from sklearn.metrics import roc_auc_score
 from statsmodels.stats.contingency_tables import StratifiedTable
+from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import proportion_confint
 
 from biasaudit.tasks import scores as S
@@ -261,7 +262,8 @@ def test_auc_difference_and_calibration_tests_keep_their_size(small):
 @pytest.mark.skipif(not COMPAS.exists(), reason=f"{COMPAS} is absent")
 def test_compas_score_audit_through_the_api_equals_the_rows():
     """COMPAS with the decile score: recidivism per decile and race, AUC per race, FPR and FNR
-    at every decile threshold, each equal to pandas or scikit-learn on the rows."""
+    at every decile threshold, each equal to pandas or scikit-learn on the rows; the tests of
+    equal AUC and calibration Benjamini-Hochberg adjusted as statsmodels' multipletests does."""
     from biasaudit.tasks.api import audit_frame
 
     raw = pd.read_csv(COMPAS)
@@ -291,6 +293,13 @@ def test_compas_score_audit_through_the_api_equals_the_rows():
             got = sweep.loc[(race, float(threshold))]
             assert got["fpr"] == pytest.approx((chosen & ~truth).sum() / (~truth).sum(), abs=1e-12)
             assert got["fnr"] == pytest.approx((~chosen & truth).sum() / truth.sum(), abs=1e-12)
+    for test in ("auc", "calibration"):  # adjusted across every comparison of the audit
+        raw_p = result.scores[f"{test}_p_value"].to_numpy(dtype=float)
+        made = ~np.isnan(raw_p)
+        expected_p = multipletests(raw_p[made], method="fdr_bh")[1]
+        got_p = result.scores[f"{test}_p_adjusted"].to_numpy(dtype=float)
+        np.testing.assert_allclose(got_p[made], expected_p, rtol=1e-12)
+        assert np.isnan(got_p[~made]).all()
 
 
 def test_a_score_column_without_numbers_is_one_clear_error():
