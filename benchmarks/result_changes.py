@@ -23,6 +23,8 @@ import pandas as pd
 KEYS = ["audit", "attribute", "group_name", "reference", "metric"]
 FIXED = ["difference", "numerator_group", "denominator_group", "value_group", "value_reference"]
 MOVED = ["p_value", "p_adjusted", "flagged", "test", "achieved_power", "power_method", "verdict"]
+# The Bayesian decisions and the interval they read (dumps written before they were kept lack them)
+BAYES = ["hdi_low", "hdi_high", "decision", "simple_rule"]
 
 
 def store_rows(url: str) -> pd.DataFrame:
@@ -43,7 +45,7 @@ def store_rows(url: str) -> pd.DataFrame:
         )
         frames.append(joined(detection, planning).assign(audit=run.audit_name))
     engine.dispose()
-    return pd.concat(frames, ignore_index=True)[KEYS + FIXED + MOVED]
+    return pd.concat(frames, ignore_index=True)[KEYS + FIXED + MOVED + BAYES]
 
 
 def compas_rows(path: str) -> pd.DataFrame:
@@ -67,7 +69,9 @@ def compas_rows(path: str) -> pd.DataFrame:
         reference_groups={"race": "Caucasian"},
         bootstrap_replicates=200,
     )
-    return joined(result.detection, result.planning).assign(audit="compas")[KEYS + FIXED + MOVED]
+    return joined(result.detection, result.planning).assign(audit="compas")[
+        KEYS + FIXED + MOVED + BAYES
+    ]
 
 
 def joined(detection: pd.DataFrame, planning: pd.DataFrame) -> pd.DataFrame:
@@ -85,6 +89,7 @@ def joined(detection: pd.DataFrame, planning: pd.DataFrame) -> pd.DataFrame:
             "p_adjusted",
             "flagged",
             "test",
+            *BAYES,
         ]
     ]
     return detection.merge(planning, on=keys, how="outer")
@@ -98,9 +103,9 @@ def compare(before: pd.DataFrame, after: pd.DataFrame) -> None:
         same = np.isclose(old, new, rtol=1e-9, atol=1e-12, equal_nan=True)
         assert same.all(), f"{column} moved: the rates and counts must not change"
     print(f"{len(both)} rows; rates and counts identical")
-    for column in MOVED:
+    for column in MOVED + [c for c in BAYES if f"{c}_before" in both]:
         old, new = both[f"{column}_before"], both[f"{column}_after"]
-        if column in ("p_value", "p_adjusted", "achieved_power"):
+        if column in ("p_value", "p_adjusted", "achieved_power", "hdi_low", "hdi_high"):
             moved = ~np.isclose(
                 old.astype(float), new.astype(float), rtol=1e-6, atol=0, equal_nan=True
             )

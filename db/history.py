@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from biasaudit.db.models import AuditRun, GroupCount, MatchResult, MetricResult, PlanningResult
 from biasaudit.schemas.metric_ids import BASE_RATES
+from biasaudit.schemas.results import stated_decisions
 
 
 def read_frame(query: Executable, connection: Connection) -> pd.DataFrame:
@@ -35,6 +36,7 @@ FLAGGED_COLUMNS = [
     "difference",
     "hdi_low",
     "hdi_high",
+    "hdi_mass",
     "prob_deviation",
     "decision",
     "p_adjusted",
@@ -243,9 +245,11 @@ def run_results(
 
 
 def flagged_detections(detection: pd.DataFrame) -> pd.DataFrame:
-    """The flagged rows of a run's detection results. A base rate is never a finding: runs stored
-    before base rates became context hold tests of them, which are left out."""
-    return detection[detection["flagged"].astype(bool) & ~detection["metric"].isin(BASE_RATES)]
+    """The flagged rows of a run's detection results, with the decisions that may be printed
+    (schemas.results.stated_decisions). A base rate is never a finding: runs stored before base
+    rates became context hold tests of them, which are left out."""
+    flagged = detection[detection["flagged"].astype(bool) & ~detection["metric"].isin(BASE_RATES)]
+    return flagged.assign(decision=stated_decisions(flagged))
 
 
 def latest_run_id(

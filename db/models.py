@@ -304,6 +304,10 @@ class DetectionResult(GroupVsReference, Base):
     prob_deviation: Mapped[float | None] = mapped_column(Real)
     hdi_low: Mapped[float | None] = mapped_column(Real)
     hdi_high: Mapped[float | None] = mapped_column(Real)
+    # the HDI's mass 1 − alpha/m over the run's m tested rows (Bonferroni); NULL in runs before
+    # migration 0019, whose HDIs held 1 − alpha each and whose decisions were unadjusted
+    hdi_mass: Mapped[float | None] = mapped_column(Real)
+    # HDI + ROPE and the simple rule at that mass, on tested rows only (NULL and 0 elsewhere)
     decision: Mapped[str | None] = mapped_column(String(16))
     simple_rule: Mapped[int] = mapped_column(SmallInteger)
     z: Mapped[float | None] = mapped_column(Real)

@@ -135,6 +135,9 @@ DETECTION_RESULTS = _contract(
         "prob_deviation": _real(_PROBABILITY),
         "hdi_low": _real(),
         "hdi_high": _real(),
+        # the HDI's mass 1 − alpha/m over the m tested rows; decision and simple_rule at it, on
+        # tested rows only
+        "hdi_mass": _real(_PROBABILITY, nullable=False),
         "decision": _text(nullable=True),
         "simple_rule": pa.Column("int64", pa.Check.isin([-1, 0, 1])),
         "z": _real(),
@@ -149,6 +152,15 @@ DETECTION_RESULTS = _contract(
     },
     list(_VERSUS),
 )
+
+
+def stated_decisions(detection: pd.DataFrame) -> pd.Series:
+    """The HDI + ROPE decisions of stored detection rows that may be printed: those made at the
+    run's joint mass (``hdi_mass`` set). Rows stored before migration 0019 hold decisions at
+    1 − alpha each, made on untested rows too: stated as None."""
+    return detection["decision"].where(detection["hdi_mass"].notna(), None)
+
+
 PLANNING_RESULTS = _contract(
     "planning_results",
     {

@@ -12,6 +12,15 @@ T = e2 − e1 (group 2 minus group 1). Three decision rules from the blog:
   decided as Kruschke does (entirely outside: biased; entirely inside: fair; else undecided). The
   blog's step 3 states the overlap test loosely; this three-way decision is the one implemented.
 
+An audit makes m such decisions at once (every tested comparison and metric), so each is made at
+the Bonferroni credibility c = 1 − α/m (and the simple rule at z_{1−α/(2m)}): the m intervals
+hold their true differences jointly with probability at least 1 − α, and a fair model draws a
+'biased' anywhere in the audit in at most about α of audits, where c = 1 − α gave 0.13 of fair
+audits at t = 0.05 and 0.92 at t = 0 (benchmarks/bayes_words.py). Only tested comparisons are
+decided: a group below ``min_group_size``, a zero denominator or a repeated hypothesis gets no
+word. At t = 0 the ROPE is the point 0: 'biased' when the HDI excludes 0, never 'fair'
+(P(|T| > 0) is 1 there and decides nothing).
+
 The frequentist test is the audit tutorial's ("A Brief Tutorial on Sample Size Calculations for
 Fairness Audits", eqs. 1-3):
 z = (Û − U_tol)/σ̂_U with σ̂²_U = M̂_1(1 − M̂_1)/d_1 + M̂_2(1 − M̂_2)/d_2 for rate metrics with
@@ -26,6 +35,8 @@ T is −T).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -47,6 +58,40 @@ def rope_decision(low, high, t) -> np.ndarray:
     outside = (low > t) | (high < -t)
     inside = (low >= -t) & (high <= t)
     return np.where(outside, "biased", np.where(inside, "fair", "undecided"))
+
+
+def decision_mass(alpha: float, decisions: int) -> float:
+    """HDI mass of each of ``decisions`` simultaneous decisions: 1 − α/m (Bonferroni), so that all
+    m intervals hold together with posterior probability at least 1 − α (1 − α when m <= 1)."""
+    return 1 - alpha / max(decisions, 1)
+
+
+class Decisions(NamedTuple):
+    """One audit's Bayesian decisions (joint_decisions): every row's HDI, their common mass, the
+    HDI + ROPE decision and the simple rule (None and 0 on rows not tested)."""
+
+    low: np.ndarray
+    high: np.ndarray
+    mass: float
+    decision: np.ndarray
+    simple_rule: np.ndarray
+
+
+def joint_decisions(x1, n1, x2, n2, tested, *, tolerance: float, alpha: float) -> Decisions:
+    """The HDI + ROPE decision and the simple rule of one audit's rows, made jointly: every HDI
+    at decision_mass(alpha, m) over the m ``tested`` rows, the simple rule at the same mass
+    (z_{1−α/(2m)}), and a decision on tested rows only."""
+    mass = decision_mass(alpha, int(np.sum(tested)))
+    low, high = hdi_difference(x1, n1, x2, n2, mass)
+    mean, var = beta_difference(x1, n1, x2, n2)
+    z = stats.norm.ppf(1 - (1 - mass) / 2)
+    return Decisions(
+        low,
+        high,
+        mass,
+        np.where(tested, rope_decision(low, high, tolerance), None),
+        np.where(tested, simple_rule(mean, np.sqrt(var), tolerance, z), 0),
+    )
 
 
 def unfairness_test(x1, n1, x2, n2, u_tol=0.0) -> tuple[np.ndarray, np.ndarray]:
@@ -73,11 +118,13 @@ def detect(
 
     One row per comparison and metric: the rate's counts (``numerator_*``, ``denominator_*``;
     PPR and PNR over every valid prediction), the observed ``difference``, the posterior mean and
-    sd of T = e_group − e_reference, direction, P(|T| > tolerance), the (1 − alpha) HDI and its
-    ROPE decision, the simple rule at z_{1−α/2}, the z and p of the test of |U| > tolerance
-    (``test``: 'exact'), and the Benjamini-Hochberg adjusted p across all tested
-    rows (``flagged`` when it is below alpha). Rows not tested (a zero denominator, a group below
-    ``min_group_size``, the repeat of a two-valued attribute's comparison) carry ``reason``.
+    sd of T = e_group − e_reference, direction, P(|T| > tolerance), the HDI of mass
+    ``hdi_mass`` = 1 − alpha/m over the m tested rows (decision_mass) and its ROPE decision, the
+    simple rule at z_{1−α/(2m)}, the z and p of the test of |U| > tolerance (``test``: 'exact'),
+    and the Benjamini-Hochberg adjusted p across all tested rows (``flagged`` when it is below
+    alpha). Rows not tested (a zero denominator, a group below ``min_group_size``, the repeat of a
+    two-valued attribute's comparison or of a complement's) carry ``reason``, an HDI where both
+    rates are defined, and no decision (``decision`` None, ``simple_rule`` 0).
     """
     keys = ["attribute", "group_name", "reference", "metric"]
     x2, n2 = rates["numerator_group"].to_numpy(), rates["denominator_group"].to_numpy()
@@ -88,13 +135,12 @@ def detect(
     x1, n1, x2, n2 = (np.where(defined, v, 1.0) for v in (x1, n1, x2, n2))  # placeholders
     mean, var = beta_difference(x1, n1, x2, n2)
     sd = np.sqrt(var)
-    low, high = hdi_difference(x1, n1, x2, n2, 1 - alpha)
+    decided = joint_decisions(x1, n1, x2, n2, ok, tolerance=tolerance, alpha=alpha)
     z = np.full(len(rates), np.nan)
     p = np.full(len(rates), np.nan)
     exact = np.zeros(len(rates), dtype=bool)
     if ok.any():
         z[ok], p[ok], exact[ok] = two_sample_test(x2[ok], n2[ok], x1[ok], n1[ok], tolerance)
-    z_crit = stats.norm.ppf(1 - alpha / 2)
 
     def shown(values):
         return np.where(defined, values, np.nan)
@@ -116,10 +162,11 @@ def detect(
             None,
         ),
         prob_deviation=shown(prob_deviation(x1, n1, x2, n2, tolerance)),
-        hdi_low=shown(low),
-        hdi_high=shown(high),
-        decision=np.where(defined, rope_decision(low, high, tolerance), None),
-        simple_rule=np.where(defined, simple_rule(mean, sd, tolerance, z_crit), 0),
+        hdi_low=shown(decided.low),
+        hdi_high=shown(decided.high),
+        hdi_mass=decided.mass,
+        decision=decided.decision,
+        simple_rule=decided.simple_rule,
         z=z,
         p_value=p,
         p_adjusted=adjusted,

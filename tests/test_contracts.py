@@ -29,9 +29,13 @@ RENAMED = {
     "x_reference": "numerator_reference",
     "n_reference": "denominator_reference",
 }
-# Nullable in the table only for rows stored before the column was filled (migration 0009); every
-# run since writes them, so the contract requires them.
-LEGACY_NULLABLE = {("group_counts", "unlabelled_pos"), ("group_counts", "unlabelled_neg")}
+# Nullable in the table only for rows stored before the column was filled (migrations 0009 and
+# 0019); every run since writes them, so the contract requires them.
+LEGACY_NULLABLE = {
+    ("group_counts", "unlabelled_pos"),
+    ("group_counts", "unlabelled_neg"),
+    ("detection_results", "hdi_mass"),
+}
 # The pandas dtype a contract gives each kind of SQL column.
 KINDS = {Float: "float64", BigInteger: "int64", Integer: "int64", SmallInteger: "int64"}
 

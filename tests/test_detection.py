@@ -359,3 +359,96 @@ def test_mirrored_and_swapped_tables_share_one_computation():
     assert low[0] == low[3] == -high[1] == -high[2] and high[0] == high[3] == -low[1] == -low[2]
     assert (low[:4] == low[4:]).all() and (high[:4] == high[4:]).all()
     assert (p == p[0]).all()
+
+
+def fair_audit_rates(rng, sizes, rates_per_cell):
+    """One audit of a fair model through the audit's own pairing and rate stages: one attribute
+    whose groups (``sizes``) share the cell probabilities (tp, fp, fn, tn); the largest group is
+    the named reference; min_group_size 30."""
+    from biasaudit.schemas.metric_ids import TESTED_RATES
+    from biasaudit.tasks.counts import comparison_pairs
+    from biasaudit.tasks.rates import comparison_rates
+
+    cells = np.array([rng.multinomial(n, rates_per_cell) for n in sizes])
+    names = [f"g{i:02d}" for i in range(len(sizes))]
+    frames = [
+        pd.DataFrame(values, columns=["tp", "fp", "fn", "tn"]).assign(
+            attribute="a", group_name=names, subset=subset
+        )
+        for values, subset in ((cells, "group"), (cells.sum(axis=0) - cells, "rest"))
+    ]
+    counts = pd.concat(frames, ignore_index=True).assign(
+        n_unlabelled=0, unlabelled_pos=0, unlabelled_neg=0
+    )
+    group, reference = comparison_pairs(counts, {"a": "g00"})
+    return comparison_rates(group, reference, TESTED_RATES, min_group_size=30)
+
+
+@pytest.mark.slow  # 300 audits through detect: 20-45 s per tolerance
+@pytest.mark.parametrize("tolerance", [0.05, 0.0])
+def test_fair_audits_draw_a_biased_or_flagged_word_in_at_most_alpha_of_audits(tolerance):
+    """A fair model (8 groups of 12 to 900 predictions, the two smallest below min_group_size,
+    every rate equal) gets any 'biased' decision, non-zero simple rule or flag in at most α + 2
+    s.e. of 300 audits, at tolerance 0.05 and at 0 (where every HDI that misses 0 is 'biased').
+    Decided at 1 − α each on every row (the code before joint decisions), some word came in 80
+    and 258 of these 300 audits (t = 0.05, t = 0); benchmarks/bayes_words.py has the larger
+    study."""
+    from biasaudit.tasks.detection import detect
+
+    rng = np.random.default_rng(5)
+    sizes = np.array([900, 700, 400, 250, 120, 60, 25, 12])
+    cell = np.array([0.35 * 0.7, 0.65 * 0.2, 0.35 * 0.3, 0.65 * 0.8])
+    audits, alpha, alarms = 300, 0.05, 0
+    for _ in range(audits):
+        result = detect(fair_audit_rates(rng, sizes, cell), tolerance=tolerance, alpha=alpha)
+        words = (result["decision"] == "biased") | (result["simple_rule"] != 0) | result["flagged"]
+        alarms += bool(words.any())
+    assert alarms / audits <= alpha + 2 * np.sqrt(alpha * (1 - alpha) / audits)
+
+
+def test_decisions_are_joint_and_made_on_tested_rows_only():
+    """Every HDI holds 1 − α/m over the m tested rows (its ends against a million posterior draws);
+    a group below min_group_size, however far from its reference, and a complement's repeat get
+    no decision (None, simple rule 0); the tested rows' decisions are those of that HDI."""
+    from biasaudit.tasks.detection import detect
+
+    rates = pd.DataFrame(
+        {
+            "attribute": "a",
+            "group_name": ["x", "x", "y", "z"],
+            "reference": "rest",
+            "metric": ["tpr", "fnr", "tpr", "tpr"],
+            "numerator_group": [150.0, 50.0, 0.0, 45.0],
+            "denominator_group": [200.0, 200.0, 12.0, 300.0],
+            "numerator_reference": [300.0, 300.0, 450.0, 150.0],
+            "denominator_reference": [600.0, 600.0, 800.0, 500.0],
+            "reason": [
+                None,
+                "same test as tpr (= 1 − tpr)",
+                "group size 12 < min_group_size 30",
+                None,
+            ],
+        }
+    )
+    result = detect(rates, tolerance=0.05, alpha=0.05)
+    mass = 1 - 0.05 / 2  # two tested rows
+    assert np.allclose(result["hdi_mass"], mass)
+    for i in (0, 3):
+        row = rates.iloc[i]
+        low, high = shortest_interval(
+            RNG.beta(
+                row.numerator_group + 1, row.denominator_group - row.numerator_group + 1, 10**6
+            )
+            - RNG.beta(
+                row.numerator_reference + 1,
+                row.denominator_reference - row.numerator_reference + 1,
+                10**6,
+            ),
+            mass,
+        )
+        assert result["hdi_low"][i] == pytest.approx(low, abs=2e-3)
+        assert result["hdi_high"][i] == pytest.approx(high, abs=2e-3)
+    # x: 0.75 vs 0.5, z: 0.15 vs 0.3: both intervals clear of ±0.05; y: 0 of 12 vs 0.56, untested
+    assert result["decision"].fillna("none").tolist() == ["biased", "none", "none", "biased"]
+    assert result["simple_rule"].tolist() == [1, 0, 0, -1]
+    assert result.loc[2, "hdi_high"] < -0.3  # y's interval is there, its decision is not

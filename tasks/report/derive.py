@@ -23,6 +23,7 @@ from biasaudit.schemas.metric_ids import (
     rate_cells,
 )
 from biasaudit.schemas.report import ReportFrames
+from biasaudit.schemas.results import stated_decisions
 from biasaudit.tasks.counts import label_completeness
 from biasaudit.tasks.rates import reason_kind
 from biasaudit.tasks.report.text import points
@@ -86,6 +87,13 @@ def thresholds(frames: ReportFrames) -> dict:
             tolerance=float(tested["tolerance"].iloc[0]), alpha=float(tested["alpha"].iloc[0])
         )
     return settings
+
+
+def hdi_mass(frames: ReportFrames) -> float:
+    """The mass of the run's HDIs: 1 − alpha/m over its m tested rows as stored, or 1 − alpha
+    for runs stored before migration 0019 (no mass stored)."""
+    stored = frames.detection["hdi_mass"].dropna() if len(frames.detection) else []
+    return float(stored.iloc[0]) if len(stored) else 1 - thresholds(frames)["alpha"]
 
 
 def references(frames: ReportFrames) -> dict[str, str]:
@@ -167,7 +175,7 @@ def comparisons(frames: ReportFrames, deduplicate: bool = True) -> pd.DataFrame:
     out["low"] = det["hdi_low"].astype(float)
     out["high"] = det["hdi_high"].astype(float)
     out["p_adjusted"] = det["p_adjusted"].astype(float)
-    out["decision"] = det["decision"]
+    out["decision"] = stated_decisions(det)
     out["flagged"] = det["flagged"].fillna(False).astype(bool)
     out["undefined_reason"] = det["reason"]  # why there is no test (drawn as on the metric rows)
     # tested: a p-value exists (not: a zero denominator, a group below min_group_size, the

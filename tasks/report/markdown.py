@@ -15,6 +15,7 @@ from biasaudit.tasks.report.derive import (
     comparisons,
     definitions,
     groups,
+    hdi_mass,
     points_plain,
     ranked_findings,
     thresholds,
@@ -25,6 +26,7 @@ from biasaudit.tasks.report.text import (
     _title,
     _tuples,
     count,
+    credibility,
     definitions_sentence,
     legend,
     md,
@@ -99,7 +101,7 @@ def render_markdown(frames: ReportFrames, report_path: str | None = None) -> str
         lines += [
             (
                 "| attribute | group | compared with | metric | group rate | reference rate "
-                "| difference \\[HDI\\] | ratio | adjusted p |"
+                f"| difference \\[{credibility(hdi_mass(frames))} HDI\\] | ratio | adjusted p |"
             ),
             "|---|---|---|---|---|---|---|---|---|",
         ]

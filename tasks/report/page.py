@@ -27,6 +27,7 @@ from biasaudit.tasks.report.derive import (
     comparisons,
     definitions,
     groups,
+    hdi_mass,
     points_plain,
     ranked_findings,
     rate_interval,
@@ -55,6 +56,7 @@ from biasaudit.tasks.report.text import (
     _tuples,
     clipped,
     count,
+    credibility,
     datum,
     definitions_sentence,
     esc,
@@ -285,8 +287,8 @@ def first_screen(frames: ReportFrames) -> str:
     findings = ranked_findings(frames)
     shown = findings.head(FIRST_SCREEN_ROWS)
     more = len(findings) - len(shown)
-    level = round(100 * (1 - limits["alpha"]))
-    header = [esc(h).replace("95%", f"{level}%") for h in FINDING_HEADER]
+    level = credibility(hdi_mass(frames))
+    header = [esc(h).replace("95%", level) for h in FINDING_HEADER]
     flagged = (
         _table(header, _finding_rows(shown), left=4)
         if len(shown)
@@ -305,7 +307,8 @@ def first_screen(frames: ReportFrames) -> str:
         + f"Flagged: Benjamini-Hochberg adjusted p below α = {limits['alpha']:g} for a difference "
         f"beyond the tolerance ±{esc(points_plain(frames))}. One row per group and metric "
         "(against the reference group when that comparison is flagged), ranked by the smallest "
-        "difference the interval allows (HDI: highest density interval). Rates are of the "
+        f"difference the interval allows (HDI: highest density interval, {level} each so that "
+        "all the run's intervals hold together with probability 1 − α). Rates are of the "
         "labelled predictions, counts in brackets.</p>" + flagged + '<hr class="fold"></section>'
     )
 
@@ -355,7 +358,8 @@ def _comparison_cells(row, prefix: str) -> list[str]:
     elif bool(get("flagged")):
         verdict = f'<span class="flag">flagged</span><br><span class=muted>p {p}</span>'
     else:
-        verdict = f"{esc(get('decision'))}<br><span class=muted>p {p}</span>"
+        word = get("decision") or "not flagged"  # runs before 0019 state no decision
+        verdict = f"{esc(word)}<br><span class=muted>p {p}</span>"
     rule = get("four_fifths")
     rule_css = "flag" if rule == "outside" else "muted"
     return [
@@ -384,8 +388,11 @@ def attribute_sections(frames: ReportFrames) -> str:
         (
             "<h2>Group rates and disparities</h2><p class=meta>Each group's rate with its "
             f"{level}% Clopper-Pearson interval and counts; difference (percentage points, with "
-            "the HDI) and ratio to the reference group and to the rest of the population; the "
-            "four-fifths rule (ratio within 0.8-1.25) beside the statistical verdict. ⚠ marks "
+            f"the {credibility(hdi_mass(frames))} HDI, simultaneous over the run's tested "
+            "comparisons) and ratio to the reference group and to the rest of the population; "
+            "the four-fifths rule (ratio within 0.8-1.25) beside the statistical verdict: "
+            "flagged (Benjamini-Hochberg), else the HDI + ROPE decision (biased, fair or "
+            "undecided at that HDI), or not tested. ⚠ marks "
             "groups below "
             f"min_group_size = {limits['min_group_size']}.</p>"
         )

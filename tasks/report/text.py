@@ -84,6 +84,15 @@ def percent(value: float) -> str:
     return f"{sig3(100 * value)}%"
 
 
+def credibility(mass: float) -> str:
+    """An interval's mass as a percentage whose shortfall from 100% keeps 2 digits:
+    0.95 -> '95%', 0.995 -> '99.5%', 0.99956 -> '99.956%'."""
+    shortfall = 100 * (1 - mass)
+    decimals = max(0, 1 - math.floor(math.log10(shortfall))) if shortfall > 0 else 0
+    text = f"{100 * mass:.{decimals}f}"
+    return (text.rstrip("0").rstrip(".") if "." in text else text) + "%"
+
+
 def points(value: float) -> str:
     """A difference of proportions in signed percentage points: 0.2139 -> '+21.4 pp'."""
     if _missing(value):
