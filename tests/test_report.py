@@ -209,10 +209,15 @@ def test_compas_fpr_rates_counts_and_reference_comparison(compas):
     low, high = proportion_confint(black.fp, black.fp + black.tn, alpha=0.05, method="beta")
     assert row[6] == f"44.8% [{100 * low:.1f}%, {100 * high:.1f}%]"
     difference, ratio, verdict = row[7], row[8], row[9]
-    hdi = hdi_monte_carlo(white.fp, white.fp + white.tn, black.fp, black.fp + black.tn)
+    # the run's HDIs hold 1 − α/m each over its m tested comparisons
+    tested = report_frames(compas["engine"], compas["newer"]).detection["p_value"].notna().sum()
+    mass = 1 - 0.05 / tested
+    hdi = hdi_monte_carlo(
+        white.fp, white.fp + white.tn, black.fp, black.fp + black.tn, mass, draws=2_000_000
+    )
     numbers = [float(v) for v in re.findall(r"\d+\.\d+", difference)]
     assert difference.startswith(f"+{100 * (fpr_b - fpr_w):.1f} pp")
-    assert np.allclose(numbers[1:], 100 * np.array(hdi), atol=0.15)
+    assert np.allclose(numbers[1:], 100 * np.array(hdi), atol=0.2)
     assert ratio == "1.91 outside" and verdict.startswith("flagged")
     reference = page.row("race", "FPR", "Caucasian")
     assert reference[6].startswith("23.5%") and reference[2:6] == [
@@ -994,3 +999,32 @@ def test_a_derived_table_is_computed_once_per_arguments_and_copied(compas):
     table(frames, True)
     table(frames, False)
     assert calls == [True, False]
+
+
+@needs_compas
+def test_bayesian_words_only_on_tested_rows_at_the_joint_mass(compas):
+    """The HDIs shown hold 1 − α/m each over the run's m tested comparisons, and the first screen
+    and the markdown say so; a verdict cell says flagged, a decision with the row's adjusted p,
+    or not tested; a run stored before migration 0019 (no hdi_mass: unadjusted decisions made on
+    every row) shows no decision, 'not flagged' instead."""
+    frames = report_frames(compas["engine"], compas["newer"])
+    tested = int(frames.detection["p_value"].notna().sum())
+    assert 50 <= tested <= 500  # 5/m percentage points short of 100: three decimals
+    level = f"{100 - 5 / tested:.3f}".rstrip("0") + "%"
+    first = compas["page"].split('<hr class="fold">')[0]
+    assert f"difference [{level} HDI, pp]" in first and f"{level} each" in first
+    assert f"difference \\[{level} HDI\\]" in render_markdown(frames)
+    words = ("flagged", "biased", "fair", "undecided", "not tested", "not flagged")
+
+    def verdicts(page: Page) -> list[str]:
+        """The group tables' verdict cells (not the attributes' verdicts, which count rows)."""
+        cells = (c for _, _, row in page.rows for c in row if c.startswith(words))
+        return [c for c in cells if not re.search("comparisons|intervals", c)]
+
+    shown = verdicts(Page(compas["page"]))
+    assert shown and all(re.search(r" p [<\d]", v) or v.startswith("not tested") for v in shown)
+    assert any(v.startswith("undecided") for v in shown)
+    det = frames.detection.assign(hdi_mass=np.nan)
+    old = verdicts(Page(render_html(dataclasses.replace(frames, detection=det))))
+    assert not any(v.startswith(("biased", "fair", "undecided")) for v in old)
+    assert any(v.startswith("not flagged") for v in old)

@@ -358,7 +358,7 @@ def _comparison_cells(row, prefix: str) -> list[str]:
     elif bool(get("flagged")):
         verdict = f'<span class="flag">flagged</span><br><span class=muted>p {p}</span>'
     else:
-        word = get("decision") or "not flagged"  # runs before 0019 state no decision
+        word = "not flagged" if _missing(get("decision")) else get("decision")  # runs before 0019
         verdict = f"{esc(word)}<br><span class=muted>p {p}</span>"
     rule = get("four_fifths")
     rule_css = "flag" if rule == "outside" else "muted"
