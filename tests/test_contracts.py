@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import BigInteger, Boolean, Float, Integer, SmallInteger, String, select, text
 
 from biasaudit.db.engine import make_engine
+from biasaudit.db.history import flagged_detections, run_results
 from biasaudit.db.migrate import upgrade
 from biasaudit.db.models import DetectionResult, PlanningResult
 from biasaudit.db.results import TABLES, result_tables
@@ -119,7 +120,8 @@ def test_the_store_refuses_a_frame_that_breaks_its_contract(result):
 def test_rows_stored_under_0013_keep_their_values_at_head(db_url):
     """0014: detection and planning rows get their run's configured tolerance and alpha, or the
     defaults of the time where the configuration left them unset. 0015: monitor and meta-metric
-    values move to their renamed columns unchanged. (MariaDB builds a fresh store at head only,
+    values move to their renamed columns unchanged. 0019: detection rows keep their decision with
+    no hdi_mass, and the CLI states none of it. (MariaDB builds a fresh store at head only,
     so there is no store of 0013 to upgrade there.)"""
     engine = make_engine(db_url)
     with engine.begin() as connection:
@@ -150,7 +152,7 @@ def test_rows_stored_under_0013_keep_their_values_at_head(db_url):
             )
             for table in ("detection_results", "planning_results"):
                 extra = (
-                    ("simple_rule, flagged", "0, false")
+                    ("simple_rule, flagged, decision", "1, true, 'biased'")
                     if table == "detection_results"
                     else ("size_group, size_reference, verdict", "1, 1, 'v'")
                 )
@@ -188,4 +190,8 @@ def test_rows_stored_under_0013_keep_their_values_at_head(db_url):
                 select(model.run_id, model.tolerance, model.alpha).order_by(model.run_id)
             ).all()
             assert [tuple(r) for r in rows] == [(1, 0.1, 0.01), (2, 0.05, 0.05)]
+    # 0019: the unadjusted decision stays stored, with no mass, and is not stated
+    stored = run_results(engine, DetectionResult, 1)
+    assert stored["decision"].tolist() == ["biased"] and stored["hdi_mass"].isna().all()
+    assert flagged_detections(stored)["decision"].isna().all()
     engine.dispose()
