@@ -92,7 +92,8 @@ def thresholds(frames: ReportFrames) -> dict:
 def hdi_mass(frames: ReportFrames) -> float:
     """The mass of the run's HDIs: 1 − alpha/m over its m tested rows as stored, or 1 − alpha
     for runs stored before migration 0019 (no mass stored)."""
-    stored = frames.detection["hdi_mass"].dropna() if len(frames.detection) else []
+    det = frames.detection
+    stored = det["hdi_mass"].dropna() if "hdi_mass" in det else pd.Series(dtype=float)
     return float(stored.iloc[0]) if len(stored) else 1 - thresholds(frames)["alpha"]
 
 
