@@ -1,5 +1,6 @@
-"""Which p-values, flags, powers and verdicts a change of the statistics moves: the demo audits'
-stored results, or the COMPAS audit's, under two versions of the code.
+"""Which p-values, flags, powers, verdicts and Bayesian decisions (HDI, HDI + ROPE decision, simple
+rule) a change of the statistics moves: the demo audits' stored results, or the COMPAS audit's,
+under two versions of the code.
 
     python benchmarks/result_changes.py dump-store sqlite:///before.db before.csv
     python benchmarks/result_changes.py dump-compas compas.csv before.csv
