@@ -12,7 +12,6 @@ from sqlalchemy.orm import Session
 
 from biasaudit.db.models import AuditRun, GroupCount, MatchResult, MetricResult, PlanningResult
 from biasaudit.schemas.metric_ids import BASE_RATES
-from biasaudit.schemas.results import stated_decisions
 
 
 def read_frame(query: Executable, connection: Connection) -> pd.DataFrame:
@@ -248,6 +247,9 @@ def flagged_detections(detection: pd.DataFrame) -> pd.DataFrame:
     """The flagged rows of a run's detection results, with the decisions that may be printed
     (schemas.results.stated_decisions). A base rate is never a finding: runs stored before base
     rates became context hold tests of them, which are left out."""
+    # imported here: the listing commands import this module and no Pandera (schemas.results)
+    from biasaudit.schemas.results import stated_decisions
+
     flagged = detection[detection["flagged"].astype(bool) & ~detection["metric"].isin(BASE_RATES)]
     return flagged.assign(decision=stated_decisions(flagged))
 
