@@ -21,7 +21,7 @@ from biasaudit.flows.demo import END
 from biasaudit.flows.pipeline import new_record
 from biasaudit.schemas.quarantine import TooManyInvalidRows
 
-from .conftest import DEMO_CONFIG, on_databases
+from .conftest import DEMO_CONFIG, on_databases, separate_database
 from .faultproxy import FaultProxy
 from .test_flow import make_custom_source
 from .test_reliability import RESULT_TABLES, load_small
@@ -101,18 +101,21 @@ def test_a_lost_commit_reply_of_the_failure_marking_stores_its_quarantine_once(d
     assert not any(stored_rows(db_url, run_id)[model.__tablename__] for model in RESULT_TABLES)
 
 
-def succeeded_run(url: str) -> tuple[int, dict[str, list[tuple]]]:
-    """A run committed as succeeded and its stored rows."""
-    load_small(url)
-    run_id = run_audit(AUDIT, str(DEMO_CONFIG), url, END)["run_id"]
-    return run_id, stored_rows(url, run_id)
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def succeeded_run(request, tmp_path_factory):
+    """A store of its own holding one run committed as succeeded: its URL, the run's id and its
+    stored rows. One audit per store for the three tests below, which each call one step of the
+    store on the run and check that it changed nothing (a step that did change it fails there)."""
+    with separate_database(request.param, tmp_path_factory.mktemp("lost-commit")) as url:
+        load_small(url)
+        run_id = run_audit(AUDIT, str(DEMO_CONFIG), url, END)["run_id"]
+        yield url, run_id, stored_rows(url, run_id)
 
 
-@on_databases("sqlite", "postgresql")
-def test_marking_a_succeeded_run_failed_changes_nothing(db_url):
+def test_marking_a_succeeded_run_failed_changes_nothing(succeeded_run):
     """A failure recorded for a run that has committed (a late failure step after a lost reply)
     leaves it succeeded with its results: a failed run never keeps results."""
-    run_id, before = succeeded_run(db_url)
+    db_url, run_id, before = succeeded_run
     record = new_record(load_audit(DEMO_CONFIG, AUDIT), END)
     engine = make_engine(db_url)
     quarantine = pd.DataFrame(
@@ -124,11 +127,10 @@ def test_marking_a_succeeded_run_failed_changes_nothing(db_url):
     assert stored_rows(db_url, run_id) == before
 
 
-@on_databases("sqlite", "postgresql")
-def test_a_succeeded_run_is_never_replaced_by_itself(db_url):
+def test_a_succeeded_run_is_never_replaced_by_itself(succeeded_run):
     """The identical-run step given a run that has already committed (its own retry) finds no
     other identical run and deletes nothing."""
-    run_id, before = succeeded_run(db_url)
+    db_url, run_id, before = succeeded_run
     record = new_record(load_audit(DEMO_CONFIG, AUDIT), END)
     engine = make_engine(db_url)
     with engine.connect() as connection:
@@ -142,12 +144,11 @@ def test_a_succeeded_run_is_never_replaced_by_itself(db_url):
     assert stored_rows(db_url, run_id) == before
 
 
-@on_databases("sqlite", "postgresql")
-def test_marking_a_removed_run_failed_stores_nothing(db_url):
+def test_marking_a_removed_run_failed_stores_nothing(succeeded_run):
     """A failure recorded for a run whose row is gone (removed as a duplicate of an identical run
     whose commit reply was lost) writes nothing: no quarantine rows of a run that does not
     exist (a foreign-key error on PostgreSQL hid the real error; orphans on SQLite)."""
-    run_id, _ = succeeded_run(db_url)
+    db_url, run_id, before = succeeded_run
     record = new_record(load_audit(DEMO_CONFIG, AUDIT), END)
     engine = make_engine(db_url)
     quarantine = pd.DataFrame(
@@ -158,3 +159,4 @@ def test_marking_a_removed_run_failed_stores_nothing(db_url):
     with engine.connect() as connection:
         assert connection.scalar(select(func.count()).select_from(QuarantinedRow)) == 0
     assert list_runs(engine)[["id", "status"]].values.tolist() == [[run_id, "succeeded"]]
+    assert stored_rows(db_url, run_id) == before
