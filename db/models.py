@@ -266,7 +266,9 @@ class MatchResult(GroupVsReference, Base):
 
     __tablename__ = "match_results"
 
-    n: Mapped[int] = mapped_column(BigInteger)
+    # the group's predictions the MATCH distribution draws: labelled ones, every valid one for
+    # PPR and PNR (the rate's denominator)
+    predictions_group: Mapped[int] = mapped_column(BigInteger)
     percentile: Mapped[float | None] = mapped_column(Real)
     percentile_approx: Mapped[float | None] = mapped_column(Real)
     p_value: Mapped[float | None] = mapped_column(Real)
@@ -368,9 +370,10 @@ class MetaMetricResult(Base):
     metric: Mapped[str] = mapped_column(String(16), primary_key=True)
     k: Mapped[int] = mapped_column(Integer)
     k_undefined: Mapped[int] = mapped_column(Integer)
-    n_min: Mapped[float | None] = mapped_column(Real)
-    n_median: Mapped[float | None] = mapped_column(Real)
-    n_max: Mapped[float | None] = mapped_column(Real)
+    # the smallest, median and largest rate denominators of the groups kept
+    denominator_min: Mapped[float | None] = mapped_column(Real)
+    denominator_median: Mapped[float | None] = mapped_column(Real)
+    denominator_max: Mapped[float | None] = mapped_column(Real)
     mm_diff: Mapped[float | None] = mapped_column(Real)
     mm_ratio: Mapped[float | None] = mapped_column(Real)
     max_abs_diff: Mapped[float | None] = mapped_column(Real)

@@ -110,7 +110,8 @@ MATCH_RESULTS = _contract(
     "match_results",
     {
         **_VERSUS,
-        "n": pa.Column("int64", _COUNT),
+        # the group's predictions MATCH draws: labelled ones, every valid one for PPR and PNR
+        "predictions_group": pa.Column("int64", _COUNT),
         "percentile": _real(_PROBABILITY),
         "percentile_approx": _real(_PROBABILITY),
         "p_value": _real(_PROBABILITY),
@@ -196,9 +197,10 @@ METAMETRIC_RESULTS = _contract(
         "metric": _METRIC,
         "k": pa.Column("int64", _COUNT),
         "k_undefined": pa.Column("int64", _COUNT),
-        "n_min": _real(),
-        "n_median": _real(),
-        "n_max": _real(),
+        # the rate's denominators of the groups kept: smallest, median, largest
+        "denominator_min": _real(),
+        "denominator_median": _real(),
+        "denominator_max": _real(),
         "mm_diff": _real(),
         "mm_ratio": _real(),
         "max_abs_diff": _real(),

@@ -148,7 +148,8 @@ def match_test(
 ) -> pd.DataFrame:
     """MATCH percentiles of each group row against the aligned reference row.
 
-    Returns the group's key columns with ``metric``, ``n``, ``percentile``, ``percentile_approx``,
+    Returns the group's key columns with ``metric``, ``predictions_group`` (the n predictions
+    drawn: labelled ones, every valid one for PPR and PNR), ``percentile``, ``percentile_approx``,
     ``p_value`` (two-sided), ``p_adjusted`` (Benjamini-Hochberg across every MATCH test made),
     ``method`` and ``reason``. Binomial metrics are always exact (one CDF; PPR and PNR over every
     valid prediction). For MB and the joint-ratio metrics the exact sum runs over a window of the
@@ -220,7 +221,7 @@ def match_test(
         blocks.append(
             keys.assign(
                 metric=metric,
-                n=size,
+                predictions_group=size,
                 percentile=np.where(defined, lower, np.nan),
                 percentile_approx=np.where(defined, np.clip(approx[0], 0.0, 1.0), np.nan),
                 p_value=np.where(defined, _two_sided(lower, upper), np.nan),

@@ -170,7 +170,8 @@ def attribute_meta_metrics(
     min_group_size: int = 0,
 ) -> pd.DataFrame:
     """Per attribute and rate metric: naive meta-metrics, corrected variance, double-corrected
-    interval, the number of groups and their sizes, and ``reason``.
+    interval, the number of groups ``k``, their rate denominators (``denominator_min``,
+    ``denominator_median``, ``denominator_max``) and ``reason``.
 
     Left out, counted in ``k_undefined`` and named in ``reason``: groups where the metric is
     undefined and groups whose denominator for the metric is below ``min_group_size`` or
@@ -210,7 +211,11 @@ def attribute_meta_metrics(
             _, row["interval_low"], row["interval_high"] = bootstrap_variance_interval(
                 defined["numerator"], sizes, n_boot=n_boot, confidence=confidence, seed=seed
             )
-            row.update(n_min=sizes.min(), n_median=float(np.median(sizes)), n_max=sizes.max())
+            row.update(
+                denominator_min=sizes.min(),
+                denominator_median=float(np.median(sizes)),
+                denominator_max=sizes.max(),
+            )
         else:
             reasons.append("fewer than two groups to compare")
         row["reason"] = "; ".join(reasons) or None

@@ -6,11 +6,22 @@ import json
 import pandas as pd
 import pandera.errors
 import pytest
-from sqlalchemy import BigInteger, Boolean, Float, Integer, SmallInteger, String, select, text
+from alembic import command
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Float,
+    Integer,
+    SmallInteger,
+    String,
+    inspect,
+    select,
+    text,
+)
 
 from biasaudit.db.engine import make_engine
 from biasaudit.db.history import flagged_detections, run_results
-from biasaudit.db.migrate import upgrade
+from biasaudit.db.migrate import alembic_config, upgrade
 from biasaudit.db.models import DetectionResult, PlanningResult
 from biasaudit.db.results import TABLES, result_tables
 from biasaudit.schemas.results import CONTRACTS
@@ -116,14 +127,13 @@ def test_the_store_refuses_a_frame_that_breaks_its_contract(result):
         result_tables(extra)
 
 
-@pytest.mark.parametrize("db_url", ["sqlite", "postgresql"], indirect=["db_url"])
-def test_rows_stored_under_0013_keep_their_values_at_head(db_url):
-    """0014: detection and planning rows get their run's configured tolerance and alpha, or the
-    defaults of the time where the configuration left them unset. 0015: monitor and meta-metric
-    values move to their renamed columns unchanged. 0019: detection rows keep their decision with
-    no hdi_mass, and the CLI states none of it. (MariaDB builds a fresh store at head only,
-    so there is no store of 0013 to upgrade there.)"""
+def _store_at(db_url: str, revision: str):
+    """The store at ``db_url`` (built at head) rebuilt empty at ``revision``, and its engine.
+    MariaDB builds a fresh store at head only (db.migrate): there it is migrated down instead."""
     engine = make_engine(db_url)
+    if engine.dialect.name in {"mysql", "mariadb"}:
+        command.downgrade(alembic_config(db_url), revision)
+        return engine
     with engine.begin() as connection:
         connection.execute(text("DROP TABLE IF EXISTS alembic_version"))
         for name in reversed(DetectionResult.metadata.sorted_tables):
@@ -136,7 +146,18 @@ def test_rows_stored_under_0013_keep_their_values_at_head(db_url):
             )
         for view in ("latest_succeeded_runs", "metric_series"):
             connection.execute(text(f"DROP VIEW IF EXISTS {view}"))
-    upgrade(db_url, "0013")
+    upgrade(db_url, revision)
+    return engine
+
+
+@pytest.mark.parametrize("db_url", ["sqlite", "postgresql"], indirect=["db_url"])
+def test_rows_stored_under_0013_keep_their_values_at_head(db_url):
+    """0014: detection and planning rows get their run's configured tolerance and alpha, or the
+    defaults of the time where the configuration left them unset. 0015: monitor and meta-metric
+    values move to their renamed columns unchanged. 0019: detection rows keep their decision with
+    no hdi_mass, and the CLI states none of it. (MariaDB builds a fresh store at head only,
+    so there is no store of 0013 to upgrade there.)"""
+    engine = _store_at(db_url, "0013")
     configs = {1: {"thresholds": {"tolerance": 0.1, "alpha": 0.01}}, 2: {"thresholds": {}}}
     with engine.begin() as connection:
         for run_id, config in configs.items():
@@ -194,4 +215,56 @@ def test_rows_stored_under_0013_keep_their_values_at_head(db_url):
     stored = run_results(engine, DetectionResult, 1)
     assert stored["decision"].tolist() == ["biased"] and stored["hdi_mass"].isna().all()
     assert flagged_detections(stored)["decision"].isna().all()
+    engine.dispose()
+
+
+def test_rows_stored_under_0017_keep_their_values_at_head(db_url):
+    """0018: MATCH's count and the meta-metrics' denominators move to their new names unchanged,
+    at full precision (MariaDB restates a renamed column's type: still a double and a bigint)."""
+    engine = _store_at(db_url, "0017")
+    # neither fits a 4-byte float nor a 4-byte integer exactly
+    big, fine = 2**53 - 1, [123456789.5, 234567891.25, 345678912.125]
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO audit_runs (id, audit_name, model_id, version, status, as_of, "
+                "window_start, window_end, config, config_hash, code_version, started_at, finished_at, "
+                "rows_read, rows_valid, rows_quarantined, rows_unlabelled, timings, summary) "
+                "VALUES (1, 'a', 'm', 1, 'succeeded', '2026-01-01', '2025-12-01', "
+                "'2026-01-01', '{}', 'h', 'v', '2026-01-01', '2026-01-01', 0, 0, 0, 0, '{}', '{}')"
+            )
+        )
+        connection.execute(
+            text(
+                "INSERT INTO match_results (run_id, attribute, group_name, reference, metric, n) "
+                "VALUES (1, 'sex', 'f', 'rest', 'tpr', :n)"
+            ),
+            {"n": big},
+        )
+        connection.execute(
+            text(
+                "INSERT INTO metametric_results (run_id, attribute, metric, k, k_undefined, "
+                "n_min, n_median, n_max, confidence) VALUES (1, 'sex', 'tpr', 3, 0, :a, :b, :c, 0.95)"
+            ),
+            dict(zip("abc", fine)),
+        )
+    upgrade(db_url)
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT predictions_group FROM match_results")).scalar() == big
+        row = connection.execute(
+            text(
+                "SELECT denominator_min, denominator_median, denominator_max FROM metametric_results"
+            )
+        ).one()
+        assert list(row) == fine
+        columns = {
+            (c["name"], type(c["type"]).__name__.lower())
+            for table in ("match_results", "metametric_results")
+            for c in inspect(connection).get_columns(table)
+        }
+    assert {name for name, _ in columns} >= {"predictions_group", "denominator_median"}
+    assert not {"n", "n_min", "n_median", "n_max"} & {name for name, _ in columns}
+    if engine.dialect.name in {"mysql", "mariadb"}:
+        assert ("predictions_group", "bigint") in columns
+        assert {("denominator_min", "double"), ("denominator_max", "double")} <= columns
     engine.dispose()

@@ -140,3 +140,25 @@ def test_large_groups_use_the_approximation_within_its_error():
     assert set(fast["method"]) == {"beta", "normal"} and set(exact["method"]) == {"exact"}
     assert np.abs(fast["percentile"] - exact["percentile"]).max() < 0.003
     assert np.abs(fast["p_value"] - exact["p_value"]).max() < 0.006
+
+
+def test_predictions_group_counts_the_predictions_drawn():
+    """``predictions_group`` is the n of the distribution: a group's labelled predictions, and
+    every valid one, labelled or not, for PPR and PNR (counted by pandas from the rows)."""
+    from biasaudit.tasks.api import audit_frame
+
+    rng = np.random.default_rng(11)
+    rows = pd.DataFrame(
+        {
+            "g": rng.choice(["a", "b", "c"], 900, p=[0.2, 0.3, 0.5]),
+            "y_true": np.where(rng.random(900) < 0.25, np.nan, rng.integers(0, 2, 900)),
+            "y_pred": rng.integers(0, 2, 900),
+        }
+    )
+    result = audit_frame(rows, attributes=["g"], bootstrap_replicates=100)
+    valid = rows.groupby("g").size()
+    labelled = rows[rows["y_true"].notna()].groupby("g").size()
+    got = result.match.set_index(["group_name", "metric"])["predictions_group"]
+    for (group, metric), n in got.items():
+        assert n == (valid if metric in {"ppr", "pnr"} else labelled)[group], (group, metric)
+    assert {"ppr", "tpr", "acc", "mb"} <= set(result.match["metric"])

@@ -213,9 +213,9 @@ def test_size_rule_counts_the_metrics_own_denominator():
     table = attribute_meta_metrics(
         metrics, ["tpr", "ppr"], n_boot=200, confidence=0.95, seed=0, min_group_size=30
     ).set_index("metric")
-    assert table.loc["tpr", "k"] == 2 and table.loc["tpr", "n_min"] == 150
+    assert table.loc["tpr", "k"] == 2 and table.loc["tpr", "denominator_min"] == 150
     assert "1 with a denominator below 30 for tpr" in table.loc["tpr", "reason"]
-    assert table.loc["ppr", "k"] == 3 and table.loc["ppr", "n_min"] == 40
+    assert table.loc["ppr", "k"] == 3 and table.loc["ppr", "denominator_min"] == 40
 
 
 @pytest.mark.parametrize("denominator", [1, 2, 5, 19])
@@ -226,7 +226,7 @@ def test_tiny_denominators_are_left_out_whatever_min_group_size(denominator):
 
     frame = tpr_rows([1, 80, 100, 120], [denominator, 200, 200, 200])
     row = attribute_meta_metrics(frame, ["tpr"], n_boot=200, confidence=0.95, seed=0).iloc[0]
-    assert row["k"] == 3 and row["n_min"] == 200
+    assert row["k"] == 3 and row["denominator_min"] == 200
     assert (
         "1 with a denominator below 20 for tpr (too few for the variance correction)"
         in row["reason"]

@@ -116,7 +116,7 @@ _PERCENT = re.compile(
 )
 
 
-_COUNT = re.compile(r"^(n|n_.*|size_.*|needed.*|labelled|denominator_.*|numerator_.*|x_.*|k.*)$")
+_COUNT = re.compile(r"^(predictions_.*|size_.*|needed.*|labelled|denominator_.*|numerator_.*|k.*)$")
 
 
 _P = re.compile(r"^(p_value|p_adjusted|percentile.*)$")
