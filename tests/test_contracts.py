@@ -41,6 +41,11 @@ RENAMED = {
     "x_reference": "numerator_reference",
     "n_reference": "denominator_reference",
 }
+# The columns 0015 renamed, which it left single-precision FLOAT on MariaDB as first written.
+FLOATS_AFTER_0015 = [
+    *(("monitor_results", name) for name in RENAMED.values()),
+    ("metametric_results", "confidence"),
+]
 # Nullable in the table only for rows stored before the column was filled (migrations 0009 and
 # 0019); every run since writes them, so the contract requires them.
 LEGACY_NULLABLE = {
@@ -220,8 +225,14 @@ def test_rows_stored_under_0013_keep_their_values_at_head(db_url):
 
 def test_rows_stored_under_0017_keep_their_values_at_head(db_url):
     """0018: MATCH's count and the meta-metrics' denominators move to their new names unchanged,
-    at full precision (MariaDB restates a renamed column's type: still a double and a bigint)."""
+    at full precision (MariaDB restates a renamed column's type: still a double and a bigint);
+    on MariaDB the columns 0015 left single-precision are doubles again."""
     engine = _store_at(db_url, "0017")
+    mariadb = engine.dialect.name in {"mysql", "mariadb"}
+    if mariadb:  # as 0015 as first written left them
+        with engine.begin() as connection:
+            for table, column in FLOATS_AFTER_0015:
+                connection.execute(text(f"ALTER TABLE {table} MODIFY {column} FLOAT NOT NULL"))
     # neither fits a 4-byte float nor a 4-byte integer exactly
     big, fine = 2**53 - 1, [123456789.5, 234567891.25, 345678912.125]
     with engine.begin() as connection:
@@ -264,7 +275,14 @@ def test_rows_stored_under_0017_keep_their_values_at_head(db_url):
         }
     assert {name for name, _ in columns} >= {"predictions_group", "denominator_median"}
     assert not {"n", "n_min", "n_median", "n_max"} & {name for name, _ in columns}
-    if engine.dialect.name in {"mysql", "mariadb"}:
+    if mariadb:
         assert ("predictions_group", "bigint") in columns
         assert {("denominator_min", "double"), ("denominator_max", "double")} <= columns
+        with engine.connect() as connection:
+            kinds = {
+                (table, c["name"]): type(c["type"]).__name__.lower()
+                for table in ("monitor_results", "metametric_results")
+                for c in inspect(connection).get_columns(table)
+            }
+        assert {kinds[column] for column in FLOATS_AFTER_0015} == {"double"}
     engine.dispose()

@@ -10,6 +10,7 @@ Create Date: 2026-11-26 10:45:00
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects import mysql
 
 revision = "0015"
 down_revision = "0014"
@@ -28,11 +29,12 @@ RENAMES = {
 
 
 def _rename(table: str, names: dict[str, str]) -> None:
+    # MariaDB/MySQL rename a column by restating its type: a double there (db.models.Real), not
+    # FLOAT, which is single precision
+    real = sa.Float().with_variant(mysql.DOUBLE(asdecimal=False), "mysql", "mariadb")
     with op.batch_alter_table(table, schema=None) as batch:
         for old, new in names.items():
-            batch.alter_column(
-                old, new_column_name=new, existing_type=sa.Float(), existing_nullable=False
-            )
+            batch.alter_column(old, new_column_name=new, existing_type=real, existing_nullable=False)
 
 
 def upgrade() -> None:

@@ -3,6 +3,9 @@
 meta-metrics' ``n_min``, ``n_median``, ``n_max`` become ``denominator_min``,
 ``denominator_median``, ``denominator_max`` (the rate's denominators of the groups kept).
 
+On MariaDB/MySQL, where a rename restates the column's type, 0015 as first written left its
+renamed columns single-precision FLOAT: they are doubles again (values already rounded stay so).
+
 Revision ID: 0018
 Revises: 0017
 Create Date: 2026-12-04 10:00:00
@@ -42,9 +45,27 @@ def _rename(table: str, names: dict[str, tuple[str, sa.types.TypeEngine, bool]])
             )
 
 
+# the columns 0015 renamed, all non-null
+RENAMED_IN_0015 = {
+    "monitor_results": [
+        "numerator_group",
+        "denominator_group",
+        "numerator_reference",
+        "denominator_reference",
+    ],
+    "metametric_results": ["confidence"],
+}
+
+
 def upgrade() -> None:
     for table, names in RENAMES.items():
         _rename(table, names)
+    if op.get_bind().dialect.name in {"mysql", "mariadb"}:
+        for table, columns in RENAMED_IN_0015.items():
+            for column in columns:
+                op.alter_column(
+                    table, column, type_=mysql.DOUBLE(asdecimal=False), existing_nullable=False
+                )
 
 
 def downgrade() -> None:
