@@ -226,7 +226,7 @@ def planning_check(rng, sims: int = 2000) -> pd.DataFrame:
                 reported, method = detection_power(p_g, d_g, p_r, d_r, u_tol, level)
                 x_g, x_r = rng.binomial(d_g, p_g, sims), rng.binomial(d_r, p_r, sims)
                 tables, counts = np.unique(np.stack([x_g, x_r]), axis=1, return_counts=True)
-                _, p = unfairness_test(tables[1], d_r, tables[0], d_g, u_tol)
+                _, p = unfairness_test(tables[0], d_g, tables[1], d_r, u_tol)
                 simulated = float(((p <= level) * counts).sum() / sims)
                 rows.append(
                     {
@@ -283,8 +283,8 @@ def comparison_size(rng, sims: int = 2000) -> dict:
     moved (unfairness_test at tolerance 0, as tasks.compare calls it)."""
     rejected = 0
     for n in (5, 30, 200, 2000):
-        x1, x2 = rng.binomial(n, 0.3, sims), rng.binomial(n, 0.3, sims)
-        tables, counts = np.unique(np.stack([x1, x2]), axis=1, return_counts=True)
+        before, after = rng.binomial(n, 0.3, sims), rng.binomial(n, 0.3, sims)
+        tables, counts = np.unique(np.stack([after, before]), axis=1, return_counts=True)
         _, p = unfairness_test(tables[0], n, tables[1], n)
         rejected += ((p <= ALPHA) * counts).sum()
     return {"windows compared": 4 * sims, "size": rejected / (4 * sims)}
@@ -300,7 +300,7 @@ def hdi_coverage(rng, sims: int = 4000) -> pd.DataFrame:
         (3, 3, 0.9, 0.9),
     ):
         x1, x2 = rng.binomial(n1, p1, sims), rng.binomial(n2, p2, sims)
-        low, high = hdi_difference(x1, n1, x2, n2, 0.95)
+        low, high = hdi_difference(x2, n2, x1, n1, 0.95)
         truth = p2 - p1
         rows.append(
             {

@@ -41,19 +41,19 @@ def rules(x1, n1, x2, n2, confidence):
     out = {}
 
     def simple():
-        mean, var = beta_difference(x1, n1, x2, n2)
+        mean, var = beta_difference(x2, n2, x1, n1)
         sd = np.sqrt(var)
         return (mean - z * sd > TOLERANCE) | (mean + z * sd < -TOLERANCE)
 
     def deviation():
-        return prob_deviation(x1, n1, x2, n2, TOLERANCE) > confidence
+        return prob_deviation(x2, n2, x1, n1, TOLERANCE) > confidence
 
     def hdi_rope():
-        low, high = hdi_difference(x1, n1, x2, n2, confidence)
+        low, high = hdi_difference(x2, n2, x1, n1, confidence)
         return rope_decision(low, high, TOLERANCE) == "biased"
 
     def frequentist():
-        return unfairness_test(x1, n1, x2, n2, TOLERANCE)[1] < 1 - confidence
+        return unfairness_test(x2, n2, x1, n1, TOLERANCE)[1] < 1 - confidence
 
     for name, rule in [
         ("simple μ ± zσ", simple),

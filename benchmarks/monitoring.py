@@ -64,7 +64,7 @@ def simulate(shift: float, replays: int, rng: np.random.Generator, settings: Set
         family_alarm = np.where((family_alarm < 0) & alarm.any(1), t, family_alarm)
         lo = max(0, t + 1 - WINDOW)
         xg, ng, xr, nr = (c[t + 1] - c[lo] for c in cum)
-        _, p = unfairness_test(xr, nr, xg, ng, settings.tolerance)
+        _, p = unfairness_test(xg, ng, xr, nr, settings.tolerance)
         record("window", p[:, SMALL] < ALPHA, t)
         record("window_bh", stats.false_discovery_control(p, axis=-1)[:, SMALL] < ALPHA, t)
     first["family_e_bh"] = family_alarm

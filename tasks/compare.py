@@ -69,10 +69,10 @@ def compare_metrics(
     p = np.full(len(merged), np.nan)
     if testable.any():
         _, p[testable] = unfairness_test(
-            merged.loc[testable, "numerator_before"],
-            merged.loc[testable, "denominator_before"],
             merged.loc[testable, "numerator_after"],
             merged.loc[testable, "denominator_after"],
+            merged.loc[testable, "numerator_before"],
+            merged.loc[testable, "denominator_before"],
         )
     adjusted = bh_adjust(p)
     return pd.DataFrame(

@@ -78,13 +78,16 @@ class Decisions(NamedTuple):
     simple_rule: np.ndarray
 
 
-def joint_decisions(x1, n1, x2, n2, tested, *, tolerance: float, alpha: float) -> Decisions:
+def joint_decisions(
+    x_group, n_group, x_reference, n_reference, tested, *, tolerance: float, alpha: float
+) -> Decisions:
     """The HDI + ROPE decision and the simple rule of one audit's rows, made jointly: every HDI
     at decision_mass(alpha, m) over the m ``tested`` rows, the simple rule at the same mass
     (z_{1−α/(2m)}), and a decision on tested rows only."""
     mass = decision_mass(alpha, int(np.sum(tested)))
-    low, high = hdi_difference(x1, n1, x2, n2, mass)
-    mean, var = beta_difference(x1, n1, x2, n2)
+    counts = (x_group, n_group, x_reference, n_reference)
+    low, high = hdi_difference(*counts, mass)
+    mean, var = beta_difference(*counts)
     z = stats.norm.ppf(1 - (1 - mass) / 2)
     return Decisions(
         low,
@@ -95,14 +98,17 @@ def joint_decisions(x1, n1, x2, n2, tested, *, tolerance: float, alpha: float) -
     )
 
 
-def unfairness_test(x1, n1, x2, n2, u_tol=0.0) -> tuple[np.ndarray, np.ndarray]:
-    """Test of |U| > U_tol for U = M_2 − M_1 of rates x/n: (z of the larger side, two-sided p).
+def unfairness_test(
+    x_group, n_group, x_reference, n_reference, u_tol=0.0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Test of |U| > U_tol for U = M_group − M_reference of rates x/n: (z of the larger side,
+    two-sided p).
 
     tasks.twosample.two_sample_test: the audit tutorial's statistic with the Agresti-Caffo
     adjustment, Berger-Boos exact at every size; size at most α at every n
     (tests/test_twosample.py, benchmarks/calibration.py).
     """
-    z, p, _ = two_sample_test(x2, n2, x1, n1, u_tol)
+    z, p, _ = two_sample_test(x_group, n_group, x_reference, n_reference, u_tol)
     return z, p
 
 
@@ -134,9 +140,9 @@ def detect(
     ok = pd.isna(reason)
     defined = (n1 > 0) & (n2 > 0)  # the Bayesian summaries need both denominators
     x1, n1, x2, n2 = (np.where(defined, v, 1.0) for v in (x1, n1, x2, n2))  # placeholders
-    mean, var = beta_difference(x1, n1, x2, n2)
+    mean, var = beta_difference(x2, n2, x1, n1)
     sd = np.sqrt(var)
-    decided = joint_decisions(x1, n1, x2, n2, ok, tolerance=tolerance, alpha=alpha)
+    decided = joint_decisions(x2, n2, x1, n1, ok, tolerance=tolerance, alpha=alpha)
     z = np.full(len(rates), np.nan)
     p = np.full(len(rates), np.nan)
     exact = np.zeros(len(rates), dtype=bool)
@@ -162,7 +168,7 @@ def detect(
             np.where(difference > 0, "higher", np.where(difference < 0, "lower", "equal")),
             None,
         ),
-        prob_deviation=shown(prob_deviation(x1, n1, x2, n2, tolerance)),
+        prob_deviation=shown(prob_deviation(x2, n2, x1, n1, tolerance)),
         hdi_low=shown(decided.low),
         hdi_high=shown(decided.high),
         hdi_mass=decided.mass,

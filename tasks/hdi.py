@@ -47,13 +47,18 @@ _LEVEL_STEPS = 60  # safeguarded Newton steps on the level (bisection at worst: 
 _CROSSING_STEPS = 100  # and on each end (bisection at worst: 24 sd/2^100)
 
 
-def hdi_difference(x1, n1, x2, n2, mass=0.95) -> tuple[np.ndarray, np.ndarray]:
-    """Narrowest interval holding ``mass`` of T = e2 − e1: the level set {f_T >= h}.
+def hdi_difference(
+    x_group, n_group, x_reference, n_reference, mass=0.95
+) -> tuple[np.ndarray, np.ndarray]:
+    """Narrowest interval holding ``mass`` of T = e_group − e_reference: the level set
+    {f_T >= h}.
 
-    Computed once per distinct table: a mirrored or swapped table's HDI is the negated, reversed
-    interval of its representative's.
+    Computed once per distinct table (in the blog's order, reference first: T = e2 − e1): a
+    mirrored or swapped table's HDI is the negated, reversed interval of its representative's.
     """
-    x1, n1, x2, n2 = np.broadcast_arrays(*(np.asarray(v, "float64") for v in (x1, n1, x2, n2)))
+    x1, n1, x2, n2 = np.broadcast_arrays(
+        *(np.asarray(v, "float64") for v in (x_reference, n_reference, x_group, n_group))
+    )
     tables, inverse, sign = distinct_tables(x1, n1, x2, n2)
     a1, b1 = tables[0] + 1, tables[1] - tables[0] + 1
     a2, b2 = tables[2] + 1, tables[3] - tables[2] + 1
@@ -95,7 +100,7 @@ def quadrature_hdi(x1, n1, x2, n2, mass) -> tuple[np.ndarray, np.ndarray]:
     """The HDI of each comparison (1-D arrays) by quadrature: Newton from the closed form, then
     bisection for the tables Newton leaves."""
     pair = posterior_pair(x1, n1, x2, n2)
-    mean, var = beta_difference(x1, n1, x2, n2)
+    mean, var = beta_difference(x2, n2, x1, n1)
     sd = np.sqrt(var)
     start = _large_sample_hdi(x1 + 1, n1 - x1 + 1, x2 + 1, n2 - x2 + 1, mass)
     low, high = (np.clip(v, -1.0, 1.0) for v in start)

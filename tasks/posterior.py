@@ -1,6 +1,11 @@
 """Posterior of a rate difference: T = e2 − e1 with e_i ~ Beta(x_i + 1, n_i − x_i + 1) independent
 (x_i outcomes among n_i, uniform priors; "How to detect algorithmic bias in production").
 
+Group first: the functions an audit calls (beta_difference, prob_deviation, and
+tasks.hdi.hdi_difference) take the group's counts, then the reference's, as tasks.twosample does,
+and T = e_group − e_reference. The tables inside keep the blog's order (x1, n1, x2, n2) =
+(reference, group), so that T = e2 − e1.
+
 Moments in closed form; T's density, its CDF and P(|T| > t) by fixed Gauss-Legendre quadrature,
 vectorised over comparisons (in blocks of _CHUNK, to bound memory). Every integral runs over the
 narrower posterior N's bulk (between its 1e-14 and 1 − 1e-14 quantiles: right for skewed posteriors
@@ -39,15 +44,18 @@ def _beta_moments(a, b):
     return mean, a * b / ((a + b) ** 2 * (a + b + 1))
 
 
-def beta_difference(x1, n1, x2, n2) -> tuple[np.ndarray, np.ndarray]:
-    """Exact posterior mean and variance of T = e2 − e1 under uniform priors.
+def beta_difference(
+    x_group, n_group, x_reference, n_reference
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact posterior mean and variance of T = e_group − e_reference under uniform priors.
 
-    Mean (x2+1)/(n2+2) − (x1+1)/(n1+2), the blog's closed form; variance the sum of the two Beta
-    variances a·b/((a+b)²(a+b+1)), which the blog's long polynomial equals.
+    Mean (x_g+1)/(n_g+2) − (x_r+1)/(n_r+2), the blog's closed form (its group 2 is the group);
+    variance the sum of the two Beta variances a·b/((a+b)²(a+b+1)), which the blog's long
+    polynomial equals.
     """
-    m1, v1 = _beta_moments(*_params(x1, n1))
-    m2, v2 = _beta_moments(*_params(x2, n2))
-    return m2 - m1, v1 + v2
+    m_group, v_group = _beta_moments(*_params(x_group, n_group))
+    m_reference, v_reference = _beta_moments(*_params(x_reference, n_reference))
+    return m_group - m_reference, v_group + v_reference
 
 
 def distinct_tables(x1, n1, x2, n2) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -194,15 +202,16 @@ def in_chunks(function: Callable, *arrays):
     return np.concatenate(parts)[:size].reshape(shape)
 
 
-def prob_deviation(x1, n1, x2, n2, t) -> np.ndarray:
-    """P(|e2 − e1| > t) = ∫ f_N(e)[1 − F_W(e + t) + F_W(e − t)] de (the blog's algorithm 2).
+def prob_deviation(x_group, n_group, x_reference, n_reference, t) -> np.ndarray:
+    """P(|e_group − e_reference| > t) = ∫ f_N(e)[1 − F_W(e + t) + F_W(e − t)] de (the blog's
+    algorithm 2).
 
     The identity holds whichever of the two posteriors is the narrow one N, so the integral always
     runs over the narrower. Accurate to better than 1e-6 (checked against scipy.integrate.quad).
     P(|T| > t) is the same for T and −T: computed once per distinct table and t.
     """
     x1, n1, x2, n2, t = np.broadcast_arrays(
-        *(np.asarray(v, "float64") for v in (x1, n1, x2, n2, t))
+        *(np.asarray(v, "float64") for v in (x_reference, n_reference, x_group, n_group, t))
     )
     tables, inverse, _ = distinct_tables(x1, n1, x2, n2)
     keys, key_index = distinct_rows(np.vstack([tables[:, inverse], t.ravel()]).T)

@@ -67,14 +67,14 @@ def hanley_mcneil_variance(auc, positives, negatives, *, newcombe: bool = False)
     return a * (1 - a) * (1 + p_less * (1 - a) / (2 - a) + q_less * a / (1 + a)) / (p * q)
 
 
-def newcombe_interval(auc, positives, negatives, level: float = 0.95):
+def newcombe_interval(auc, positives, negatives, confidence: float = 0.95):
     """Newcombe's (2006, Part 2, method 5) score-type interval: the θ in [0, 1] with
     (A - θ)^2 <= z^2 V(θ), V Newcombe's variance (:func:`hanley_mcneil_variance`) at θ itself, as
     Wilson's interval is for a proportion. Each end is found by bisection between A and 0 or 1,
     keeping the end inside the interval. It contains A by construction, and V(0) = V(1) = 0
     makes 1 its upper end when A = 1 and 0 its lower end when A = 0."""
     a, p, q = (np.asarray(v, dtype="float64") for v in (auc, positives, negatives))
-    z = stats.norm.ppf(0.5 + level / 2)
+    z = stats.norm.ppf(0.5 + confidence / 2)
 
     def outside(theta, side):  # θ beyond the end on this side (-1 below A, +1 above)
         spread = z * np.sqrt(hanley_mcneil_variance(theta, p, q, newcombe=True))
@@ -91,8 +91,8 @@ def newcombe_interval(auc, positives, negatives, level: float = 0.95):
     return ends[0], ends[1]
 
 
-def auc_interval(positives: np.ndarray, negatives: np.ndarray, level: float = 0.95):
-    """AUC, DeLong's variance and a ``level`` interval of each row of binned counts.
+def auc_interval(positives: np.ndarray, negatives: np.ndarray, confidence: float = 0.95):
+    """AUC, DeLong's variance and a ``confidence`` interval of each row of binned counts.
 
     From SMALL_SAMPLE positives and negatives on, the interval is Wald's on the logit scale around
     the AUC with DeLong's variance (it stays in (0, 1) and is not symmetric near 1). Below, or
@@ -104,9 +104,9 @@ def auc_interval(positives: np.ndarray, negatives: np.ndarray, level: float = 0.
     auc, variance = auc_and_variance(pos, neg)
     p, q = pos.sum(-1), neg.sum(-1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        half = stats.norm.ppf(0.5 + level / 2) * np.sqrt(variance) / (auc * (1 - auc))
+        half = stats.norm.ppf(0.5 + confidence / 2) * np.sqrt(variance) / (auc * (1 - auc))
         centre = special.logit(auc)
-        score_low, score_high = newcombe_interval(auc, p, q, level)
+        score_low, score_high = newcombe_interval(auc, p, q, confidence)
     wald = (np.minimum(p, q) >= SMALL_SAMPLE) & (half > 0) & np.isfinite(half)
     low = np.where(wald, special.expit(centre - half), score_low)
     high = np.where(wald, special.expit(centre + half), score_high)
@@ -136,10 +136,10 @@ def auc_difference_test(pos_a, neg_a, pos_b, neg_b) -> float:
     return float(2 * stats.norm.sf(abs(z))) if np.isfinite(z) else np.nan
 
 
-def clopper_pearson(successes, trials, level: float = 0.95):
+def clopper_pearson(successes, trials, confidence: float = 0.95):
     """Exact binomial interval (Clopper & Pearson 1934): beta quantiles, 0 and 1 at the ends."""
     x, n = np.asarray(successes, dtype="float64"), np.asarray(trials, dtype="float64")
-    tail = (1 - level) / 2
+    tail = (1 - confidence) / 2
     with np.errstate(divide="ignore", invalid="ignore"):
         low = np.where(x > 0, stats.beta.ppf(tail, x, n - x + 1), 0.0)
         high = np.where(x < n, stats.beta.ppf(1 - tail, x + 1, n - x), 1.0)

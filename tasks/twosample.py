@@ -588,15 +588,16 @@ def normal_power(p_a, n_a, p_b, n_b, u_tol: float, level: float) -> np.ndarray:
 
 def _range_max(values: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
     """max of values[first .. last] (inclusive) for each pair of indices (a sparse table)."""
-    levels = [values]
-    while 2 ** len(levels) <= len(values):
-        half = 2 ** (len(levels) - 1)
-        levels.append(np.maximum(levels[-1][:-half], levels[-1][half:]))
-    level = np.floor(np.log2(last - first + 1)).astype("int64")
+    # maxima[j][i] is the max of values[i .. i + 2**j - 1]
+    maxima = [values]
+    while 2 ** len(maxima) <= len(values):
+        half = 2 ** (len(maxima) - 1)
+        maxima.append(np.maximum(maxima[-1][:-half], maxima[-1][half:]))
+    span = np.floor(np.log2(last - first + 1)).astype("int64")  # two runs of 2**span cover it
     out = np.empty(len(first))
-    for j in np.unique(level):
-        at = level == j
-        out[at] = np.maximum(levels[j][first[at]], levels[j][last[at] - 2**j + 1])
+    for j in np.unique(span):
+        at = span == j
+        out[at] = np.maximum(maxima[j][first[at]], maxima[j][last[at] - 2**j + 1])
     return out
 
 

@@ -27,14 +27,14 @@ RANDOM = [
 
 def test_blog_numbers():
     """It reproduces the blog: 9.8% expected difference; ~50%, ~29% and > five nines outside 10%."""
-    mean, _ = beta_difference(20, 100, 30, 100)
+    mean, _ = beta_difference(30, 100, 20, 100)  # the group 30/100, its reference 20/100
     assert mean == pytest.approx(0.0980, abs=5e-5)
     x1, n1, x2, n2 = np.array(BLOG).T
-    p = prob_deviation(x1, n1, x2, n2, 0.1)
+    p = prob_deviation(x2, n2, x1, n1, 0.1)
     assert p[0] == pytest.approx(0.4883, abs=5e-5)
     assert p[1] == pytest.approx(0.29, abs=0.005)
     assert p[2] > 0.99999
-    low, high = hdi_difference(20, 100, 30, 100, 0.95)
+    low, high = hdi_difference(30, 100, 20, 100, 0.95)
     assert (low, high) == pytest.approx((-0.0203, 0.2163), abs=2e-4)
 
 
@@ -45,7 +45,7 @@ def test_third_blog_case_agrees_with_independent_quadrature():
     that figure is
     taken as a rounding of the blog's 'five nines'.
     """
-    assert prob_deviation(400, 1000, 600, 1000, 0.1) == pytest.approx(
+    assert prob_deviation(600, 1000, 400, 1000, 0.1) == pytest.approx(
         quad_deviation(400, 1000, 600, 1000, 0.1), abs=1e-9
     )
 
@@ -68,7 +68,7 @@ def quad_deviation(x1, n1, x2, n2, t):
 @pytest.mark.parametrize("t", [0.02, 0.1])
 def test_prob_deviation_matches_adaptive_quadrature(x1, n1, x2, n2, t):
     """It is accurate to 1e-6 against scipy.integrate.quad."""
-    assert prob_deviation(x1, n1, x2, n2, t) == pytest.approx(
+    assert prob_deviation(x2, n2, x1, n1, t) == pytest.approx(
         quad_deviation(x1, n1, x2, n2, t), abs=1e-6
     )
 
@@ -86,17 +86,17 @@ def test_against_a_million_draws(x1, n1, x2, n2):
     """It agrees with 10^6 posterior draws: mean, variance, P(|T| > t) and the 90% HDI."""
     rng = np.random.default_rng(x1 + n1 + x2 + n2)
     draws = rng.beta(x2 + 1, n2 - x2 + 1, 1_000_000) - rng.beta(x1 + 1, n1 - x1 + 1, 1_000_000)
-    mean, var = beta_difference(x1, n1, x2, n2)
+    mean, var = beta_difference(x2, n2, x1, n1)
     sd = np.sqrt(var)
     assert mean == pytest.approx(draws.mean(), abs=5 * sd / 1000)
     assert var == pytest.approx(draws.var(), rel=0.01)
     observed = (np.abs(draws) > 0.05).mean()
-    assert prob_deviation(x1, n1, x2, n2, 0.05) == pytest.approx(
+    assert prob_deviation(x2, n2, x1, n1, 0.05) == pytest.approx(
         observed, abs=5 * np.sqrt(0.25 / 1e6) + 1e-6
     )
     # The HDI holds 90% of the draws, is no wider than their shortest 90% interval, and sits where
     # it does (the shortest interval of draws locates its ends only to about sd·N^(-1/3)).
-    low, high = hdi_difference(x1, n1, x2, n2, 0.9)
+    low, high = hdi_difference(x2, n2, x1, n1, 0.9)
     mc_low, mc_high = shortest_interval(draws, 0.9)
     assert ((draws >= low) & (draws <= high)).mean() == pytest.approx(0.9, abs=0.0015)
     assert high - low <= (mc_high - mc_low) * 1.005  # the minimum over noisy widths runs short
@@ -107,7 +107,7 @@ def test_variance_matches_numerical_integration():
     """It gives the variance that integrating (T − μ)² against the two densities gives."""
     x1, n1, x2, n2 = 7, 30, 15, 40
     f1, f2 = stats.beta(x1 + 1, n1 - x1 + 1), stats.beta(x2 + 1, n2 - x2 + 1)
-    mean, var = beta_difference(x1, n1, x2, n2)
+    mean, var = beta_difference(x2, n2, x1, n1)
     numeric, _ = integrate.dblquad(
         lambda e2, e1: (e2 - e1 - mean) ** 2 * f1.pdf(e1) * f2.pdf(e2), 0, 1, 0, 1
     )
@@ -148,7 +148,7 @@ def test_statistic_is_statsmodels_agresti_caffo(x1, n1, x2, n2, u_tol):
     assert tested
     assert z == pytest.approx(max(up.statistic, down.statistic), rel=1e-9)
     assert 2 * GAMMA <= p <= 1
-    z_test, p_test = unfairness_test(x1, n1, x2, n2, u_tol)
+    z_test, p_test = unfairness_test(x2, n2, x1, n1, u_tol)
     assert z_test == pytest.approx(z, rel=1e-9) and p_test == p
 
 
@@ -165,7 +165,7 @@ def test_unfairness_test_tolerance_and_level():
     assert rejection_probability(region, 0.50, 0.30)[0] > 0.5  # a gap of 0.2 is seen
     rng = np.random.default_rng(7)
     x1, x2 = rng.binomial(n, 0.3, 60), rng.binomial(n, 0.38, 60)
-    _, p = unfairness_test(x1, n, x2, n, 0.05)
+    _, p = unfairness_test(x2, n, x1, n, 0.05)
     assert ((p <= 0.05) == region[x2, x1]).all()
 
 
@@ -248,7 +248,7 @@ def reference_hdi(x1, n1, x2, n2, mass):
             limit=500,
         )[0]
 
-    mean, var = beta_difference(x1, n1, x2, n2)
+    mean, var = beta_difference(x2, n2, x1, n1)
     left, right = max(-1.0, mean - 12 * math.sqrt(var)), min(1.0, mean + 12 * math.sqrt(var))
     mode = optimize.minimize_scalar(
         lambda t: -density(t),
@@ -306,7 +306,7 @@ HDI_CASES = [
 def test_hdi_within_1e6_of_quadrature_and_root_finding(x1, n1, x2, n2, mass):
     """Its HDI endpoints are within 1e-6 of a quadrature-plus-brentq reference, across the
     regime (HDI_CASES)."""
-    low, high = hdi_difference(x1, n1, x2, n2, mass)
+    low, high = hdi_difference(x2, n2, x1, n1, mass)
     expected = reference_hdi(x1, n1, x2, n2, mass)
     assert float(low) == pytest.approx(expected[0], abs=1e-6)
     assert float(high) == pytest.approx(expected[1], abs=1e-6)
@@ -325,13 +325,14 @@ def test_large_posteriors_take_the_edgeworth_hdi_within_3e7_of_quadrature():
     n2 = rng.integers(2 * size, 80 * size, 200).astype(float)
     x1 = np.clip(np.floor(n1 * rng.uniform(0.01, 0.99, 200)), size, n1 - size)
     x2 = np.clip(np.floor(n2 * rng.uniform(0.01, 0.99, 200)), size, n2 - size)
-    low, high = hdi_difference(x1, n1, x2, n2, 0.95)
+    low, high = hdi_difference(x2, n2, x1, n1, 0.95)
     quad_low, quad_high = quadrature_hdi(x1, n1, x2, n2, 0.95)
     assert np.abs(low - quad_low).max() < 3e-7
     assert np.abs(high - quad_high).max() < 3e-7
     at_threshold = (size - 1, 2 * size - 2, size - 1, 3 * size)  # parameters 5000 and 5000
     expected = reference_hdi(*at_threshold, 0.95)
-    assert np.array(hdi_difference(*at_threshold, 0.95)) == pytest.approx(expected, abs=1e-6)
+    group_first = [at_threshold[i] for i in (2, 3, 0, 1)]
+    assert np.array(hdi_difference(*group_first, 0.95)) == pytest.approx(expected, abs=1e-6)
 
 
 def test_mirrored_and_swapped_tables_share_one_computation():
@@ -353,8 +354,8 @@ def test_mirrored_and_swapped_tables_share_one_computation():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(hdi, "quadrature_hdi", counted(hdi.quadrature_hdi))
         patch.setattr(posterior, "_prob_deviation", counted(posterior._prob_deviation))
-        low, high = hdi_difference(*tables, 0.95)
-        p = prob_deviation(*tables, 0.05)
+        low, high = hdi_difference(*tables[[2, 3, 0, 1]], 0.95)  # group first
+        p = prob_deviation(*tables[[2, 3, 0, 1]], 0.05)
     assert calls == [1, 1]
     assert low[0] == low[3] == -high[1] == -high[2] and high[0] == high[3] == -low[1] == -low[2]
     assert (low[:4] == low[4:]).all() and (high[:4] == high[4:]).all()

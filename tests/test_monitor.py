@@ -123,10 +123,10 @@ def _simulate(
         if not len(pending):
             break
         lo = max(0, t - 29)
-        x1, n1, x2, n2 = (
-            c[t + 1, pending] - c[lo, pending] for c in (total[2], total[3], total[0], total[1])
+        x_group, n_group, x_reference, n_reference = (
+            c[t + 1, pending] - c[lo, pending] for c in total
         )
-        _, p_value = unfairness_test(x1, n1, x2, n2, tol)
+        _, p_value = unfairness_test(x_group, n_group, x_reference, n_reference, tol)
         window[pending[p_value < 0.05]] = t
     return first, window, state
 

@@ -273,7 +273,7 @@ def simulated_power(d_g, d_r, p_g, p_r, tolerance, level, rng, sims=600):
 
     x_g, x_r = rng.binomial(d_g, p_g, sims), rng.binomial(d_r, p_r, sims)
     tables, counts = np.unique(np.stack([x_g, x_r]), axis=1, return_counts=True)
-    _, p = unfairness_test(tables[1], d_r, tables[0], d_g, tolerance)
+    _, p = unfairness_test(tables[0], d_g, tables[1], d_r, tolerance)
     return float(((p <= level) * counts).sum() / sims)
 
 

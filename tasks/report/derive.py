@@ -46,15 +46,15 @@ VERDICTS = {
 }
 
 
-def rate_interval(x, n, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-    """Clopper-Pearson (exact) interval of a binomial proportion x/n at ``level``.
+def rate_interval(x, n, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Clopper-Pearson (exact) interval of a binomial proportion x/n at ``confidence``.
 
     Beta quantiles: lower B(α/2; x, n − x + 1), upper B(1 − α/2; x + 1, n − x), with 0 at x = 0
-    and 1 at x = n; its coverage is at least ``level`` at every n and p (unlike Wald's or,
+    and 1 at x = n; its coverage is at least ``confidence`` at every n and p (unlike Wald's or,
     pointwise, Wilson's). NaN where n = 0.
     """
     x, n = np.asarray(x, dtype=float), np.asarray(n, dtype=float)
-    tail = (1 - level) / 2
+    tail = (1 - confidence) / 2
     with np.errstate(invalid="ignore", divide="ignore"):
         low = np.where(x > 0, stats.beta.ppf(tail, x, n - x + 1), 0.0)
         high = np.where(x < n, stats.beta.ppf(1 - tail, x + 1, n - x), 1.0)
@@ -322,8 +322,8 @@ def rate_table(frames: ReportFrames) -> pd.DataFrame:
         return pd.DataFrame()
     raw = metrics[(metrics["subset"] == "group") & (metrics["estimator"] == "raw")]
     raw = raw[raw["metric"].isin(tested_metrics(frames))]
-    level = 1 - thresholds(frames)["alpha"]
-    low, high = rate_interval(raw["numerator"], raw["denominator"], level)
+    confidence = 1 - thresholds(frames)["alpha"]
+    low, high = rate_interval(raw["numerator"], raw["denominator"], confidence)
     table = raw[["attribute", "group_name", "metric", "value", "numerator", "denominator"]].assign(
         low=low, high=high, reason=raw["undefined_reason"]
     )

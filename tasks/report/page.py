@@ -287,8 +287,8 @@ def first_screen(frames: ReportFrames) -> str:
     findings = ranked_findings(frames)
     shown = findings.head(FIRST_SCREEN_ROWS)
     more = len(findings) - len(shown)
-    level = credibility(hdi_mass(frames))
-    header = [esc(h).replace("95%", level) for h in FINDING_HEADER]
+    mass = credibility(hdi_mass(frames))
+    header = [esc(h).replace("95%", mass) for h in FINDING_HEADER]
     flagged = (
         _table(header, _finding_rows(shown), left=4)
         if len(shown)
@@ -307,7 +307,7 @@ def first_screen(frames: ReportFrames) -> str:
         + f"Flagged: Benjamini-Hochberg adjusted p below α = {limits['alpha']:g} for a difference "
         f"beyond the tolerance ±{esc(points_plain(frames))}. One row per group and metric "
         "(against the reference group when that comparison is flagged), ranked by the smallest "
-        f"difference the interval allows (HDI: highest density interval, {level} each so that "
+        f"difference the interval allows (HDI: highest density interval, {mass} each so that "
         "all the run's intervals hold together with probability 1 − α). Rates are of the "
         "labelled predictions, counts in brackets.</p>" + flagged + '<hr class="fold"></section>'
     )
@@ -383,11 +383,11 @@ def attribute_sections(frames: ReportFrames) -> str:
     kept = dict(list(comp.groupby(["attribute", "metric"]))) if not comp.empty else {}
     named = references(frames)
     limits = thresholds(frames)
-    level = round(100 * (1 - limits["alpha"]))
+    percent_confident = round(100 * (1 - limits["alpha"]))
     out = [
         (
             "<h2>Group rates and disparities</h2><p class=meta>Each group's rate with its "
-            f"{level}% Clopper-Pearson interval and counts; difference (percentage points, with "
+            f"{percent_confident}% Clopper-Pearson interval and counts; difference (percentage points, with "
             f"the {credibility(hdi_mass(frames))} HDI, simultaneous over the run's tested "
             "comparisons) and ratio to the reference group and to the rest of the population; "
             "the four-fifths rule (ratio within 0.8-1.25) beside the statistical verdict: "
@@ -408,7 +408,7 @@ def attribute_sections(frames: ReportFrames) -> str:
             body.append(score_block(frames, str(attribute), kept))
         part = table[table["attribute"] == attribute] if not table.empty else table
         for metric, rows in part.groupby("metric", sort=True) if not part.empty else []:
-            header = ["group", "labelled", "tp", "fp", "fn", "tn", f"rate<br>[{level}% interval]"]
+            header = ["group", "labelled", "tp", "fp", "fn", "tn", f"rate<br>[{percent_confident}% interval]"]
             for name in ([ref] if ref else []) + ["rest"]:
                 label = "vs rest:" if name == "rest" else clipped(f"vs ref. {name}:")
                 header += [f"{label}<br>difference [HDI]", "ratio,<br>4/5 rule", "verdict"]
@@ -482,7 +482,7 @@ def _score_table(frames: ReportFrames, attribute: str) -> str:
     scores = frames.scores
     p = scores[(scores["attribute"] == attribute) & (scores["reference"] == "rest")]
     p = p.set_index("group_name")["calibration_p_adjusted"]
-    level = round(100 * frames.scores["confidence"].iloc[0])
+    percent_confident = round(100 * frames.scores["confidence"].iloc[0])
     rows = [
         [
             datum(row.group_name),
@@ -496,11 +496,11 @@ def _score_table(frames: ReportFrames, attribute: str) -> str:
         ]
         for row in _tuples(aucs)
     ]
-    header = ["group", "positives", "negatives", f"AUC [{level}% interval]"]
+    header = ["group", "positives", "negatives", f"AUC [{percent_confident}% interval]"]
     return _table([*header, "calibration vs rest: adjusted p"], rows)
 
 
-def _context_table(part: pd.DataFrame, level: float) -> str:
+def _context_table(part: pd.DataFrame, confidence: float) -> str:
     """Each group's base rates (CONTEXT) with their Clopper-Pearson interval and counts: who is in
     the group, not how the model treats it, so never tested and never flagged."""
     if part.empty:
@@ -509,9 +509,9 @@ def _context_table(part: pd.DataFrame, level: float) -> str:
     columns = []
     for metric in CONTEXT:
         name, formula = GLOSSARY[metric]
-        header.append(f"{esc(name)} [{round(100 * level)}% interval]<br>{esc(formula)}")
+        header.append(f"{esc(name)} [{round(100 * confidence)}% interval]<br>{esc(formula)}")
         x, n = part[f"{metric}_numerator"], part[f"{metric}_denominator"]
-        columns.append((part[metric], x, n, *rate_interval(x, n, level)))
+        columns.append((part[metric], x, n, *rate_interval(x, n, confidence)))
     rows = []
     for i, (group, labelled) in enumerate(zip(part["group_name"], part["labelled"])):
         cells = [datum(group), count(labelled)]
