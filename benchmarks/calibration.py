@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from biasaudit.schemas.results import COMPARISON_KEY
 from biasaudit.tasks.counts import cell_counts, comparison_pairs, with_complements
 from biasaudit.tasks.detection import detect, hdi_difference, unfairness_test
 from biasaudit.tasks.match import match_test
@@ -156,7 +157,7 @@ def true_disparities(cells: pd.DataFrame, metrics, u_tol: float) -> pd.DataFrame
         rates["numerator_group"] / rates["denominator_group"]
         - rates["numerator_reference"] / rates["denominator_reference"]
     )
-    return rates[["attribute", "group_name", "reference", "metric"]].assign(
+    return rates[COMPARISON_KEY].assign(
         biased=(u.abs() > u_tol + 1e-12).to_numpy()
     )
 
@@ -169,7 +170,7 @@ def simulated_counts_expected(cells: pd.DataFrame) -> pd.DataFrame:
 
 def audits(cells, audits_n: int, u_tol: float, rng, metrics=("tpr", "fpr", "ppr")) -> dict:
     truth = true_disparities(cells, list(metrics), u_tol)
-    keys = ["attribute", "group_name", "reference", "metric"]
+    keys = COMPARISON_KEY
     any_false, fdp, power, tests = 0, [], [], 0
     for _ in range(audits_n):
         counts = simulated_counts(cells, 5000, rng)

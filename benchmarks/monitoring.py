@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from biasaudit.schemas.results import COMPARISON_KEY
 from biasaudit.tasks.detection import unfairness_test
 from biasaudit.tasks.monitor import Settings, e_bh, initial_state, step
 from biasaudit.tasks.monitor_frame import monitor_frame
@@ -123,7 +124,7 @@ def part_c() -> None:
             tolerance=tolerance,
         )
         seconds = time.perf_counter() - begin
-        keys = ["attribute", "group_name", "reference", "metric"]
+        keys = COMPARISON_KEY
         last = result.sort_values("as_of").groupby(keys).tail(1).set_index(keys)
         first = result[result["alarm"]].groupby(keys)["as_of"].min().dt.date
         table = last[["nights", "denominator_group", "e_process", "cs_low", "cs_high"]].assign(

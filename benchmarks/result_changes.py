@@ -21,7 +21,9 @@ import argparse
 import numpy as np
 import pandas as pd
 
-KEYS = ["audit", "attribute", "group_name", "reference", "metric"]
+from biasaudit.schemas.results import COMPARISON_KEY
+
+ROW_KEY = ["audit", *COMPARISON_KEY]
 FIXED = ["difference", "numerator_group", "denominator_group", "value_group", "value_reference"]
 MOVED = ["p_value", "p_adjusted", "flagged", "test", "achieved_power", "power_method", "verdict"]
 # The Bayesian decisions and the interval they read (dumps written before they were kept lack them)
@@ -46,7 +48,7 @@ def store_rows(url: str) -> pd.DataFrame:
         )
         frames.append(joined(detection, planning).assign(audit=run.audit_name))
     engine.dispose()
-    return pd.concat(frames, ignore_index=True)[KEYS + FIXED + MOVED + BAYES]
+    return pd.concat(frames, ignore_index=True)[ROW_KEY + FIXED + MOVED + BAYES]
 
 
 def compas_rows(path: str) -> pd.DataFrame:
@@ -71,12 +73,12 @@ def compas_rows(path: str) -> pd.DataFrame:
         bootstrap_replicates=200,
     )
     return joined(result.detection, result.planning).assign(audit="compas")[
-        KEYS + FIXED + MOVED + BAYES
+        ROW_KEY + FIXED + MOVED + BAYES
     ]
 
 
 def joined(detection: pd.DataFrame, planning: pd.DataFrame) -> pd.DataFrame:
-    keys = KEYS[1:]
+    keys = COMPARISON_KEY
     planning = planning[
         keys + ["value_group", "value_reference", "achieved_power", "power_method", "verdict"]
     ]
@@ -97,7 +99,9 @@ def joined(detection: pd.DataFrame, planning: pd.DataFrame) -> pd.DataFrame:
 
 
 def compare(before: pd.DataFrame, after: pd.DataFrame) -> None:
-    both = before.merge(after, on=KEYS, how="outer", suffixes=("_before", "_after"), indicator=True)
+    both = before.merge(
+        after, on=ROW_KEY, how="outer", suffixes=("_before", "_after"), indicator=True
+    )
     assert (both["_merge"] == "both").all(), "the two runs have different rows"
     for column in FIXED:
         old, new = both[f"{column}_before"], both[f"{column}_after"]
@@ -115,7 +119,7 @@ def compare(before: pd.DataFrame, after: pd.DataFrame) -> None:
         print(f"\n{column}: {int(moved.sum())} of {len(both)} rows moved")
         if moved.any() and column not in ("test", "power_method"):
             shown = both.loc[
-                moved, KEYS + ["denominator_group_before", f"{column}_before", f"{column}_after"]
+                moved, ROW_KEY + ["denominator_group_before", f"{column}_before", f"{column}_after"]
             ]
             print(
                 shown.rename(columns={"denominator_group_before": "d_group"}).to_string(index=False)

@@ -232,7 +232,7 @@ COMPARISON_RESULTS = _contract(
         # the two runs' windows share data: changes reported, not tested
         "overlapping": pa.Column(bool, nullable=True),
     },
-    ["attribute", "group_name", "metric"],
+    GROUP_METRIC_KEY,
 )
 
 _INT = pa.Column("int64", _COUNT)
@@ -264,7 +264,7 @@ SCORE_RESULTS = _contract(
         "calibration_p_adjusted": _real(_PROBABILITY),
         "confidence": _real(_PROBABILITY, nullable=False),
     },
-    ["attribute", "group_name", "reference"],
+    PAIR_KEY,
 )
 CALIBRATION_RESULTS = _contract(
     "calibration_results",

@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from biasaudit.schemas.results import COMPARISON_KEY
 from biasaudit.tasks.hdi import hdi_difference
 from biasaudit.tasks.multiplicity import bh_adjust
 from biasaudit.tasks.posterior import beta_difference, prob_deviation
@@ -133,7 +134,6 @@ def detect(
     two-valued attribute's comparison or of a complement's) carry ``reason``, an HDI where both
     rates are defined, and no decision (``decision`` None, ``simple_rule`` 0).
     """
-    keys = ["attribute", "group_name", "reference", "metric"]
     x2, n2 = rates["numerator_group"].to_numpy(), rates["denominator_group"].to_numpy()
     x1, n1 = rates["numerator_reference"].to_numpy(), rates["denominator_reference"].to_numpy()
     reason = rates["reason"].to_numpy(dtype=object)
@@ -155,7 +155,7 @@ def detect(
     adjusted = bh_adjust(p)
     with np.errstate(divide="ignore", invalid="ignore"):
         difference = shown(x2 / n2 - x1 / n1)
-    return rates[keys].assign(
+    return rates[COMPARISON_KEY].assign(
         numerator_group=shown(x2),
         denominator_group=shown(n2),
         numerator_reference=shown(x1),

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, stats
 
+from biasaudit.schemas.results import COMPARISON_KEY
 from biasaudit.tasks.twosample import exact_powers
 
 PRECISION = 1e-4  # detection_power: the critical statistics' precision (tasks.twosample)
@@ -213,7 +214,6 @@ def plan(
     """
     if tau is None or not tolerance < tau <= 1:
         raise ValueError(f"tau must be a configured disparity in (tolerance, 1], not {tau!r}")
-    keys = ["attribute", "group_name", "reference", "metric"]
     x2, d2 = rates["numerator_group"].to_numpy(), rates["denominator_group"].to_numpy()
     x1, d1 = rates["numerator_reference"].to_numpy(), rates["denominator_reference"].to_numpy()
     n2, n1 = rates["size_group"].to_numpy(), rates["size_reference"].to_numpy()
@@ -263,7 +263,7 @@ def plan(
     def shown(values):
         return np.where(tested, values, np.nan)
 
-    return rates[keys].assign(
+    return rates[COMPARISON_KEY].assign(
         value_group=m2,
         value_reference=m1,
         difference=m2 - m1,

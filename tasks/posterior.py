@@ -44,9 +44,7 @@ def _beta_moments(a, b):
     return mean, a * b / ((a + b) ** 2 * (a + b + 1))
 
 
-def beta_difference(
-    x_group, n_group, x_reference, n_reference
-) -> tuple[np.ndarray, np.ndarray]:
+def beta_difference(x_group, n_group, x_reference, n_reference) -> tuple[np.ndarray, np.ndarray]:
     """Exact posterior mean and variance of T = e_group − e_reference under uniform priors.
 
     Mean (x_g+1)/(n_g+2) − (x_r+1)/(n_r+2), the blog's closed form (its group 2 is the group);

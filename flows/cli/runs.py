@@ -182,6 +182,7 @@ def backtest(
     from biasaudit.db.engine import database_url
     from biasaudit.flows.config_files import default_config_path, load_audit
     from biasaudit.flows.monitoring import backtest as replay
+    from biasaudit.schemas.results import COMPARISON_KEY
 
     _check_format(format_)
     configured = load_audit(Path(config or default_config_path()), audit)
@@ -189,9 +190,8 @@ def backtest(
     if format_ != "table":
         _emit(nights, format_)
         return
-    keys = ["attribute", "group_name", "reference", "metric"]
-    last = nights.sort_values("as_of").groupby(keys).tail(1).set_index(keys)
-    first = nights[nights["alarm"]].groupby(keys)["as_of"].min()
+    last = nights.sort_values("as_of").groupby(COMPARISON_KEY).tail(1).set_index(COMPARISON_KEY)
+    first = nights[nights["alarm"]].groupby(COMPARISON_KEY)["as_of"].min()
     summary = last[["nights", "e_process", "cs_low", "cs_high", "crossed"]].assign(
         first_alarm=first
     )

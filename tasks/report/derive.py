@@ -23,7 +23,7 @@ from biasaudit.schemas.metric_ids import (
     rate_cells,
 )
 from biasaudit.schemas.report import ReportFrames
-from biasaudit.schemas.results import stated_decisions
+from biasaudit.schemas.results import COMPARISON_KEY, GROUP_METRIC_KEY, stated_decisions
 from biasaudit.tasks.counts import label_completeness
 from biasaudit.tasks.rates import reason_kind
 from biasaudit.tasks.report.text import points
@@ -163,7 +163,7 @@ def comparisons(frames: ReportFrames, deduplicate: bool = True) -> pd.DataFrame:
         det = det[~det["metric"].isin(BASE_RATES)]
     if det.empty:
         return pd.DataFrame()
-    out = det[["attribute", "group_name", "reference", "metric"]].copy()
+    out = det[COMPARISON_KEY].copy()
     rate = ["numerator_group", "denominator_group", "numerator_reference", "denominator_reference"]
     out[rate] = det[rate]
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -334,15 +334,16 @@ def rate_table(frames: ReportFrames) -> pd.DataFrame:
     named = references(frames)
     fields = ["difference", "low", "high", "ratio", "four_fifths", "decision", "p_adjusted"]
     fields += ["flagged", "undefined_reason", "tested"]
-    keys = ["attribute", "group_name", "metric"]
     for prefix, chosen in (
         ("ref", comp["reference"] != "rest"),
         ("rest", comp["reference"] == "rest"),
     ):
         if comp.empty:
             break
-        part = comp[chosen][keys + fields].rename(columns={f: f"{prefix}_{f}" for f in fields})
-        table = table.merge(part, on=keys, how="left")
+        part = comp[chosen][GROUP_METRIC_KEY + fields].rename(
+            columns={f: f"{prefix}_{f}" for f in fields}
+        )
+        table = table.merge(part, on=GROUP_METRIC_KEY, how="left")
     table["is_reference"] = [
         named.get(a) == g for a, g in zip(table["attribute"], table["group_name"])
     ]
@@ -360,7 +361,7 @@ def ranked_findings(frames: ReportFrames) -> pd.DataFrame:
         return comp
     flagged = comp[comp["flagged"]]
     flagged = flagged.sort_values("reference", key=lambda r: r == "rest", kind="stable")
-    flagged = flagged.drop_duplicates(["attribute", "group_name", "metric"])
+    flagged = flagged.drop_duplicates(GROUP_METRIC_KEY)
     assured = np.where(
         np.sign(flagged["low"]) == np.sign(flagged["high"]),
         np.minimum(flagged["low"].abs(), flagged["high"].abs()),
@@ -372,10 +373,11 @@ def ranked_findings(frames: ReportFrames) -> pd.DataFrame:
 
 def _with_sequences(comp: pd.DataFrame, monitor: pd.DataFrame) -> pd.DataFrame:
     """Comparisons with the monitoring stage's confidence sequence (cs_low, cs_high), if any."""
-    keys = ["attribute", "group_name", "reference", "metric"]
-    if comp.empty or not {*keys, "cs_low", "cs_high"} <= set(monitor.columns):
+    if comp.empty or not {*COMPARISON_KEY, "cs_low", "cs_high"} <= set(monitor.columns):
         return comp
-    return comp.merge(monitor[[*keys, "cs_low", "cs_high"]], on=keys, how="left")
+    return comp.merge(
+        monitor[[*COMPARISON_KEY, "cs_low", "cs_high"]], on=COMPARISON_KEY, how="left"
+    )
 
 
 def points_plain(frames: ReportFrames) -> str:
@@ -502,7 +504,11 @@ def definitions(frames: ReportFrames) -> pd.DataFrame:
                 f"{name}_flagged": flagged,
                 f"{name}_open": len(mine) - flagged - fair,
             }
-        part = sizes[(sizes["attribute"] == attribute) & sizes["prev"].notna()] if len(sizes) else sizes
+        part = (
+            sizes[(sizes["attribute"] == attribute) & sizes["prev"].notna()]
+            if len(sizes)
+            else sizes
+        )
         if len(part) and (~part["small"]).any():
             part = part[~part["small"]]
         if len(part) > 1:  # a range of base rates needs two groups
