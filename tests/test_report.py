@@ -558,6 +558,13 @@ def test_control_and_bidi_characters_in_names_are_visible_escapes_in_markdown(sp
     assert not any(c in str(records) for c in UNSHOWABLE)
 
 
+def test_table_records_name_the_rates_as_the_store_does(spoofed):
+    """The Prefect table's rates are ``rate_group`` and ``rate_reference``, quantity first."""
+    records = table_records(spoofed["frames"])
+    assert {"rate_group", "rate_reference"} <= set(records[0])
+    assert not {"group_rate", "reference_rate"} & set(records[0])
+
+
 # -- pure functions ----------------------------------------------------------------------------
 
 
