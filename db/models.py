@@ -489,7 +489,8 @@ class CalibrationResult(RunResult, Base):
     __tablename__ = "calibration_results"
 
     score_bin: Mapped[float] = mapped_column(Real, primary_key=True)
-    n: Mapped[int] = mapped_column(BigInteger)
+    # the bin's predictions with a known outcome, and the positives among them
+    labelled: Mapped[int] = mapped_column(BigInteger)
     positives: Mapped[int] = mapped_column(BigInteger)
     mean_score: Mapped[float | None] = mapped_column(Real)
     observed_rate: Mapped[float | None] = mapped_column(Real)

@@ -271,7 +271,9 @@ CALIBRATION_RESULTS = _contract(
     {
         **_GROUP,
         "score_bin": _real(nullable=False),
-        "n": _INT,
+        # the bin's predictions with a known outcome (in the other score tables ``n`` counts
+        # every valid prediction, labelled or not)
+        "labelled": _INT,
         "positives": _INT,
         "mean_score": _real(),
         "observed_rate": _real(_PROBABILITY),

@@ -335,7 +335,7 @@ def calibration_curves(counts: pd.DataFrame, *, confidence: float = 0.95) -> pd.
     low, high = clopper_pearson(counts["positives"], labelled, confidence)
     with np.errstate(divide="ignore", invalid="ignore"):
         frame = counts.assign(
-            n=labelled.astype("int64"),
+            labelled=labelled.astype("int64"),
             mean_score=np.where(labelled > 0, counts["score_sum"] / labelled, np.nan),
             observed_rate=np.where(labelled > 0, counts["positives"] / labelled, np.nan),
             rate_low=low,
@@ -422,7 +422,7 @@ SCORE_RESULT_COLUMNS = [
     "auc_p_adjusted", "calibration_p_adjusted", "confidence",
 ]  # fmt: skip
 CALIBRATION_COLUMNS = [
-    "attribute", "group_name", "score_bin", "n", "positives", "mean_score", "observed_rate",
+    "attribute", "group_name", "score_bin", "labelled", "positives", "mean_score", "observed_rate",
     "rate_low", "rate_high", "confidence",
 ]  # fmt: skip
 THRESHOLD_COLUMNS = [

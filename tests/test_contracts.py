@@ -224,9 +224,9 @@ def test_rows_stored_under_0013_keep_their_values_at_head(db_url):
 
 
 def test_rows_stored_under_0017_keep_their_values_at_head(db_url):
-    """0018: MATCH's count and the meta-metrics' denominators move to their new names unchanged,
-    at full precision (MariaDB restates a renamed column's type: still a double and a bigint);
-    on MariaDB the columns 0015 left single-precision are doubles again."""
+    """0018: MATCH's and calibration's counts and the meta-metrics' denominators move to their
+    new names unchanged, at full precision (MariaDB restates a renamed column's type: still a
+    double and a bigint); on MariaDB the columns 0015 left single-precision are doubles again."""
     engine = _store_at(db_url, "0017")
     mariadb = engine.dialect.name in {"mysql", "mariadb"}
     if mariadb:  # as 0015 as first written left them
@@ -254,6 +254,13 @@ def test_rows_stored_under_0017_keep_their_values_at_head(db_url):
         )
         connection.execute(
             text(
+                "INSERT INTO calibration_results (run_id, attribute, group_name, score_bin, n, "
+                "positives, confidence) VALUES (1, 'sex', 'f', 0.5, :n, 0, 0.95)"
+            ),
+            {"n": big - 1},
+        )
+        connection.execute(
+            text(
                 "INSERT INTO metametric_results (run_id, attribute, metric, k, k_undefined, "
                 "n_min, n_median, n_max, confidence) VALUES (1, 'sex', 'tpr', 3, 0, :a, :b, :c, 0.95)"
             ),
@@ -262,6 +269,9 @@ def test_rows_stored_under_0017_keep_their_values_at_head(db_url):
     upgrade(db_url)
     with engine.connect() as connection:
         assert connection.execute(text("SELECT predictions_group FROM match_results")).scalar() == big
+        assert connection.execute(text("SELECT labelled FROM calibration_results")).scalar() == (
+            big - 1
+        )
         row = connection.execute(
             text(
                 "SELECT denominator_min, denominator_median, denominator_max FROM metametric_results"
@@ -270,13 +280,13 @@ def test_rows_stored_under_0017_keep_their_values_at_head(db_url):
         assert list(row) == fine
         columns = {
             (c["name"], type(c["type"]).__name__.lower())
-            for table in ("match_results", "metametric_results")
+            for table in ("match_results", "metametric_results", "calibration_results")
             for c in inspect(connection).get_columns(table)
         }
-    assert {name for name, _ in columns} >= {"predictions_group", "denominator_median"}
+    assert {name for name, _ in columns} >= {"predictions_group", "denominator_median", "labelled"}
     assert not {"n", "n_min", "n_median", "n_max"} & {name for name, _ in columns}
     if mariadb:
-        assert ("predictions_group", "bigint") in columns
+        assert {("predictions_group", "bigint"), ("labelled", "bigint")} <= columns
         assert {("denominator_min", "double"), ("denominator_max", "double")} <= columns
         with engine.connect() as connection:
             kinds = {

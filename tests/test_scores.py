@@ -161,7 +161,7 @@ def test_compas_calibration_per_decile_equals_pandas():
     expected.index = expected.index.set_levels(expected.index.levels[1].astype(float), level=1)
     observed = curves.loc[expected.index]
     np.testing.assert_allclose(observed["observed_rate"], expected["mean"], atol=1e-12)
-    assert observed["n"].tolist() == expected["size"].tolist()
+    assert observed["labelled"].tolist() == expected["size"].tolist()
 
 
 def _simulate(n, base, shift, reps, rng, bins=10):
@@ -309,3 +309,27 @@ def test_a_score_column_without_numbers_is_one_clear_error():
     frame.loc[7, "s"] = "high"
     with pytest.raises(ValueError, match="score column 's': 1 rows without a finite number"):
         audit_frame(frame, attributes=["g"], score="s")
+
+
+def test_calibration_counts_the_labelled_and_the_sweep_every_prediction():
+    """Per bin, calibration's ``labelled`` is the rows with a known outcome; the threshold
+    sweep's ``n`` every valid row of the group, labelled or not (counted by pandas)."""
+    from biasaudit.tasks.api import audit_frame
+
+    rng = np.random.default_rng(5)
+    rows = pd.DataFrame(
+        {
+            "g": rng.choice(["a", "b"], 800),
+            "score": rng.integers(1, 6, 800) / 8,  # five values, each its own bin
+            "y_true": np.where(rng.random(800) < 0.3, np.nan, rng.integers(0, 2, 800)),
+            "y_pred": rng.integers(0, 2, 800),
+        }
+    )
+    result = audit_frame(rows, attributes=["g"], score="score")
+    labelled = rows[rows["y_true"].notna()].groupby(["g", "score"]).size()
+    got = result.calibration.set_index(["group_name", "score_bin"])["labelled"]
+    assert got.loc[labelled.index].tolist() == labelled.tolist()
+    sweep = result.thresholds.groupby("group_name")["n"].unique()
+    assert {g: list(n) for g, n in sweep.items()} == {
+        g: [n] for g, n in rows.groupby("g").size().items()
+    }

@@ -1,7 +1,9 @@
-"""Counts named for what they count: ``n`` meant three things. match_results' ``n`` becomes
-``predictions_group`` (the group's predictions the MATCH distribution draws), and the
-meta-metrics' ``n_min``, ``n_median``, ``n_max`` become ``denominator_min``,
-``denominator_median``, ``denominator_max`` (the rate's denominators of the groups kept).
+"""Counts named for what they count: ``n`` meant several things. match_results' ``n`` becomes
+``predictions_group`` (the group's predictions the MATCH distribution draws), the meta-metrics'
+``n_min``, ``n_median``, ``n_max`` become ``denominator_min``, ``denominator_median``,
+``denominator_max`` (the rate's denominators of the groups kept), and calibration_results' ``n``
+becomes ``labelled`` (the bin's predictions with a known outcome). ``n`` is left to count every
+valid prediction, labelled or not (score_results, threshold_results, scoring_results).
 
 On MariaDB/MySQL, where a rename restates the column's type, 0015 as first written left its
 renamed columns single-precision FLOAT: they are doubles again (values already rounded stay so).
@@ -29,6 +31,7 @@ def _real():
 # table: {old name: (new name, type, nullable)}
 RENAMES = {
     "match_results": {"n": ("predictions_group", sa.BigInteger(), False)},
+    "calibration_results": {"n": ("labelled", sa.BigInteger(), False)},
     "metametric_results": {
         "n_min": ("denominator_min", _real(), True),
         "n_median": ("denominator_median", _real(), True),
