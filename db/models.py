@@ -405,6 +405,9 @@ class ComparisonResult(RunResult, Base):
     significant: Mapped[bool] = mapped_column(Boolean)
     # The two runs' windows share data: changes reported, not tested (dependent samples).
     overlapping: Mapped[bool | None] = mapped_column(Boolean)
+    # the test's settings: H1 |change| > tolerance (always 0), significant at FDR alpha
+    tolerance: Mapped[float] = mapped_column(Real)
+    alpha: Mapped[float] = mapped_column(Real)
 
 
 class MonitorResult(GroupVsReference, Base):
@@ -448,6 +451,10 @@ class MonitorResult(GroupVsReference, Base):
     # The increment this run consumed: (previous_as_of, as_of] and the previous run continued.
     previous_run_id: Mapped[int | None] = mapped_column(BigInteger)
     previous_as_of: Mapped[datetime | None] = mapped_column(Moment)
+    # the monitor's settings: H1 |difference| > tolerance, crossed at 1/alpha, alarms by e-BH at
+    # alpha
+    tolerance: Mapped[float] = mapped_column(Real)
+    alpha: Mapped[float] = mapped_column(Real)
 
 
 class ScoreResult(RunResult, Base):

@@ -231,6 +231,9 @@ COMPARISON_RESULTS = _contract(
         "significant": pa.Column(bool),
         # the two runs' windows share data: changes reported, not tested
         "overlapping": pa.Column(bool, nullable=True),
+        # the test's settings: H1 |change| > tolerance (always 0), significant at FDR alpha
+        "tolerance": _real(pa.Check.in_range(0.0, 1.0), nullable=False),
+        "alpha": _real(_PROBABILITY, nullable=False),
     },
     GROUP_METRIC_KEY,
 )

@@ -18,11 +18,12 @@ import numpy as np
 import pandas as pd
 
 from biasaudit.schemas.metric_ids import RATE_METRICS
-from biasaudit.schemas.results import GROUP_METRIC_KEY
+from biasaudit.schemas.results import GROUP_METRIC_KEY, empty_result
 from biasaudit.tasks.detection import unfairness_test
 from biasaudit.tasks.multiplicity import bh_adjust
 
-NUMBERS = ["value_before", "value_after", "change", "p_value", "p_adjusted"]
+# The test of a change has no tolerance: H1 is |change| > 0.
+TOLERANCE = 0.0
 
 
 # The previous run's id and group metrics, and optionally whether its window overlaps this one's.
@@ -47,7 +48,8 @@ def compare_metrics(
 ) -> pd.DataFrame:
     """Outer comparison of two runs' per-group metrics (columns GROUP_METRIC_KEY, value, numerator,
     denominator); ``status`` is 'both', 'appeared' or 'vanished'. With ``overlapping`` (the
-    runs share data) nothing is tested."""
+    runs share data) nothing is tested. Every row carries the test's settings: H1
+    |change| > ``tolerance`` (TOLERANCE), significant at FDR ``alpha``."""
     columns = GROUP_METRIC_KEY + ["value", "numerator", "denominator"]
     merged = before[columns].merge(
         after[columns],
@@ -86,6 +88,8 @@ def compare_metrics(
             "p_adjusted": adjusted,
             "significant": testable & (adjusted < alpha),
             "overlapping": overlapping,
+            "tolerance": TOLERANCE,
+            "alpha": alpha,
         }
     )
 
@@ -101,15 +105,7 @@ def compare_with_previous(
     db.history.previous_run_metrics with an as-of)."""
     previous_run_id, before, *overlap = previous
     if previous_run_id is None:
-        return pd.DataFrame(
-            {
-                **{k: pd.Series(dtype=str) for k in [*GROUP_METRIC_KEY, "status"]},
-                **{c: pd.Series(dtype=float) for c in NUMBERS},
-                "significant": pd.Series(dtype=bool),
-                "overlapping": pd.Series(dtype=bool),
-                "previous_run_id": pd.Series(dtype="int64"),
-            }
-        )
+        return empty_result("comparison")
     after = metrics[metrics["subset"] == "group"]
     changes = compare_metrics(before, after, alpha, overlapping=bool(overlap and overlap[0]))
     return changes.assign(previous_run_id=previous_run_id)

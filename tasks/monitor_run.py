@@ -52,11 +52,15 @@ def monitor_rows(
 ) -> pd.DataFrame:
     """Rows of monitor_results (without run_id): the run's rows of tasks.monitor.monitor_update
     on the previous run's ``state`` and this increment's ``counts``, with the new state and the
-    previous run they continue."""
-    new_state, rows = monitor_update(state, counts, settings_of(audit))
+    previous run they continue, and the settings they were tested at (tolerance, alpha)."""
+    settings = settings_of(audit)
+    new_state, rows = monitor_update(state, counts, settings)
     state_only = [c for c in new_state.columns if c not in rows.columns]
     return rows.join(new_state[state_only]).assign(
-        previous_run_id=previous_id, previous_as_of=previous
+        previous_run_id=previous_id,
+        previous_as_of=previous,
+        tolerance=settings.tolerance,
+        alpha=settings.alpha,
     )
 
 

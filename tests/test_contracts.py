@@ -28,6 +28,7 @@ from biasaudit.schemas.results import CONTRACTS
 from biasaudit.tasks.api import audit_frame
 
 BROKEN = (pandera.errors.SchemaError, pandera.errors.SchemaErrors)
+SETTINGS = ("tolerance", "alpha")
 # monitor_results' non-null numbers at 0013, and the names 0015 gives some of them.
 MONITOR_COLUMNS_0013 = [
     "x_group", "n_group", "x_reference", "n_reference", "unlabelled_group",
@@ -41,8 +42,9 @@ RENAMED = {
     "x_reference": "numerator_reference",
     "n_reference": "denominator_reference",
 }
-# The columns 0015 renamed, which it left single-precision FLOAT on MariaDB as first written.
+# The columns 0014 added and 0015 renamed, single-precision FLOAT on MariaDB as first written.
 FLOATS_AFTER_0015 = [
+    *((table, name) for table in ("detection_results", "planning_results") for name in SETTINGS),
     *(("monitor_results", name) for name in RENAMED.values()),
     ("metametric_results", "confidence"),
 ]
@@ -132,6 +134,19 @@ def test_the_store_refuses_a_frame_that_breaks_its_contract(result):
         result_tables(extra)
 
 
+def _insert_run(connection, run_id: int, config: dict) -> None:
+    connection.execute(
+        text(
+            "INSERT INTO audit_runs (id, audit_name, model_id, version, status, as_of, "
+            "window_start, window_end, config, config_hash, code_version, started_at, finished_at, "
+            "rows_read, rows_valid, rows_quarantined, rows_unlabelled, timings, summary) "
+            "VALUES (:id, 'a', 'm', :id, 'succeeded', '2026-01-01', '2025-12-01', "
+            "'2026-01-01', :config, 'h', 'v', '2026-01-01', '2026-01-01', 0, 0, 0, 0, '{}', '{}')"
+        ),
+        {"id": run_id, "config": json.dumps(config)},
+    )
+
+
 def _store_at(db_url: str, revision: str):
     """The store at ``db_url`` (built at head) rebuilt empty at ``revision``, and its engine.
     MariaDB builds a fresh store at head only (db.migrate): there it is migrated down instead."""
@@ -155,27 +170,16 @@ def _store_at(db_url: str, revision: str):
     return engine
 
 
-@pytest.mark.parametrize("db_url", ["sqlite", "postgresql"], indirect=["db_url"])
 def test_rows_stored_under_0013_keep_their_values_at_head(db_url):
     """0014: detection and planning rows get their run's configured tolerance and alpha, or the
     defaults of the time where the configuration left them unset. 0015: monitor and meta-metric
-    values move to their renamed columns unchanged. 0019: detection rows keep their decision with
-    no hdi_mass, and the CLI states none of it. (MariaDB builds a fresh store at head only,
-    so there is no store of 0013 to upgrade there.)"""
+    values move to their renamed columns unchanged (on MariaDB, doubles: 0.1 exactly). 0019:
+    detection rows keep their decision with no hdi_mass, and the CLI states none of it."""
     engine = _store_at(db_url, "0013")
     configs = {1: {"thresholds": {"tolerance": 0.1, "alpha": 0.01}}, 2: {"thresholds": {}}}
     with engine.begin() as connection:
         for run_id, config in configs.items():
-            connection.execute(
-                text(
-                    "INSERT INTO audit_runs (id, audit_name, model_id, version, status, as_of, "
-                    "window_start, window_end, config, config_hash, code_version, started_at, finished_at, "
-                    "rows_read, rows_valid, rows_quarantined, rows_unlabelled, timings, summary) "
-                    "VALUES (:id, 'a', 'm', :id, 'succeeded', '2026-01-01', '2025-12-01', "
-                    "'2026-01-01', :config, 'h', 'v', '2026-01-01', '2026-01-01', 0, 0, 0, 0, '{}', '{}')"
-                ),
-                {"id": run_id, "config": json.dumps(config)},
-            )
+            _insert_run(connection, run_id, config)
             for table in ("detection_results", "planning_results"):
                 extra = (
                     ("simple_rule, flagged, decision", "1, true, 'biased'")
@@ -226,7 +230,9 @@ def test_rows_stored_under_0013_keep_their_values_at_head(db_url):
 def test_rows_stored_under_0017_keep_their_values_at_head(db_url):
     """0018: MATCH's and calibration's counts and the meta-metrics' denominators move to their
     new names unchanged, at full precision (MariaDB restates a renamed column's type: still a
-    double and a bigint); on MariaDB the columns 0015 left single-precision are doubles again."""
+    double and a bigint); comparison and monitor rows get their run's configured alpha (and the
+    monitor's tolerance; a change's is 0), or the defaults of the time; on MariaDB the columns
+    0014 and 0015 left single-precision are doubles again."""
     engine = _store_at(db_url, "0017")
     mariadb = engine.dialect.name in {"mysql", "mariadb"}
     if mariadb:  # as 0015 as first written left them
@@ -235,16 +241,29 @@ def test_rows_stored_under_0017_keep_their_values_at_head(db_url):
                 connection.execute(text(f"ALTER TABLE {table} MODIFY {column} FLOAT NOT NULL"))
     # neither fits a 4-byte float nor a 4-byte integer exactly
     big, fine = 2**53 - 1, [123456789.5, 234567891.25, 345678912.125]
+    configs = {1: {"thresholds": {"tolerance": 0.1, "alpha": 0.01}}, 2: {"thresholds": {}}}
+    monitor_columns = [RENAMED.get(c, c) for c in MONITOR_COLUMNS_0013]
     with engine.begin() as connection:
-        connection.execute(
-            text(
-                "INSERT INTO audit_runs (id, audit_name, model_id, version, status, as_of, "
-                "window_start, window_end, config, config_hash, code_version, started_at, finished_at, "
-                "rows_read, rows_valid, rows_quarantined, rows_unlabelled, timings, summary) "
-                "VALUES (1, 'a', 'm', 1, 'succeeded', '2026-01-01', '2025-12-01', "
-                "'2026-01-01', '{}', 'h', 'v', '2026-01-01', '2026-01-01', 0, 0, 0, 0, '{}', '{}')"
+        for run_id, config in configs.items():
+            _insert_run(connection, run_id, config)
+            connection.execute(
+                text(
+                    "INSERT INTO comparison_results (run_id, attribute, group_name, metric, "
+                    "previous_run_id, status, significant) "
+                    "VALUES (:id, 'sex', 'f', 'tpr', 0, 'both', false)"
+                ),
+                {"id": run_id},
             )
-        )
+            connection.execute(
+                text(
+                    "INSERT INTO monitor_results (run_id, attribute, group_name, reference, "
+                    f"metric, crossed, alarm, {', '.join(monitor_columns)}) VALUES "
+                    f"(:id, 'sex', 'f', 'rest', 'tpr', false, false, "
+                    + ", ".join("0" for _ in monitor_columns)
+                    + ")"
+                ),
+                {"id": run_id},
+            )
         connection.execute(
             text(
                 "INSERT INTO match_results (run_id, attribute, group_name, reference, metric, n) "
@@ -278,6 +297,12 @@ def test_rows_stored_under_0017_keep_their_values_at_head(db_url):
             )
         ).one()
         assert list(row) == fine
+        for table, tolerance in (("comparison_results", 0.0), ("monitor_results", 0.1)):
+            rows = connection.execute(
+                text(f"SELECT run_id, tolerance, alpha FROM {table} ORDER BY run_id")
+            ).all()
+            default = 0.0 if table == "comparison_results" else 0.05
+            assert [tuple(r) for r in rows] == [(1, tolerance, 0.01), (2, default, 0.05)], table
         columns = {
             (c["name"], type(c["type"]).__name__.lower())
             for table in ("match_results", "metametric_results", "calibration_results")
@@ -291,7 +316,7 @@ def test_rows_stored_under_0017_keep_their_values_at_head(db_url):
         with engine.connect() as connection:
             kinds = {
                 (table, c["name"]): type(c["type"]).__name__.lower()
-                for table in ("monitor_results", "metametric_results")
+                for table in {table for table, _ in FLOATS_AFTER_0015}
                 for c in inspect(connection).get_columns(table)
             }
         assert {kinds[column] for column in FLOATS_AFTER_0015} == {"double"}

@@ -16,7 +16,7 @@ from biasaudit.db import monitor as db_monitor
 from biasaudit.db.engine import make_engine
 from biasaudit.db.history import previous_as_of_run, run_results
 from biasaudit.db.load import load_predictions
-from biasaudit.db.models import ComparisonResult
+from biasaudit.db.models import ComparisonResult, MonitorResult
 from biasaudit.db.report_data import report_frames
 from biasaudit.db.scan import valid_cells
 from biasaudit.flows.audit import run_audit
@@ -59,13 +59,14 @@ def predictions(days: int, per_day: int = 400, seed: int = 4) -> pd.DataFrame:
     )
 
 
-def write_config(tmp_path, window="all") -> str:
+def write_config(tmp_path, window="all", tolerance=0.0, alpha=0.05) -> str:
     path = tmp_path / "monitored.toml"
     path.write_text(
         f'[[audits]]\nname = "mon"\nmodel = "m"\nwindow = "{window}"\n'
         'attributes = ["race", "sex"]\nmetrics = ["ppr", "tpr", "fpr"]\n'
         'reference_groups = { race = "a" }\n'
-        "[audits.thresholds]\ntolerance = 0.0\nbootstrap_replicates = 100\n"
+        f"[audits.thresholds]\ntolerance = {tolerance}\nalpha = {alpha}\n"
+        "bootstrap_replicates = 100\n"
         '[audits.monitor]\nlabel_delay_days = 2\nmetrics = ["ppr", "tpr", "fpr"]\n'
     )
     return str(path)
@@ -165,9 +166,11 @@ def test_backfill_replays_later_runs_in_as_of_order(db_url, tmp_path):
 
 def test_previous_is_the_previous_as_of_and_overlaps_are_not_tested(db_url, tmp_path):
     """A backfilled run compares with the run before its as-of, not the highest version; runs
-    whose windows overlap are reported untested, disjoint ones are tested."""
+    whose windows overlap are reported untested, disjoint ones are tested. Comparison and monitor
+    rows hold the settings they were tested at: a change's tolerance 0, the monitor's and both
+    alphas from the configuration."""
     load_predictions(make_engine(db_url), predictions(12, 150), ["race", "sex"], "predictions")
-    config = write_config(tmp_path, window="last_day")
+    config = write_config(tmp_path, window="last_day", tolerance=0.02, alpha=0.1)
     late = run_audit("mon", config, db_url, START + timedelta(days=10))["run_id"]
     early = run_audit("mon", config, db_url, START + timedelta(days=5))["run_id"]
     backfilled = run_audit("mon", config, db_url, START + timedelta(days=7))["run_id"]
@@ -176,6 +179,10 @@ def test_previous_is_the_previous_as_of_and_overlaps_are_not_tested(db_url, tmp_
     comparison = run_results(engine, ComparisonResult, backfilled)
     assert set(comparison["previous_run_id"]) == {early}
     assert not comparison["overlapping"].any() and comparison["p_value"].notna().any()
+    assert set(comparison["tolerance"]) == {0.0} and set(comparison["alpha"]) == {0.1}
+    monitored = run_results(engine, MonitorResult, backfilled)
+    assert len(monitored) > 0
+    assert set(monitored["tolerance"]) == {0.02} and set(monitored["alpha"]) == {0.1}
     assert late != backfilled
     overlapping = write_config(tmp_path, window="last_3_days")
     run_audit("mon", overlapping, db_url, START + timedelta(days=11))

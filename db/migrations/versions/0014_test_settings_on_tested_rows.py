@@ -14,6 +14,7 @@ import json
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects import mysql
 
 revision = "0014"
 down_revision = "0013"
@@ -22,6 +23,8 @@ depends_on = None
 
 TABLES = ("detection_results", "planning_results")
 DEFAULTS = {"tolerance": 0.05, "alpha": 0.05}  # schemas.config.Thresholds at this revision
+# a double on MariaDB/MySQL too (db.models.Real), where Float alone is single-precision FLOAT
+REAL = sa.Float().with_variant(mysql.DOUBLE(asdecimal=False), "mysql", "mariadb")
 
 
 def _settings(config) -> dict[str, float]:
@@ -35,7 +38,7 @@ def upgrade() -> None:
     for table in TABLES:
         with op.batch_alter_table(table, schema=None) as batch:
             for name in DEFAULTS:
-                batch.add_column(sa.Column(name, sa.Float(), nullable=True))
+                batch.add_column(sa.Column(name, REAL, nullable=True))
     bind = op.get_bind()
     runs = sa.table("audit_runs", sa.column("id"), sa.column("config"))
     for run_id, config in bind.execute(sa.select(runs.c.id, runs.c.config)).all():
@@ -45,7 +48,7 @@ def upgrade() -> None:
     for table in TABLES:
         with op.batch_alter_table(table, schema=None) as batch:
             for name in DEFAULTS:
-                batch.alter_column(name, existing_type=sa.Float(), nullable=False)
+                batch.alter_column(name, existing_type=REAL, nullable=False)
 
 
 def downgrade() -> None:
