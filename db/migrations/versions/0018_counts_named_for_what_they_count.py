@@ -35,8 +35,8 @@ depends_on = None
 # a double on every database (db.models.Real)
 REAL = sa.Float().with_variant(mysql.DOUBLE(asdecimal=False), "mysql", "mariadb")
 
-# table: {old name: (new name, type, nullable)}
-RENAMES = {
+Renamed = dict[str, tuple[str, sa.types.TypeEngine, bool]]  # old name: (new name, type, nullable)
+RENAMES: dict[str, Renamed] = {
     "match_results": {"n": ("predictions_group", sa.BigInteger(), False)},
     "calibration_results": {"n": ("labelled", sa.BigInteger(), False)},
     "metametric_results": {
@@ -63,7 +63,7 @@ SINGLE_PRECISION = {
 }
 
 
-def _rename(table: str, names: dict[str, tuple[str, sa.types.TypeEngine, bool]]) -> None:
+def _rename(table: str, names: Renamed) -> None:
     # MariaDB/MySQL rename a column by restating its type: the type is given in full
     with op.batch_alter_table(table, schema=None) as batch:
         for old, (new, kind, nullable) in names.items():
