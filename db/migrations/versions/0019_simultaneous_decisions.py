@@ -8,7 +8,7 @@ defined, tested or not. The report and the CLI print no decision of such a row (
 .stated_decisions).
 
 Revision ID: 0019
-Revises: 0017
+Revises: 0018
 Create Date: 2026-11-26 17:30:00
 """
 
