@@ -109,7 +109,7 @@ def test_reliability_points_equal_a_pandas_groupby(scored):
     got = curves.loc[expected.index]
     np.testing.assert_allclose(got["mean_score"], expected["mean_score"], atol=1e-12)
     np.testing.assert_allclose(got["observed_rate"], expected["rate"], atol=1e-12)
-    assert got["n"].tolist() == expected["n"].tolist()
+    assert got["labelled"].tolist() == expected["n"].tolist()
     low, high = proportion_confint(expected["positives"], expected["n"], 0.05, method="beta")
     np.testing.assert_allclose(got["rate_low"], np.nan_to_num(low, nan=0.0), atol=1e-9)
     np.testing.assert_allclose(got["rate_high"], np.nan_to_num(high, nan=1.0), atol=1e-9)
@@ -360,7 +360,7 @@ def test_compas_decile_score_through_biasaudit_run(tmp_path, monkeypatch):
     expected = raw.groupby(["race", "decile_score"])["two_year_recid"].agg(["mean", "size"])
     got = rates.loc[[("race", r, float(d)) for r, d in expected.index]]
     np.testing.assert_allclose(got["observed_rate"], expected["mean"], atol=1e-12)
-    assert got["n"].tolist() == expected["size"].tolist()
+    assert got["labelled"].tolist() == expected["size"].tolist()
     scores = frames.scores[(frames.scores["attribute"] == "race")]
     auc = scores[scores["reference"] == "rest"].set_index("group_name")["auc_group"]
     sweep = frames.thresholds.set_index(["attribute", "group_name", "threshold"])

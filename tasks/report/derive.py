@@ -403,11 +403,11 @@ def reliability(frames: ReportFrames) -> pd.DataFrame:
     score and observed outcome rate with its exact interval (the stored calibration rows,
     tasks.scores.calibration_curves), ascending by score."""
     curves = frames.calibration
-    columns = ["attribute", "group_name", "score_bin", "n", "positives", "mean_score"]
+    columns = ["attribute", "group_name", "score_bin", "labelled", "positives", "mean_score"]
     columns += ["observed_rate", "rate_low", "rate_high"]
     if curves.empty:
         return pd.DataFrame(columns=columns)
-    curves = curves[curves["n"] > 0][columns]
+    curves = curves[curves["labelled"] > 0][columns]
     return curves.sort_values(["attribute", "group_name", "score_bin"]).reset_index(drop=True)
 
 

@@ -261,7 +261,7 @@ def reliability_plot(
             tip = (
                 f"{name}, score bin {sig3(row.score_bin)} (mean score {sig3(row.mean_score)}): "
                 f"{percent(row.observed_rate)} [{percent(row.rate_low)}, "
-                f"{percent(row.rate_high)}] of {count(row.n)}"
+                f"{percent(row.rate_high)}] of {count(row.labelled)}"
             )
             marks.append(
                 f'<g><title>{esc(tip)}</title><line x1="{cx:.1f}" y1="{y(row.rate_low):.1f}" '
@@ -271,7 +271,7 @@ def reliability_plot(
         parts.append(
             f'<polyline fill="none" {style} stroke-width="1.5" points="{line}"/>{"".join(marks)}'
         )
-        labelled = int(part["n"].sum())
+        labelled = int(part["labelled"].sum())
         mark = " ⚠" if name in small else ""
         legend.append((f"{_shorten(str(name), 24)} · {count(labelled)}{mark}", str(name), style))
     return _curve_svg(title, parts, legend)
