@@ -114,26 +114,43 @@ def auc_interval(positives: np.ndarray, negatives: np.ndarray, confidence: float
 
 
 def auc_difference_test(pos_a, neg_a, pos_b, neg_b) -> float:
-    """Two-sided p-value of equal AUC in two disjoint samples (a group and its reference):
-    z = (A_a - A_b) / sqrt(var_a + var_b), DeLong's variances without the covariance term
-    (DeLong et al. 1988, eq. 5; the samples are independent). Where a side has fewer than
-    SMALL_SAMPLE positives or negatives its variance is at least Hanley & McNeil's at the AUC
-    both share under the null (their pair-weighted mean): at its own AUC, a small group that
-    happens to separate perfectly would have a variance near zero and reject too often."""
+    """Two-sided p-value of equal AUC in two disjoint samples (a group and its reference) of
+    binned counts: :func:`independent_auc_test` on each side's AUC and DeLong variance."""
     sides = [np.asarray(v, dtype="float64") for v in (pos_a, neg_a, pos_b, neg_b)]
     (auc_a, auc_b), (var_a, var_b) = zip(
         *(auc_and_variance(p, q) for p, q in (sides[:2], sides[2:]))
     )
-    pairs = [sides[0].sum() * sides[1].sum(), sides[2].sum() * sides[3].sum()]
+    p_value = independent_auc_test(
+        (auc_a[0], var_a[0], sides[0].sum(), sides[1].sum()),
+        (auc_b[0], var_b[0], sides[2].sum(), sides[3].sum()),
+    )
+    return float(p_value)
+
+
+def independent_auc_test(side_a: tuple, side_b: tuple):
+    """Two-sided p-value of equal AUC in two independent samples, each side given as (AUC, DeLong
+    variance, positives, negatives), elementwise over arrays: z = (A_a - A_b) / sqrt(var_a +
+    var_b), DeLong's variances without the covariance term (DeLong et al. 1988, eq. 5; the samples
+    are independent). Where a side has fewer than SMALL_SAMPLE positives or negatives its
+    variance is at least Hanley & McNeil's at the AUC both share under the null (their
+    pair-weighted mean): at its own AUC, a small group that happens to separate perfectly would
+    have a variance near zero and reject too often. NaN where z is not finite."""
+    (auc_a, var_a, p_a, q_a), (auc_b, var_b, p_b, q_b) = (
+        [np.asarray(v, dtype="float64") for v in side] for side in (side_a, side_b)
+    )
+    pairs_a, pairs_b = p_a * q_a, p_b * q_b
     with np.errstate(divide="ignore", invalid="ignore"):
-        shared = (auc_a[0] * pairs[0] + auc_b[0] * pairs[1]) / (pairs[0] + pairs[1])
-        variances = []
-        for variance, p, q in ((var_a[0], *sides[:2]), (var_b[0], *sides[2:])):
-            p, q = p.sum(), q.sum()
-            floor = hanley_mcneil_variance(shared, p, q)
-            variances.append(np.fmax(variance, floor) if min(p, q) < SMALL_SAMPLE else variance)
-        z = (auc_a[0] - auc_b[0]) / np.sqrt(variances[0] + variances[1])
-    return float(2 * stats.norm.sf(abs(z))) if np.isfinite(z) else np.nan
+        shared = (auc_a * pairs_a + auc_b * pairs_b) / (pairs_a + pairs_b)
+        variances = [
+            np.where(
+                np.minimum(p, q) < SMALL_SAMPLE,
+                np.fmax(variance, hanley_mcneil_variance(shared, p, q)),
+                variance,
+            )
+            for variance, p, q in ((var_a, p_a, q_a), (var_b, p_b, q_b))
+        ]
+        z = (auc_a - auc_b) / np.sqrt(variances[0] + variances[1])
+    return np.where(np.isfinite(z), 2 * stats.norm.sf(np.abs(z)), np.nan)
 
 
 def clopper_pearson(successes, trials, confidence: float = 0.95):
