@@ -10,6 +10,10 @@ overlapping windows (the last 30 days tonight and last night share 29 days) are 
 samples, and a two-independent-samples test between them is invalid (blind in practice). For
 overlapping runs the changes are reported untested (``status`` still says both, ``p_value`` is
 empty and ``overlapping`` is set). "Previous" is the run with the previous as-of.
+
+Score audits compare each group's AUC the same way (:func:`compare_scores`): the test of two
+independent AUCs on the two runs' stored AUCs and DeLong variances, BH-adjusted across groups,
+with both runs' intervals and calibration (in-the-large, slope) beside them, untested.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from biasaudit.schemas.metric_ids import RATE_METRICS
 from biasaudit.schemas.results import GROUP_METRIC_KEY, empty_result
 from biasaudit.tasks.detection import unfairness_test
 from biasaudit.tasks.multiplicity import bh_adjust
+from biasaudit.tasks.scores import independent_auc_test
 
 # The test of a change has no tolerance: H1 is |change| > 0.
 TOLERANCE = 0.0
@@ -90,6 +95,59 @@ def compare_metrics(
             "overlapping": overlapping,
             "tolerance": TOLERANCE,
             "alpha": alpha,
+        }
+    )
+
+
+# A group's own score statistics (the "_group" columns of score results): the same whatever its
+# reference, so each is read from its row against the rest of the attribute.
+SCORE_GROUP = ["auc", "auc_low", "auc_high", "in_the_large", "slope"]
+SCORE_TEST = ["auc_variance", "positives", "negatives"]
+
+
+def compare_scores(
+    before: pd.DataFrame, after: pd.DataFrame, alpha: float, overlapping: bool = False
+) -> pd.DataFrame:
+    """Outer comparison of two runs' score results (db.models.ScoreResult) per (attribute,
+    group): AUC before and after with their intervals, its change and the two-sided test of two
+    independent AUCs (tasks.scores.independent_auc_test on the stored AUCs and DeLong variances),
+    BH-adjusted across groups, and calibration-in-the-large and slope before and after
+    (untested). ``status`` and ``overlapping`` as in :func:`compare_metrics`."""
+    key = ["attribute", "group_name"]
+    columns = [f"{c}_group" for c in SCORE_GROUP + SCORE_TEST]
+
+    def own(results: pd.DataFrame) -> pd.DataFrame:
+        rows = results[results["reference"] == "rest"]
+        return rows[key + columns].rename(columns=lambda c: c.removesuffix("_group"))
+
+    merged = own(before).merge(
+        own(after), on=key, how="outer", suffixes=("_before", "_after"), indicator=True
+    )
+    status = merged.pop("_merge").map(
+        {"both": "both", "left_only": "vanished", "right_only": "appeared"}
+    )
+    sides = [
+        tuple(merged[f"{c}_{side}"].astype("float64") for c in ["auc", *SCORE_TEST])
+        for side in ("before", "after")
+    ]
+    p = independent_auc_test(*sides)
+    p[(status != "both").to_numpy() | overlapping] = np.nan
+    adjusted = bh_adjust(p)
+    values = {
+        f"{c}_{side}": merged[f"{c}_{side}"] for c in SCORE_GROUP for side in ("before", "after")
+    }
+    return pd.DataFrame(
+        {
+            **{k: merged[k] for k in key},
+            "status": status.astype(str),
+            **{k: values[k] for k in ["auc_before", "auc_low_before", "auc_high_before"]},
+            **{k: values[k] for k in ["auc_after", "auc_low_after", "auc_high_after"]},
+            "change": merged["auc_after"] - merged["auc_before"],
+            "p_value": p,
+            "p_adjusted": adjusted,
+            "significant": np.isfinite(p) & (adjusted < alpha),
+            **{k: values[k] for k in values if not k.startswith("auc")},
+            "overlapping": overlapping,
         }
     )
 

@@ -8,7 +8,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import statsmodels.api as sm
 import yaml
+from scipy import stats
+from sklearn.metrics import roc_auc_score
 from sqlalchemy import select, text
 from typer.testing import CliRunner
 
@@ -92,6 +95,110 @@ def test_compare_flags_only_real_changes(db_url, tmp_path):
     other = run_audit("b", str(config), db_url, START + timedelta(days=90))["run_id"]
     cli = CliRunner().invoke(app, ["compare", str(other), str(run_ids[2]), "--db", db_url])
     assert cli.exit_code == 1 and "compare runs of the same audit and model" in cli.output
+
+
+def scored_period(rng, days, degraded: bool, n=3000):
+    """n predictions over 30 days from START + days with a calibrated score in tenths (each
+    outcome drawn with its score as its probability); ``degraded``: race=b's outcomes no longer
+    follow its score (a rate of 0.4 whatever the score)."""
+    race = rng.choice(["a", "b", "c"], n, p=[0.4, 0.4, 0.2])
+    score = (1 + rng.binomial(8, np.where(race == "c", 0.6, 0.4))) / 10
+    chance = np.where(degraded & (race == "b"), 0.4, score)
+    return pd.DataFrame(
+        {
+            "prediction_id": [f"s{days}-{i}" for i in range(n)],
+            "model_id": "m",
+            "model_version": "1",
+            "predicted_at": START
+            + timedelta(days=days)
+            + pd.to_timedelta(rng.uniform(0, 29.9, n), unit="D"),
+            "y_true": (rng.random(n) < chance).astype(float),
+            "y_pred": (score >= 0.5).astype(int),
+            "score": score,
+            "race": race,
+        }
+    )
+
+
+def delong(y: np.ndarray, s: np.ndarray) -> tuple[float, float]:
+    """AUC and DeLong's variance from the rows, pair by pair: each positive's share of negatives
+    below it and each negative's share of positives above it (ties 1/2), sample variances."""
+    pos, neg = s[y == 1], s[y == 0]
+    pairs = (pos[:, None] > neg[None, :]) + 0.5 * (pos[:, None] == neg[None, :])
+    v10, v01 = pairs.mean(1), pairs.mean(0)
+    return pairs.mean(), v10.var(ddof=1) / len(pos) + v01.var(ddof=1) / len(neg)
+
+
+def recalibrated(y: np.ndarray, s: np.ndarray) -> tuple[float, float]:
+    """Calibration-in-the-large and slope by statsmodels' logistic GLM on the rows."""
+    x = np.log(s / (1 - s))
+    family = sm.families.Binomial()
+    slope = sm.GLM(y, sm.add_constant(x), family=family).fit().params[1]
+    large = sm.GLM(y, np.ones((len(y), 1)), family=family, offset=x).fit().params[0]
+    return large, slope
+
+
+@on_databases("sqlite", "postgresql")
+def test_compare_of_scores_tests_each_groups_auc(db_url, tmp_path):
+    """Two disjoint 30-day runs of a scored audit, race=b's outcomes unhinged from its score in
+    the second: compare shows each group's AUC before and after as scikit-learn's roc_auc_score
+    on each run's rows, its Wald interval on the logit scale (both groups have over 50 positives
+    and negatives) and the test of two independent
+    AUCs on DeLong variances computed pair by pair (BH-adjusted by scipy), calibration as
+    statsmodels fits it; only b's change is significant."""
+    rng = np.random.default_rng(11)
+    frames = [scored_period(rng, 0, False), scored_period(rng, 30, True)]
+    load_predictions(make_engine(db_url), pd.concat(frames), ["race"], "scored")
+    config = tmp_path / "a.toml"
+    config.write_text(
+        '[[audits]]\nname = "a"\nmodel = "m"\nwindow = "last_30_days"\nattributes = ["race"]\n'
+        'metrics = ["fpr", "fnr"]\ndecision = { score = "score", threshold = 0.5 }\n'
+    )
+    run_ids = [
+        run_audit("a", str(config), db_url, START + timedelta(days=d))["run_id"] for d in (30, 60)
+    ]
+    cli = CliRunner().invoke(
+        app, ["compare", str(run_ids[1]), "--db", db_url, "--scores", "--all", "--format", "csv"]
+    )
+    assert cli.exit_code == 0, cli.output
+    got = pd.read_csv(io.StringIO(cli.output)).set_index("group_name")  # CSV: every digit
+    assert sorted(got.index) == ["a", "b", "c"] and (got["status"] == "both").all()
+    z = stats.norm.ppf(0.975)
+    p_values = []
+    for name in got.index:
+        row = got.loc[name]
+        aucs, variances = [], []
+        for side, rows in zip(("before", "after"), frames, strict=True):
+            part = rows[rows["race"] == name]
+            y, s = part["y_true"].to_numpy(), part["score"].to_numpy()
+            auc, variance = delong(y, s)
+            assert auc == pytest.approx(roc_auc_score(y, s), abs=1e-12)
+            assert row[f"auc_{side}"] == pytest.approx(auc, abs=1e-9)
+            half = z * np.sqrt(variance) / (auc * (1 - auc))
+            centre = np.log(auc / (1 - auc))
+            low, high = 1 / (1 + np.exp(half - centre)), 1 / (1 + np.exp(-half - centre))
+            assert row[f"auc_low_{side}"] == pytest.approx(low, abs=1e-9)
+            assert row[f"auc_high_{side}"] == pytest.approx(high, abs=1e-9)
+            large, slope = recalibrated(y, s)
+            assert row[f"in_the_large_{side}"] == pytest.approx(large, abs=1e-6)
+            assert row[f"slope_{side}"] == pytest.approx(slope, abs=1e-6)
+            aucs.append(auc)
+            variances.append(variance)
+        assert row["change"] == pytest.approx(aucs[1] - aucs[0], abs=1e-9)
+        z_change = (aucs[1] - aucs[0]) / np.sqrt(sum(variances))
+        p_values.append(2 * stats.norm.sf(abs(z_change)))
+        assert row["p_value"] == pytest.approx(p_values[-1], rel=1e-6)
+    adjusted = stats.false_discovery_control(p_values, method="bh")
+    np.testing.assert_allclose(got["p_adjusted"], adjusted, rtol=1e-6)
+    assert got["significant"].to_dict() == {"a": False, "b": True, "c": False}
+
+    table = CliRunner().invoke(app, ["compare", str(run_ids[1]), "--db", db_url])
+    assert table.exit_code == 0, table.output
+    assert "score: AUC 1 significant changes (BH-adjusted p < 0.05) of 3 tested" in table.output
+    metrics_only = CliRunner().invoke(
+        app, ["compare", str(run_ids[1]), "--db", db_url, "--all", "--format", "json"]
+    )
+    assert {"metric", "value_before"} <= set(json.loads(metrics_only.output)[0])
 
 
 def test_views_and_history_formats(db_url, tmp_path):

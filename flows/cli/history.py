@@ -376,18 +376,26 @@ def compare(
     show_all: Annotated[
         bool, typer.Option("--all", help="Every change, not only significant")
     ] = False,
+    scores: Annotated[
+        bool,
+        typer.Option("--scores", help="csv, json: the score audit's AUC changes, not the metrics'"),
+    ] = False,
     format_: FormatOption = "table",
     db: DbOption = None,
 ) -> None:
     """What changed between two runs, and which changes are statistically significant (runs
-    whose windows overlap share data: their changes are shown untested)."""
+    whose windows overlap share data: their changes are shown untested); where both audited a
+    score, each group's AUC and calibration too."""
     import pandas as pd
 
-    from biasaudit.db.history import previous_as_of_run, run_metrics
+    from biasaudit.db.history import previous_as_of_run, run_metrics, run_results
+    from biasaudit.db.models import ScoreResult
     from biasaudit.schemas.report import run_label
-    from biasaudit.tasks.compare import compare_metrics, windows_overlap
+    from biasaudit.tasks.compare import compare_metrics, compare_scores, windows_overlap
 
     _check_format(format_)
+    if scores and format_ == "table":
+        _fail("--scores is for csv and json: the table shows the score's changes after the metrics'")
     engine = _engine(db)
     after = _run_or_fail(engine, run_id)
     if other is None:
@@ -412,6 +420,16 @@ def compare(
     changes = compare_metrics(
         run_metrics(engine, other), run_metrics(engine, run_id), alpha, overlapping
     )
+    scored = run_results(engine, ScoreResult, other), run_results(engine, ScoreResult, run_id)
+    score_changes = (
+        None
+        if scored[0].empty or scored[1].empty
+        else compare_scores(scored[0], scored[1], alpha, overlapping)
+    )
+    if scores:
+        if score_changes is None:
+            _fail("--scores: both runs must have audited a score (a decision from a score)")
+        changes = score_changes
     shown = changes if show_all else changes[changes["significant"] | (changes["status"] != "both")]
     if format_ != "table":
         _emit(shown, format_)
@@ -432,6 +450,8 @@ def compare(
         if not shown.empty:
             title = "changes" if show_all else "significant changes, appeared, vanished"
             _print_frame(shown, title=title)
+        if score_changes is not None:
+            _print_score_changes(score_changes, show_all, alpha)
         return
     _say(_instead_of_overlap(after.window_start, after.window_end))
     both = changes[changes["status"] == "both"]
@@ -447,6 +467,37 @@ def compare(
             "(--all shows every one), appeared, vanished"
         )
         _print_frame(shown, title=title)
+    if score_changes is not None:
+        _print_score_changes(score_changes, show_all, alpha)
+
+
+def _print_score_changes(changes: Any, show_all: bool, alpha: float) -> None:
+    """The score audit's part of `compare`: a line of counts, then each group's AUC with its
+    interval and calibration before and after (tasks.compare.compare_scores), the significant
+    changes, appeared and vanished (``show_all``: every group)."""
+    overlapping = bool(changes["overlapping"].any())
+    tested = (
+        "untested (the windows overlap)"
+        if overlapping
+        else f"{int(changes['significant'].sum())} significant changes (BH-adjusted p < {alpha}) "
+        f"of {int(changes['p_value'].notna().sum())} tested"
+    )
+    _say(
+        f"score: AUC {tested}; {int((changes['status'] == 'appeared').sum())} appeared, "
+        f"{int((changes['status'] == 'vanished').sum())} vanished"
+    )
+    keep = changes["status"] != "both"
+    keep |= changes["status"] == "both" if show_all or overlapping else changes["significant"]
+    shown = changes[keep].drop(columns=["p_value", "significant", "overlapping"])
+    if overlapping:
+        shown = shown.drop(columns="p_adjusted")
+    if shown.empty:
+        return
+    _print_frame(
+        shown,
+        title="score: AUC [low, high] and calibration (in the large, slope) per group, "
+        + ("every group" if show_all or overlapping else "significant changes, appeared, vanished"),
+    )
 
 
 @app.command()
