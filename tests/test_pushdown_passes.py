@@ -1,12 +1,14 @@
 """The push-down reads a clean typed table once: the per-row rules are a conditional
 sum inside the GROUP BY, rules the catalogue guarantees are left out, and rows are read again only
-when one is suspect, on SQLite, PostgreSQL, MariaDB and DuckDB.
+when one is suspect, on SQLite, PostgreSQL, MariaDB and DuckDB; a scored scan of a clean table
+fetches counts, never its rows (SQLite, counted at the cursor).
 
 Expected cells are counted here from the generated Python values, never by the code under test.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -144,3 +146,71 @@ def test_every_schema_rule_has_its_place_in_the_pushdown(decision):
     listed = {c: set(r) for c, r in PUSHDOWN_RULES.items() if c in rules}
     assert listed == rules
     assert set(PUSHDOWN_RULES) - set(rules) == {"decision_score" if not decision else "y_pred"}
+
+
+FETCHED: list[list] = []  # [statement, rows fetched] of every counting cursor
+
+
+class _CountingCursor(sqlite3.Cursor):
+    """A SQLite cursor that records each statement it runs and the rows fetched from it."""
+
+    def execute(self, sql, parameters=(), /):
+        FETCHED.append([sql, 0])
+        self._entry = FETCHED[-1]
+        return super().execute(sql, parameters)
+
+    def _count(self, rows: list) -> list:
+        self._entry[1] += len(rows)
+        return rows
+
+    def fetchone(self):
+        row = super().fetchone()
+        return row if row is None else self._count([row])[0]
+
+    def fetchmany(self, size=None):
+        return self._count(super().fetchmany(self.arraysize if size is None else size))
+
+    def fetchall(self):
+        return self._count(super().fetchall())
+
+    def __next__(self):
+        return self._count([super().__next__()])[0]
+
+
+class _CountingConnection(sqlite3.Connection):
+    def cursor(self, factory=_CountingCursor):
+        return super().cursor(factory)
+
+
+def test_scored_pushdown_never_fetches_prediction_rows(tmp_path):
+    """On a clean scored SQLite table of 5,000 rows, every statement of the push-down returns at
+    most one row per (group, score bin, label, decision), and all together far fewer rows than
+    the table holds; the memory scan, counted the same way, fetches every row (the counter
+    sees rows)."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'src.db'}")
+
+    @event.listens_for(engine, "do_connect")
+    def _counting(dialect, record, cargs, cparams):
+        return sqlite3.connect(*cargs, **cparams, factory=_CountingConnection)
+
+    table, rows = table_and_rows("sqlite", n=5000)
+    create(engine, table, rows)
+    audit = audit_of(
+        columns={"prediction_id": "pid", "predicted_at": "made_at", "y_true": "label"},
+        attributes=["grp"],
+        decision={"score": "score", "threshold": 0.5},
+        scan={"mode": "pushdown"},
+    )
+    fetched = FETCHED
+    fetched.clear()
+    scanned = pushdown_cells(engine, audit, None, NOW, NOW)
+    assert scanned.rows_valid == len(rows) and scanned.quarantine.empty  # no re-read of rows
+    counted = scanned.score_counts[["positives", "negatives", "unlabelled"]].to_numpy().sum()
+    assert counted == len(rows)  # every row is in the score counts, none was fetched
+    cells = 3 * 10 * 2 * 2  # groups x decile bins x labels x decisions
+    assert max(n for _, n in fetched) <= cells, fetched
+    assert sum(n for _, n in fetched) < len(rows) / 10, fetched
+    fetched.clear()
+    memory_cells(engine, audit, None, NOW, NOW)
+    assert max(n for _, n in fetched) >= len(rows)
+    engine.dispose()
