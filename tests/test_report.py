@@ -33,13 +33,13 @@ from biasaudit.schemas.report import ReportFrames
 from biasaudit.tasks.counts import label_completeness
 from biasaudit.tasks.report import (
     comparisons,
-    rate_interval,
     render_html,
     render_markdown,
     table_records,
 )
 from biasaudit.tasks.report.svg import forest_plot, nice_ticks, tick_label
 from biasaudit.tasks.report.text import _tuples, needs_more, percent, points
+from biasaudit.tasks.scores import clopper_pearson
 
 from .conftest import COMPAS
 
@@ -573,18 +573,18 @@ def test_clopper_pearson_matches_statsmodels_and_covers():
     coverage, by enumeration of the binomial, is at least the level at every n and p."""
     for n in range(1, 41):
         x = np.arange(n + 1)
-        low, high = rate_interval(x, np.full_like(x, n), 0.95)
+        low, high = clopper_pearson(x, np.full_like(x, n), 0.95)
         ref_low, ref_high = proportion_confint(x, n, alpha=0.05, method="beta")
         assert np.allclose(low, np.nan_to_num(ref_low), atol=1e-10)
         assert np.allclose(high, np.where(x == n, 1.0, ref_high), atol=1e-10)
     for n in (1, 2, 5, 13, 30, 100, 400):
         x = np.arange(n + 1)
-        low, high = rate_interval(x, np.full_like(x, n), 0.95)
+        low, high = clopper_pearson(x, np.full_like(x, n), 0.95)
         p = np.linspace(0.0005, 0.9995, 999)[:, None]
         covered = (low <= p) & (p <= high)
         coverage = (stats.binom.pmf(x, n, p) * covered).sum(axis=1)
         assert coverage.min() >= 0.95 - 1e-9, (n, coverage.min())
-    low, high = rate_interval([0, 3], [0, 0])
+    low, high = clopper_pearson([0, 3], [0, 0])
     assert np.isnan(low).all() and np.isnan(high).all()
 
 

@@ -13,7 +13,6 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from biasaudit.schemas.config import Thresholds
 from biasaudit.schemas.frames import COUNT_COLUMNS
@@ -27,6 +26,7 @@ from biasaudit.schemas.results import COMPARISON_KEY, GROUP_METRIC_KEY, stated_d
 from biasaudit.tasks.counts import label_completeness
 from biasaudit.tasks.rates import reason_kind
 from biasaudit.tasks.report.text import points
+from biasaudit.tasks.scores import clopper_pearson
 
 FOUR_FIFTHS = (0.8, 1.25)
 
@@ -44,22 +44,6 @@ VERDICTS = {
     "undecided": ("undecided", "#8a6d00"),
     "little": ("too little data", "#555"),
 }
-
-
-def rate_interval(x, n, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-    """Clopper-Pearson (exact) interval of a binomial proportion x/n at ``confidence``.
-
-    Beta quantiles: lower B(α/2; x, n − x + 1), upper B(1 − α/2; x + 1, n − x), with 0 at x = 0
-    and 1 at x = n; its coverage is at least ``confidence`` at every n and p (unlike Wald's or,
-    pointwise, Wilson's). NaN where n = 0.
-    """
-    x, n = np.asarray(x, dtype=float), np.asarray(n, dtype=float)
-    tail = (1 - confidence) / 2
-    with np.errstate(invalid="ignore", divide="ignore"):
-        low = np.where(x > 0, stats.beta.ppf(tail, x, n - x + 1), 0.0)
-        high = np.where(x < n, stats.beta.ppf(1 - tail, x + 1, n - x), 1.0)
-    undefined = ~(n > 0)
-    return np.where(undefined, np.nan, low), np.where(undefined, np.nan, high)
 
 
 def four_fifths(ratio) -> np.ndarray:
@@ -323,7 +307,7 @@ def rate_table(frames: ReportFrames) -> pd.DataFrame:
     raw = metrics[(metrics["subset"] == "group") & (metrics["estimator"] == "raw")]
     raw = raw[raw["metric"].isin(tested_metrics(frames))]
     confidence = 1 - thresholds(frames)["alpha"]
-    low, high = rate_interval(raw["numerator"], raw["denominator"], confidence)
+    low, high = clopper_pearson(raw["numerator"], raw["denominator"], confidence)
     table = raw[["attribute", "group_name", "metric", "value", "numerator", "denominator"]].assign(
         low=low, high=high, reason=raw["undefined_reason"]
     )

@@ -30,7 +30,6 @@ from biasaudit.tasks.report.derive import (
     hdi_mass,
     points_plain,
     ranked_findings,
-    rate_interval,
     rate_table,
     references,
     reliability,
@@ -68,7 +67,7 @@ from biasaudit.tasks.report.text import (
     points,
     sig3,
 )
-from biasaudit.tasks.scores import is_probability
+from biasaudit.tasks.scores import clopper_pearson, is_probability
 
 CHIPS = 16  # groups shown per attribute on the first screen
 
@@ -511,7 +510,7 @@ def _context_table(part: pd.DataFrame, confidence: float) -> str:
         name, formula = GLOSSARY[metric]
         header.append(f"{esc(name)} [{round(100 * confidence)}% interval]<br>{esc(formula)}")
         x, n = part[f"{metric}_numerator"], part[f"{metric}_denominator"]
-        columns.append((part[metric], x, n, *rate_interval(x, n, confidence)))
+        columns.append((part[metric], x, n, *clopper_pearson(x, n, confidence)))
     rows = []
     for i, (group, labelled) in enumerate(zip(part["group_name"], part["labelled"])):
         cells = [datum(group), count(labelled)]
