@@ -5,8 +5,10 @@ tests/clusters.py, with the predictions generated inside the engine.
 For each engine, in one run: the engine's own bare GROUP BY over the cells' columns (the floor),
 the push-down as configured by default (it runs the duplicate-id scan, as neither engine declares
 unique keys), the push-down with ``scan.ids_unique`` declared, the duplicate-id scan alone, and the
-memory mode (optional: it moves every row into Python). Times are the median of ``--repeat`` runs
-(memory: one run), after one untimed bare GROUP BY.
+memory mode (optional: it moves every row into Python). The scans run in ``--repeat`` rounds after
+one untimed bare GROUP BY, each round every scan once, the floor first; a scan's ratio is the
+median over rounds of its time over that round's floor (memory: one run, against a floor timed
+right after it).
 
     .venv/bin/python benchmarks/engines.py --rows 10000000 --engines clickhouse,spark --memory
 """
@@ -111,18 +113,17 @@ def prepare_spark(url: str, rows: int):
         )
 
 
-def timed(call, repeat: int) -> tuple[float, object]:
-    times, result = [], None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), result
+def timed(call) -> tuple[float, object]:
+    start = time.perf_counter()
+    result = call()
+    return time.perf_counter() - start, result
 
 
-def measure(name: str, url: str, repeat: int, memory: bool) -> list[tuple[str, str, str]]:
+def measure(name: str, url: str, repeat: int, memory: bool) -> list[tuple[str, ...]]:
+    """Each scan once per round, the floor first, for ``repeat`` rounds: a scan's ratio is the
+    median over rounds of its time over that round's floor, so that a change of the machine's
+    load reaches the floor and the scan alike."""
     engine = make_engine(url)
-    figures = []
 
     def bare():
         with engine.connect() as connection:
@@ -133,24 +134,38 @@ def measure(name: str, url: str, repeat: int, memory: bool) -> list[tuple[str, s
             window = window_of(connection, audit(False))
             return duplicated_ids(connection, window, None, NOW, NOW)
 
+    scans = {
+        "bare GROUP BY": bare,
+        "duplicate-id scan alone": duplicates,
+        "push-down (duplicate scan)": lambda: pushdown_cells(engine, audit(False), None, NOW, NOW),
+        "push-down, ids_unique": lambda: pushdown_cells(engine, audit(True), None, NOW, NOW),
+    }
     bare()  # not timed: an engine's first jobs include its warm-up (Spark's JIT, caches)
-    floor, cells = timed(bare, repeat)
-    figures.append((name, "bare GROUP BY", f"{floor:.2f} s", "1.0x", f"{len(cells)} cells"))
-    for label, call in [
-        ("duplicate-id scan alone", duplicates),
-        ("push-down (duplicate scan)", lambda: pushdown_cells(engine, audit(False), None, NOW, NOW)),
-        ("push-down, ids_unique", lambda: pushdown_cells(engine, audit(True), None, NOW, NOW)),
-    ]:
-        seconds, result = timed(call, repeat)
-        detail = f"{result.rows_valid:,} valid" if hasattr(result, "rows_valid") else ""
-        figures.append((name, label, f"{seconds:.2f} s", f"{seconds / floor:.1f}x", detail))
+    times: dict[str, list[float]] = {label: [] for label in scans}
+    results: dict[str, object] = {}
+    for _ in range(repeat):
+        for label, call in scans.items():
+            seconds, results[label] = timed(call)
+            times[label].append(seconds)
+    floors = times["bare GROUP BY"]
+    figures = []
+    for label, seconds in times.items():
+        result = results[label]
+        if hasattr(result, "rows_valid"):
+            detail = f"{result.rows_valid:,} valid"
+        else:
+            detail = f"{len(result)} {'cells' if label == 'bare GROUP BY' else 'repeated ids'}"
+        ratio = statistics.median(t / f for t, f in zip(seconds, floors))
+        spread = f"{min(seconds):.2f}-{max(seconds):.2f} s"
+        figures.append((name, label, f"{statistics.median(seconds):.2f} s", spread, f"{ratio:.2f}x", detail))
     if memory:
         try:
-            seconds, result = timed(lambda: memory_cells(engine, audit(False), None, NOW, NOW), 1)
+            seconds, result = timed(lambda: memory_cells(engine, audit(False), None, NOW, NOW))
+            floor, _ = timed(bare)
             detail = f"{result.rows_valid:,} valid"
         except SQLAlchemyError as exc:  # report what the engine or driver did, not a traceback
-            seconds, detail = float("nan"), f"failed: {type(exc).__name__}: {str(exc)[:120]}"
-        figures.append((name, "memory mode", f"{seconds:.2f} s", f"{seconds / floor:.1f}x", detail))
+            seconds, floor, detail = float("nan"), float("nan"), f"failed: {type(exc).__name__}: {str(exc)[:120]}"
+        figures.append((name, "memory mode (one run)", f"{seconds:.2f} s", "", f"{seconds / floor:.1f}x", detail))
     engine.dispose()
     return figures
 
@@ -159,7 +174,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--engines", default="clickhouse,spark")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=7, help="rounds")
     parser.add_argument("--memory", action="store_true", help="also the memory mode (slow)")
     args = parser.parse_args()
     figures = []
@@ -180,7 +195,8 @@ def main():
             measured = measure(name, url, args.repeat, args.memory)
             print("\n".join(" | ".join(row) for row in measured), flush=True)
             figures += measured
-    print("\n| engine | scan | time | vs bare | result |\n| --- | --- | ---: | ---: | --- |")
+    print("\n| engine | scan | median | range | vs bare (median of rounds) | result |")
+    print("| --- | --- | ---: | ---: | ---: | --- |")
     for row in figures:
         print("| " + " | ".join(row) + " |")
 

@@ -226,8 +226,11 @@ def pushdown_cells(
         if window.dialect == "clickhouse":
             # ClickHouse computes a derived table over a Distributed table on the server that
             # was asked, every row sent to it; grouping the table itself aggregates on each
-            # shard (2x the bare GROUP BY's time against 1.4x, 10M rows).
-            sums = [func.count().label("n"), func.sum(suspect).label("suspect")]
+            # shard (2x the bare GROUP BY's time against 1.4x, 10M rows). Its countIf counts the
+            # rows that pass in less time than a sum of CASE (0.33 s against 0.35 s, 10M rows);
+            # a rule that is NULL fails (an aggregate of only NULLs would itself be NULL).
+            passed = func.countIf(func.coalesce(ok, literal(0)))
+            sums = [func.count().label("n"), (func.count() - passed).label("suspect")]
             sums += [func.sum(e).label(name) for name, e in per_row.items()]
             query = select(*keys, *sums).where(in_window).group_by(*[expressions[n] for n in names])
         else:
