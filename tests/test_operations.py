@@ -144,7 +144,7 @@ def test_compare_of_scores_tests_each_groups_auc(db_url, tmp_path):
     the second: compare shows each group's AUC before and after as scikit-learn's roc_auc_score
     on each run's rows, its Wald interval on the logit scale (both groups have over 50 positives
     and negatives) and the test of two independent
-    AUCs on DeLong variances computed pair by pair (BH-adjusted by scipy), calibration as
+    AUCs on the logit scale with DeLong variances computed pair by pair (BH-adjusted by scipy), calibration as
     statsmodels fits it; only b's change is significant."""
     rng = np.random.default_rng(11)
     frames = [scored_period(rng, 0, False), scored_period(rng, 30, True)]
@@ -185,7 +185,9 @@ def test_compare_of_scores_tests_each_groups_auc(db_url, tmp_path):
             aucs.append(auc)
             variances.append(variance)
         assert row["change"] == pytest.approx(aucs[1] - aucs[0], abs=1e-9)
-        z_change = (aucs[1] - aucs[0]) / np.sqrt(sum(variances))
+        logits = [np.log(a / (1 - a)) for a in aucs]  # the delta method on the logit scale
+        spread = sum(v / (a * (1 - a)) ** 2 for a, v in zip(aucs, variances, strict=True))
+        z_change = (logits[1] - logits[0]) / np.sqrt(spread)
         p_values.append(2 * stats.norm.sf(abs(z_change)))
         assert row["p_value"] == pytest.approx(p_values[-1], rel=1e-6)
     adjusted = stats.false_discovery_control(p_values, method="bh")

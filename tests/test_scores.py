@@ -55,6 +55,35 @@ def test_auc_and_delong_variance_equal_the_rows(seed, n, values):
         assert variance[0] == pytest.approx(expected_var, abs=1e-12)
 
 
+def test_equal_auc_test_of_large_samples_compares_logits_of_the_rows():
+    """From SMALL_SAMPLE positives and negatives on both sides, the test of equal AUC is the
+    delta-method z on the logit scale, computed here from each sample's rows (roc_auc_score and
+    DeLong's variance from all pairs); with a side below SMALL_SAMPLE it stays on the AUC's own
+    scale."""
+    rng = np.random.default_rng(7)
+    sides = []
+    for n, shift in ((300, 1.0), (900, 1.4)):
+        y = (rng.random(n) < 0.4).astype(int)
+        score = np.round(rng.normal(size=n) + shift * y, 1)
+        auc = roc_auc_score(y, score)
+        variance = _delong_on_rows(y, score)[1]
+        sides.append((auc, variance, float(y.sum()), float(n - y.sum())))
+    (a, va, *_), (b, vb, *_) = sides
+    z = (np.log(a / (1 - a)) - np.log(b / (1 - b))) / np.sqrt(
+        va / (a * (1 - a)) ** 2 + vb / (b * (1 - b)) ** 2
+    )
+    assert S.independent_auc_test(*sides) == pytest.approx(2 * stats.norm.sf(abs(z)), rel=1e-12)
+    small = (a, va, 40.0, 60.0)  # the AUC's own scale; the variance floored by Hanley & McNeil's
+    p, q = sides[1][2], sides[1][3]
+    shared = (a * 2400 + b * p * q) / (2400 + p * q)
+    q1, q2 = shared / (2 - shared), 2 * shared**2 / (1 + shared)  # eq. 2 of Hanley & McNeil (1982)
+    floor = (shared * (1 - shared) + 39 * (q1 - shared**2) + 59 * (q2 - shared**2)) / 2400
+    raw = (a - b) / np.sqrt(max(va, floor) + vb)
+    assert S.independent_auc_test(small, sides[1]) == pytest.approx(
+        2 * stats.norm.sf(abs(raw)), rel=1e-12
+    )
+
+
 def test_quantile_bins_of_a_continuous_score():
     """More than 20 values: decile bins; every score falls in the bin of its lower edge."""
     rows = _rows(3, 1000, 1000)
