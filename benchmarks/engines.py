@@ -158,6 +158,7 @@ def measure(name: str, url: str, repeat: int, memory: bool) -> list[tuple[str, .
         ratio = statistics.median(t / f for t, f in zip(seconds, floors))
         spread = f"{min(seconds):.2f}-{max(seconds):.2f} s"
         figures.append((name, label, f"{statistics.median(seconds):.2f} s", spread, f"{ratio:.2f}x", detail))
+    print("\n".join(" | ".join(row) for row in figures), flush=True)
     if memory:
         try:
             seconds, result = timed(lambda: memory_cells(engine, audit(False), None, NOW, NOW))
@@ -166,6 +167,7 @@ def measure(name: str, url: str, repeat: int, memory: bool) -> list[tuple[str, .
         except SQLAlchemyError as exc:  # report what the engine or driver did, not a traceback
             seconds, floor, detail = float("nan"), float("nan"), f"failed: {type(exc).__name__}: {str(exc)[:120]}"
         figures.append((name, "memory mode (one run)", f"{seconds:.2f} s", "", f"{seconds / floor:.1f}x", detail))
+        print(" | ".join(figures[-1]), flush=True)
     engine.dispose()
     return figures
 
@@ -192,9 +194,7 @@ def main():
                 prepare_spark(url, args.rows)
             loaded = time.perf_counter() - start - up
             print(f"{name}: up in {up:.1f} s, {args.rows:,} rows written in {loaded:.1f} s", flush=True)
-            measured = measure(name, url, args.repeat, args.memory)
-            print("\n".join(" | ".join(row) for row in measured), flush=True)
-            figures += measured
+            figures += measure(name, url, args.repeat, args.memory)
     print("\n| engine | scan | median | range | vs bare (median of rounds) | result |")
     print("| --- | --- | ---: | ---: | ---: | --- |")
     for row in figures:

@@ -205,6 +205,9 @@ def spark_cluster(folder: Path, workers: int = 2, memory: str = "1g") -> Iterato
             "spark.sql.warehouse.dir": str(warehouse),
             "spark.sql.shuffle.partitions": "4",
             "spark.sql.session.timeZone": "UTC",
+            # Rows are sent a partition at a time: collected whole, 10M rows (memory mode) ran
+            # the 1 GB driver out of heap and left the statement waiting for ever.
+            "spark.sql.thriftServer.incrementalCollect": "true",
             "spark.driver.memory": "1g",
             "spark.executor.memory": memory,
             "spark.ui.enabled": "false",
