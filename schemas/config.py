@@ -140,13 +140,14 @@ class Scan(BaseModel):
 
 class Monitor(BaseModel):
     """Anytime-valid monitoring of each run's increment (tasks.monitor): outcomes
-    count ``label_delay_days`` after their prediction; bets forget with ``half_life`` runs."""
+    count ``label_delay_days`` after their prediction; the bets' variance estimate forgets with
+    ``half_life`` runs."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     label_delay_days: Annotated[float, Field(ge=0.0, le=3650.0)] = 0.0
     metrics: list[str] = ["ppr", "tpr", "fpr"]
-    half_life: Annotated[float, Field(gt=0.0, le=3650.0)] = 7.0
+    half_life: Annotated[float, Field(gt=0.0, le=3650.0)] = 30.0
 
     @field_validator("metrics")
     @classmethod

@@ -29,16 +29,27 @@ sample sizes, the night's outcomes are independent within each side). Bounding t
 logarithm by the inequality gives up about a third of the growth on a small group's night (a
 TPR 0.10 below the rest's 0.80); this bound keeps at least 95% of it (tests/test_monitor_power.py). H0−: U_t ≥ −tol is the same with Z → −Z.
 
-**Bets.** λ = μ̂/m̂₂ (capped at v_max/(1 + tol)), the growth-optimal bet of the quadratic
-approximation (GRAPA's λ = μ/(σ² + μ²), Waudby-Smith and Ramdas 2024, section 5.3), at the
-exponentially weighted (half-life h nights) mean μ̂ and second moment m̂₂ of Z − tol per pair over
-past nights. Forgetting lets the bet follow a change;
-any predictable bet keeps validity, so a state stored by an earlier version of these bets simply
+**Bets: open on a change.** Each side runs Page's (1954) CUSUM of Gaussian log-likelihood
+ratios of a mean δ against 0 for Y = s·Z − tol (s = ±1), G_t = max(0, G_{t−1} + δ/m̂₂·(y_t −
+k_t·δ/2)), with y_t the night's sum of Y over its k_t pairs and m̂₂ the exponentially weighted
+(half-life h nights) second moment of Y per pair. The side's gate opens when G reaches g and closes
+when G returns to 0; while it is open the bet is λ = (S + Pδ)/(Q + P·m̂₂) (capped at
+v_max/(1 + tol)), the growth-optimal bet of the quadratic approximation (GRAPA's λ = μ/(σ² + μ²),
+Waudby-Smith and Ramdas 2024, section 5.3) at the sums S of Y and Q of Y² over the pairs since G
+was last 0, shrunk toward δ by P pseudo-pairs; otherwise λ = 0. Inside the null G drifts down and
+the bets stay 0 (a bet on noise there only loses); after a change G climbs, and the bet learns the
+new mean from the change on, not from a forgetting average still weighed down by the nights
+before it. δ = 0.05, g = 2, P = 200 pairs (SHIFT, GATE, SHIFT_PAIRS; benchmarks/README.md).
+Any predictable bet keeps validity, so a state stored by an earlier version of these bets simply
 continues: its wealth is an e-process up to its night, and every later night multiplies it by an
 e-value.
 
-**e-process and alarm.** M±_t = Π_s E±_s are test supermartingales under H0±; under H0: |U_t| ≤
-tol both are, so M_t = (M+_t + M−_t)/2 is one, and by Ville's inequality
+**e-process and alarm.** Under H0: |U_t| ≤ tol both E+_t and E−_t are e-values given the past,
+so M_t = (M+_t + M−_t)/2, with M±_t = M±_{t−1}·E±_t and M±_0 = 1, is a test supermartingale for
+H0 however the wealth is split between the sides before each night, as long as the split is
+predictable: each night a share f = 0.1 (TRANSFER) of the idle side's wealth (bet 0) moves to the
+side being bet on, M unchanged, so that a lasting change is bet on with nearly the whole wealth
+rather than half of it, while noise that opens a gate for a few nights moves little. By Ville's inequality
 P(sup_t M_t ≥ 1/α) ≤ α: ``crossed`` when M_t ≥ 1/α, at any number of looks. Across comparisons,
 e-BH (Wang and Ramdas 2022, definition 2) applied at each night to the e-process values (each an
 e-value at any stopping time) controls the FDR at α under arbitrary dependence; under the global
@@ -66,9 +77,17 @@ STATE_COLUMNS = [
     "nights",  # increments seen
     "log_m_up",  # log M+ (H0+: U <= tol)
     "log_m_down",  # log M- (H0-: U >= -tol)
-    "w_k",  # exponentially weighted pairs (bet estimation)
+    "w_k",  # exponentially weighted pairs (the bets' second moment m2)
     "w_d",  # ... weighted sum of k * D
     "w_v",  # ... weighted sum of k * (var + D^2)
+    "cusum_up",  # G+: the up side's CUSUM
+    "cusum_down",  # G-
+    "run_y_up",  # S+: sum of Y over the pairs since G+ was last 0
+    "run_y_down",
+    "run_q_up",  # Q+: sum of Y^2 (expected) over those pairs
+    "run_q_down",
+    "gate_up",  # 1 while the up side bets (G+ reached GATE and has not returned to 0)
+    "gate_down",
     "n_pairs",  # pairs so far (confidence sequence)
     "s_d",  # sum of k * D
     "s_v",  # sum of k * (var + D^2)
@@ -82,6 +101,10 @@ STATE_COLUMNS = [
 ]
 PRIOR_PAIRS = 4.0  # pseudo-pairs of second moment 1/4 that keep early bets small
 V_MAX = 0.8  # largest bet fraction v = λ(1 + tol) of the test
+SHIFT = 0.05  # δ: the mean of Y the CUSUM looks for, and the bet's prior mean
+GATE = 2.0  # g: the CUSUM's log-likelihood ratio at which a side starts betting
+SHIFT_PAIRS = 200.0  # P: pseudo-pairs of mean δ in the bet's estimate
+TRANSFER = 0.1  # f: share of the idle side's wealth moved each night to the side being bet on
 CS_LAMBDA_MAX = 0.25  # largest bet of the confidence sequence (so that λ(Z − u) ≥ −1/2)
 GRID = np.linspace(-1.0, 1.0, 801)
 
@@ -146,11 +169,36 @@ def log_e_value(x_g, n_g, x_r, n_r, lam, tol, side):
     return np.where(k > 0, k * total, 0.0)
 
 
-def bet(w_k, w_d, w_v, tol, side, v_max=V_MAX):
-    """Bet λ for one side from exponentially weighted past moments (module docstring)."""
-    mean = side * w_d - tol * w_k
-    second = w_v - 2 * side * tol * w_d + tol**2 * w_k + PRIOR_PAIRS / 4.0
-    return np.minimum(np.maximum(mean, 0.0) / second, v_max / (1.0 + tol))
+def second_moment(w_k, w_d, w_v, tol, side):
+    """m̂₂: the exponentially weighted second moment of Y = s·Z − tol per pair (PRIOR_PAIRS of 1/4)."""
+    return (w_v - 2 * side * tol * w_d + tol**2 * w_k + PRIOR_PAIRS / 4.0) / (w_k + PRIOR_PAIRS)
+
+
+def bet(run_y, run_q, gate, m2, tol, v_max=V_MAX):
+    """λ = (S + Pδ)/(Q + P·m̂₂) while the side's gate is open, else 0 (module docstring)."""
+    lam = np.maximum(run_y + SHIFT_PAIRS * SHIFT, 0.0) / (run_q + SHIFT_PAIRS * m2)
+    return np.where(gate > 0, np.minimum(lam, v_max / (1.0 + tol)), 0.0)
+
+
+def cusum(g, run_y, run_q, gate, k, y, q, m2):
+    """One night of a side's CUSUM G = max(0, G + δ/m̂₂·(y − kδ/2)) (Page 1954), its sums since
+    its last zero (y and q: the night's sums of Y and Y²) and its gate (open from GATE to 0)."""
+    g = np.maximum(0.0, g + SHIFT / m2 * (y - k * SHIFT / 2))
+    alive = g > 0
+    open_ = (g >= GATE) | ((gate > 0) & alive)
+    return g, np.where(alive, run_y + y, 0.0), np.where(alive, run_q + q, 0.0), open_.astype(float)
+
+
+def rebalance(log_up, log_down, lam_up, lam_down):
+    """log M+ and log M− after moving TRANSFER of the idle side's wealth to the side being bet
+    on (a predictable split: M = (M+ + M−)/2 unchanged)."""
+    to_up, to_down = (lam_up > 0) & (lam_down == 0), (lam_down > 0) & (lam_up == 0)
+    give, keep = np.log(TRANSFER), np.log1p(-TRANSFER)
+    up = np.where(to_up, np.logaddexp(log_up, give + log_down), log_up + np.where(to_down, keep, 0))
+    down = np.where(
+        to_down, np.logaddexp(log_down, give + log_up), log_down + np.where(to_up, keep, 0)
+    )
+    return up, down
 
 
 def cs_bet(n_pairs, s_d, s_v, k, alpha):
@@ -194,11 +242,11 @@ def initial_state(size: int) -> dict:
 
 @dataclass(frozen=True)
 class Settings:
-    """Options of the monitor: tolerance, level α, bet half-life (nights), CS grid."""
+    """Options of the monitor: tolerance, level α, half-life (nights) of the bets' m̂₂."""
 
     tolerance: float = 0.05
     alpha: float = 0.05
-    half_life: float = 7.0
+    half_life: float = 30.0
     v_max: float = V_MAX
 
     @classmethod
@@ -214,14 +262,22 @@ def step(state: dict, x_g, n_g, x_r, n_r, settings: Settings, grid=GRID):
     """
     tol, alpha = settings.tolerance, settings.alpha
     k, d, var = pair_moments(x_g, n_g, x_r, n_r)
-    lam_up = bet(state["w_k"], state["w_d"], state["w_v"], tol, +1, settings.v_max)
-    lam_down = bet(state["w_k"], state["w_d"], state["w_v"], tol, -1, settings.v_max)
-    log_e_up = log_e_value(x_g, n_g, x_r, n_r, lam_up, tol, +1)
-    log_e_down = log_e_value(x_g, n_g, x_r, n_r, lam_down, tol, -1)
     new = {name: np.array(value, dtype=float) for name, value in state.items()}
+    lams = {}
+    for side, name in ((+1, "up"), (-1, "down")):
+        m2 = second_moment(state["w_k"], state["w_d"], state["w_v"], tol, side)
+        run_y, run_q, gate = (state[f"{c}_{name}"] for c in ("run_y", "run_q", "gate"))
+        lams[name] = bet(run_y, run_q, gate, m2, tol, settings.v_max)
+        y, q = k * (side * d - tol), k * (var + (side * d - tol) ** 2)
+        night = cusum(state[f"cusum_{name}"], run_y, run_q, gate, k, y, q, m2)
+        for c, value in zip(("cusum", "run_y", "run_q", "gate"), night, strict=True):
+            new[f"{c}_{name}"] = value
+    log_e_up = log_e_value(x_g, n_g, x_r, n_r, lams["up"], tol, +1)
+    log_e_down = log_e_value(x_g, n_g, x_r, n_r, lams["down"], tol, -1)
     log_m_before = np.logaddexp(state["log_m_up"], state["log_m_down"]) - np.log(2)
-    new["log_m_up"] = state["log_m_up"] + log_e_up
-    new["log_m_down"] = state["log_m_down"] + log_e_down
+    log_up, log_down = rebalance(state["log_m_up"], state["log_m_down"], lams["up"], lams["down"])
+    new["log_m_up"] = log_up + log_e_up
+    new["log_m_down"] = log_down + log_e_down
     log_m = np.logaddexp(new["log_m_up"], new["log_m_down"]) - np.log(2)
     rho = 2.0 ** (-1.0 / settings.half_life)
     new["w_k"] = rho * state["w_k"] + k

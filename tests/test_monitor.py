@@ -81,6 +81,35 @@ def test_night_e_value_has_mean_at_most_one_on_the_null_boundary(n_g, n_r, p_r, 
         assert mean <= 1 + 1e-12
 
 
+@pytest.mark.parametrize("gate_up", [0.0, 1.0])
+@pytest.mark.parametrize("u", [-0.05, 0.0, 0.05])
+def test_e_process_has_mean_at_most_its_last_value_within_the_null(gate_up, u):
+    """E[M_t | past] ≤ M_{t−1} for |U| ≤ tol, whatever the split of the wealth between the sides
+    and its move to the side being bet on: exact enumeration of both binomials of a night of
+    step() from a state with the down side's gate open (and the up side's open or closed)."""
+    n_g, n_r, p_r, tol = 12, 40, 0.6, 0.05
+    x_g, x_r = (a.ravel() for a in np.meshgrid(np.arange(n_g + 1), np.arange(n_r + 1), indexing="ij"))
+    weight = stats.binom.pmf(x_g, n_g, p_r + u) * stats.binom.pmf(x_r, n_r, p_r)
+    state = initial_state(len(x_g))
+    state.update(
+        log_m_up=np.full(len(x_g), np.log(0.3)),
+        log_m_down=np.full(len(x_g), np.log(1.7)),
+        w_k=np.full(len(x_g), 100.0),
+        w_d=np.full(len(x_g), -5.0),
+        w_v=np.full(len(x_g), 30.0),
+        gate_up=np.full(len(x_g), gate_up),
+        run_y_up=np.full(len(x_g), 40.0),
+        run_q_up=np.full(len(x_g), 60.0),
+        gate_down=np.ones(len(x_g)),
+        run_y_down=np.full(len(x_g), 30.0),
+        run_q_down=np.full(len(x_g), 50.0),
+    )
+    settings = Settings(tolerance=tol, alpha=0.05)
+    _, out = step(state, x_g, np.full(len(x_g), n_g), x_r, np.full(len(x_r), n_r), settings)
+    assert (out["e_value_down"] != 1).any()  # the down side bets
+    assert (weight * out["e_process"]).sum() <= (0.3 + 1.7) / 2 * (1 + 1e-12)
+
+
 def _simulate(
     shift,
     replays,
