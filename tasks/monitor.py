@@ -39,7 +39,9 @@ Waudby-Smith and Ramdas 2024, section 5.3) at the sums S of Y and Q of Y² over 
 was last 0, shrunk toward δ by P pseudo-pairs; otherwise λ = 0. Inside the null G drifts down and
 the bets stay 0 (a bet on noise there only loses); after a change G climbs, and the bet learns the
 new mean from the change on, not from a forgetting average still weighed down by the nights
-before it. δ = 0.05, g = 2, P = 200 pairs (SHIFT, GATE, SHIFT_PAIRS; benchmarks/README.md).
+before it. A new comparison's CUSUMs start at g/2, the fast initial response of Lucas and
+Crosier (1982), so that a gap present from the first night is bet on sooner. δ = 0.05, g = 2,
+P = 200 pairs (SHIFT, GATE, SHIFT_PAIRS; benchmarks/README.md).
 Any predictable bet keeps validity, so a state stored by an earlier version of these bets simply
 continues: its wealth is an e-process up to its night, and every later night multiplies it by an
 e-value.
@@ -233,8 +235,9 @@ def cs_bounds(state: dict, alpha: float, grid=GRID):
 
 
 def initial_state(size: int) -> dict:
-    """State of comparisons never seen: wealth 1, no history, CS [−1, 1]."""
+    """State of comparisons never seen: wealth 1, no history, CUSUMs at GATE/2, CS [−1, 1]."""
     state = {c: np.zeros(size) for c in STATE_COLUMNS}
+    state["cusum_up"] = state["cusum_down"] = np.full(size, GATE / 2)
     state["cs_low"] = np.full(size, -1.0)
     state["cs_high"] = np.full(size, 1.0)
     return state
