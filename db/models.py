@@ -434,7 +434,7 @@ class MonitorResult(GroupVsReference, Base):
     cs_low: Mapped[float] = mapped_column(Real)
     cs_high: Mapped[float] = mapped_column(Real)
     nights: Mapped[float] = mapped_column(Real)
-    # State (tasks.monitor.STATE_COLUMNS other than nights, cs_low, cs_high).
+    # State (schemas.results.MONITOR_STATE other than nights, cs_low, cs_high).
     log_m_up: Mapped[float] = mapped_column(Real)
     log_m_down: Mapped[float] = mapped_column(Real)
     w_k: Mapped[float] = mapped_column(Real)

@@ -10,35 +10,7 @@ from sqlalchemy import Engine, select
 
 from biasaudit.db.history import read_frame
 from biasaudit.db.models import AuditRun, MonitorResult
-from biasaudit.schemas.results import COMPARISON_KEY
-
-# The same names as tasks.monitor.COMPARISON_KEY and STATE_COLUMNS (db does not import tasks; a test checks).
-STATE_COLUMNS = [
-    "nights",
-    "log_m_up",
-    "log_m_down",
-    "w_k",
-    "w_d",
-    "w_v",
-    "cusum_up",
-    "cusum_down",
-    "run_y_up",
-    "run_y_down",
-    "run_q_up",
-    "run_q_down",
-    "gate_up",
-    "gate_down",
-    "n_pairs",
-    "s_d",
-    "s_v",
-    "cs_a",
-    "cs_b",
-    "cs_c",
-    "cs_dq",
-    "cs_eq",
-    "cs_low",
-    "cs_high",
-]
+from biasaudit.schemas.results import COMPARISON_KEY, MONITOR_STATE
 
 TRAJECTORY_COLUMNS = [
     "e_value",
@@ -72,11 +44,11 @@ def previous_monitor_state(
         .order_by(AuditRun.as_of.desc(), AuditRun.version.desc())
         .limit(1)
     )
-    columns = [getattr(MonitorResult, c) for c in COMPARISON_KEY + STATE_COLUMNS]
+    columns = [getattr(MonitorResult, c) for c in COMPARISON_KEY + MONITOR_STATE]
     with engine.connect() as connection:
         previous = connection.execute(query).first()
         if previous is None:
-            return None, None, pd.DataFrame(columns=COMPARISON_KEY + STATE_COLUMNS)
+            return None, None, pd.DataFrame(columns=COMPARISON_KEY + MONITOR_STATE)
         state = read_frame(select(*columns).where(MonitorResult.run_id == previous.id), connection)
     as_of_previous = pd.Timestamp(previous.as_of)
     if as_of_previous.tzinfo is None:  # SQLite returns naive UTC

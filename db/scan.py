@@ -222,7 +222,6 @@ def pushdown_cells(
                 else literal(0),
             }
         keys = [expressions[n].label(f"k_{n}") for n in names]
-        suspect = case((ok, 0), else_=1)
         if window.dialect == "clickhouse":
             # ClickHouse computes a derived table over a Distributed table on the server that
             # was asked, every row sent to it; grouping the table itself aggregates on each
@@ -237,7 +236,7 @@ def pushdown_cells(
             inner = (
                 select(
                     *keys,
-                    suspect.label("suspect"),
+                    case((ok, 0), else_=1).label("suspect"),
                     *[e.label(f"r_{n}") for n, e in per_row.items()],
                 )
                 .where(in_window)

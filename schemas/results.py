@@ -58,6 +58,35 @@ PAIR_KEY = ["attribute", "group_name", "reference"]
 COMPARISON_KEY = [*PAIR_KEY, "metric"]
 GROUP_METRIC_KEY = ["attribute", "group_name", "metric"]
 
+# The monitor's state carried from one increment to the next, per monitored comparison and metric
+# (tasks.monitor; stored in monitor_results, read back by db.monitor).
+MONITOR_STATE = [
+    "nights",  # increments seen
+    "log_m_up",  # log M+ (H0+: U <= tol)
+    "log_m_down",  # log M- (H0-: U >= -tol)
+    "w_k",  # exponentially weighted pairs (the bets' second moment m2)
+    "w_d",  # ... weighted sum of k * D
+    "w_v",  # ... weighted sum of k * (var + D^2)
+    "cusum_up",  # G+: the up side's CUSUM
+    "cusum_down",  # G-
+    "run_y_up",  # S+: sum of Y over the pairs since G+ was last 0
+    "run_y_down",
+    "run_q_up",  # Q+: sum of Y^2 (expected) over those pairs
+    "run_q_down",
+    "gate_up",  # 1 while the up side bets (G+ reached GATE and has not returned to 0)
+    "gate_down",
+    "n_pairs",  # pairs so far (confidence sequence)
+    "s_d",  # sum of k * D
+    "s_v",  # sum of k * (var + D^2)
+    "cs_a",  # sum k*lam
+    "cs_b",  # sum k*lam*D
+    "cs_c",  # sum k*lam^2*gamma
+    "cs_dq",  # sum k*lam^2*gamma*D
+    "cs_eq",  # sum k*lam^2*gamma*(var + D^2)
+    "cs_low",  # running intersection of the CS
+    "cs_high",
+]
+
 
 def _contract(
     table: str, columns: dict[str, pa.Column], key: list[str], checks=None

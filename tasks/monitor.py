@@ -72,35 +72,8 @@ from dataclasses import dataclass, fields
 import numpy as np
 import pandas as pd
 
-from biasaudit.schemas.results import COMPARISON_KEY
+from biasaudit.schemas.results import COMPARISON_KEY, MONITOR_STATE
 
-# State carried from one increment to the next, per monitored comparison and metric.
-STATE_COLUMNS = [
-    "nights",  # increments seen
-    "log_m_up",  # log M+ (H0+: U <= tol)
-    "log_m_down",  # log M- (H0-: U >= -tol)
-    "w_k",  # exponentially weighted pairs (the bets' second moment m2)
-    "w_d",  # ... weighted sum of k * D
-    "w_v",  # ... weighted sum of k * (var + D^2)
-    "cusum_up",  # G+: the up side's CUSUM
-    "cusum_down",  # G-
-    "run_y_up",  # S+: sum of Y over the pairs since G+ was last 0
-    "run_y_down",
-    "run_q_up",  # Q+: sum of Y^2 (expected) over those pairs
-    "run_q_down",
-    "gate_up",  # 1 while the up side bets (G+ reached GATE and has not returned to 0)
-    "gate_down",
-    "n_pairs",  # pairs so far (confidence sequence)
-    "s_d",  # sum of k * D
-    "s_v",  # sum of k * (var + D^2)
-    "cs_a",  # sum k*lam
-    "cs_b",  # sum k*lam*D
-    "cs_c",  # sum k*lam^2*gamma
-    "cs_dq",  # sum k*lam^2*gamma*D
-    "cs_eq",  # sum k*lam^2*gamma*(var + D^2)
-    "cs_low",  # running intersection of the CS
-    "cs_high",
-]
 PRIOR_PAIRS = 4.0  # pseudo-pairs of second moment 1/4 that keep early bets small
 V_MAX = 0.8  # largest bet fraction v = λ(1 + tol) of the test
 SHIFT = 0.05  # δ: the mean of Y the CUSUM looks for, and the bet's prior mean
@@ -236,7 +209,7 @@ def cs_bounds(state: dict, alpha: float, grid=GRID):
 
 def initial_state(size: int) -> dict:
     """State of comparisons never seen: wealth 1, no history, CUSUMs at GATE/2, CS [−1, 1]."""
-    state = {c: np.zeros(size) for c in STATE_COLUMNS}
+    state = {c: np.zeros(size) for c in MONITOR_STATE}
     state["cusum_up"] = state["cusum_down"] = np.full(size, GATE / 2)
     state["cs_low"] = np.full(size, -1.0)
     state["cs_high"] = np.full(size, 1.0)
@@ -500,7 +473,7 @@ def empty_state() -> pd.DataFrame:
     return pd.DataFrame(
         {
             **{k: pd.Series(dtype=str) for k in COMPARISON_KEY},
-            **{c: pd.Series(dtype=float) for c in STATE_COLUMNS},
+            **{c: pd.Series(dtype=float) for c in MONITOR_STATE},
         }
     )
 
@@ -538,7 +511,7 @@ def advance(arrays: dict, counts: np.ndarray, active: np.ndarray, settings: Sett
     x_g, n_g, x_r, n_r = counts[:, :4].T
     new, out = step(arrays, x_g, n_g, x_r, n_r, settings)
     start = initial_state(len(active))
-    new = {c: np.where(active, new[c], start[c]) for c in STATE_COLUMNS}
+    new = {c: np.where(active, new[c], start[c]) for c in MONITOR_STATE}
     family = active if mirror is None else active & ~mirror
     e_process = np.where(family, out["e_process"], np.nan)
     out = {**out, "cs_low": new["cs_low"], "cs_high": new["cs_high"], "nights": new["nights"]}
@@ -551,19 +524,19 @@ def monitor_update(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The monitor's core, shared by the flow, ``monitor_frame`` and ``backtest``: one increment.
 
-    ``state``: the previous run's state (COMPARISON_KEY + STATE_COLUMNS, ``empty_state()`` at first);
+    ``state``: the previous run's state (COMPARISON_KEY + MONITOR_STATE, ``empty_state()`` at first);
     ``increment``: ``increment_counts`` of this run. Comparisons absent from the increment keep
     their e-process (e-value 1); new ones start at wealth 1. Returns the new state and the run's
     rows: counts, difference, e-values, e-process, confidence sequence, ``crossed`` (M ≥ 1/α)
     and ``alarm`` (e-BH across all the run's comparisons and metrics at level α).
     """
     increment = increment[COMPARISON_KEY + RATE_COUNTS + UNLABELLED_FIELDS]
-    merged = state[COMPARISON_KEY + STATE_COLUMNS].merge(
+    merged = state[COMPARISON_KEY + MONITOR_STATE].merge(
         increment, on=COMPARISON_KEY, how="outer", sort=True
     )
     fresh = merged["nights"].isna().to_numpy()
     start = initial_state(len(merged))
-    arrays = {c: np.where(fresh, start[c], merged[c].to_numpy(dtype=float)) for c in STATE_COLUMNS}
+    arrays = {c: np.where(fresh, start[c], merged[c].to_numpy(dtype=float)) for c in MONITOR_STATE}
     counts = merged[RATE_COUNTS + UNLABELLED_FIELDS].fillna(0).to_numpy(dtype=float)
     keys = merged[COMPARISON_KEY].reset_index(drop=True)
     new, out = advance(arrays, counts, np.ones(len(merged), bool), settings, mirrors(keys))

@@ -1,5 +1,5 @@
 """The monitor's bets open on a change: monitor_results gains each side's CUSUM, its sums since
-its last zero and its gate (tasks.monitor.STATE_COLUMNS).
+its last zero and its gate (schemas.results.MONITOR_STATE).
 
 Rows stored before hold 0 in them: a comparison continued from such a state starts with closed
 gates and no run, as a new one would; its wealth carries on (any predictable bet keeps the
