@@ -86,11 +86,16 @@ def statistic(x_a, n_a, x_b, n_b, u_tol=0.0) -> np.ndarray:
 
 def clopper_pearson(x, n, gamma: float = GAMMA) -> tuple[np.ndarray, np.ndarray]:
     """Clopper-Pearson interval of each rate x/n with confidence √(1 − γ) (module doc)."""
+    return _interval_end(x, n, gamma, upper=False), _interval_end(x, n, gamma, upper=True)
+
+
+def _interval_end(x, n, gamma: float, *, upper: bool) -> np.ndarray:
+    """One end of clopper_pearson (a beta quantile per rate: where only one end is needed)."""
     x, n = np.broadcast_arrays(np.asarray(x, dtype="float64"), np.asarray(n, dtype="float64"))
     tail = -np.expm1(0.5 * np.log1p(-gamma)) / 2  # each end: (1 − √(1 − γ))/2
-    low = stats.beta.ppf(tail, np.maximum(x, 1), n - x + 1)
-    high = stats.beta.isf(tail, x + 1, np.maximum(n - x, 1))
-    return np.where(x > 0, low, 0.0), np.where(x < n, high, 1.0)
+    if upper:
+        return np.where(x < n, stats.beta.isf(tail, x + 1, np.maximum(n - x, 1)), 1.0)
+    return np.where(x > 0, stats.beta.ppf(tail, np.maximum(x, 1), n - x + 1), 0.0)
 
 
 def _segment(x_a, n_a, x_b, n_b, u_tol, gamma) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -960,8 +965,14 @@ def _oriented_powers(
     n_a, n_b, p_a, p_b, lo_a, hi_a, lo_b, hi_b = (
         v[live] for v in (n_a, n_b, p_a, p_b, lo_a, hi_a, lo_b, hi_b)
     )
-    a_low, b_high = clopper_pearson(lo_a, n_a, gamma)[0], clopper_pearson(hi_b, n_b, gamma)[1]
-    a_high, b_low = clopper_pearson(hi_a, n_a, gamma)[1], clopper_pearson(lo_b, n_b, gamma)[0]
+    a_low, b_high = (
+        _interval_end(lo_a, n_a, gamma, upper=False),
+        _interval_end(hi_b, n_b, gamma, upper=True),
+    )
+    a_high, b_low = (
+        _interval_end(hi_a, n_a, gamma, upper=True),
+        _interval_end(lo_b, n_b, gamma, upper=False),
+    )
     grids = _Grids(n_a, n_b, u_tol)
     comparisons = np.arange(len(n_a))
     first, last = grids.snap(
@@ -1110,10 +1121,10 @@ def _h1_edges(a_small: bool, xs: np.ndarray, n_a, n_b, u_tol: float, gamma: floa
     tail, likewise a_lo(x) > v where P(X_A >= x; v) < it), one binomial quantile per count."""
     tail = -np.expm1(0.5 * np.log1p(-gamma)) / 2
     if a_small:
-        v = clopper_pearson(xs, n_a, gamma)[0] - u_tol
+        v = _interval_end(xs, n_a, gamma, upper=False) - u_tol
         edge = stats.binom.ppf(tail, n_b, np.clip(v, 0.0, 1.0)) - 1
         return np.where(v > 0, edge, -1.0)
-    v = clopper_pearson(xs, n_b, gamma)[1] + u_tol
+    v = _interval_end(xs, n_b, gamma, upper=True) + u_tol
     edge = n_a - stats.binom.ppf(tail, n_a, np.clip(1 - v, 0.0, 1.0)) + 1
     return np.where(v < 1, edge, n_a + 1.0)
 
