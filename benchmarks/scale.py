@@ -12,10 +12,15 @@ score and a zoned timestamp that the push-down validates), then measures in one 
   peak RSS; optionally other scan modes in a fresh process (--modes);
 - fairlearn (--fairlearn, meant for 1M-2M): pandas reads the table, Fairlearn's MetricFrame
   computes tpr, fpr and selection rate by race x sex x age.
+- nightly (--nightly K): the nightly flow in a fresh process, once with one audit and once with K
+  copies of it (each its own name, the same table), alternated --repeat times against a running
+  Prefect server (its own, as --prefect); an audit's marginal cost inside the flow is
+  (median with K − median with one)/(K − 1), against the floor.
 
     python benchmarks/scale.py --rows 10000000 --db postgresql://postgres@127.0.0.1:5432/bench10m --prefect
     python benchmarks/scale.py --rows 100000000 --db postgresql://postgres@127.0.0.1:5432/bench100m --repeat 2
     python benchmarks/scale.py --rows 2000000 --db postgresql://postgres@127.0.0.1:5432/bench2m --fairlearn
+    python benchmarks/scale.py --rows 10000000 --db postgresql://postgres@127.0.0.1:5432/bench10m --nightly 3
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import json
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -132,15 +138,20 @@ def _exists(connection) -> bool:
 AS_OF = datetime(2026, 3, 1, tzinfo=UTC)
 
 
-def config_file(mode: str, folder: Path, chunk_rows: int = 500_000) -> Path:
-    path = folder / f"bench-{mode}.toml"
+def config_file(mode: str, folder: Path, chunk_rows: int = 500_000, copies: int = 0) -> Path:
+    """The audit ``bench-{mode}``, or (``copies``) that many named ``bench-{mode}-1`` ..."""
+    path = folder / f"bench-{mode}{copies or ''}.toml"
+    names = [f"bench-{mode}-{i}" for i in range(1, copies + 1)] if copies else [f"bench-{mode}"]
     path.write_text(
-        f'[[audits]]\nname = "bench-{mode}"\nmodel = "m"\nsource = "{TABLE}"\n'
-        'attributes = ["race", "sex", "age"]\nintersections = [["race", "sex", "age"]]\n'
-        'columns = { prediction_id = "pid", model_id = "model", predicted_at = "at", '
-        'y_true = "label", y_pred = "pred" }\n'
-        f'[audits.scan]\nmode = "{mode}"\nchunk_rows = {chunk_rows}\n'
-        "[audits.thresholds]\nbootstrap_replicates = 1000\n"
+        "".join(
+            f'[[audits]]\nname = "{name}"\nmodel = "m"\nsource = "{TABLE}"\n'
+            'attributes = ["race", "sex", "age"]\nintersections = [["race", "sex", "age"]]\n'
+            'columns = { prediction_id = "pid", model_id = "model", predicted_at = "at", '
+            'y_true = "label", y_pred = "pred" }\n'
+            f'[audits.scan]\nmode = "{mode}"\nchunk_rows = {chunk_rows}\n'
+            "[audits.thresholds]\nbootstrap_replicates = 1000\n"
+            for name in names
+        )
     )
     return path
 
@@ -168,6 +179,18 @@ print("RESULT " + json.dumps({"seconds": time.perf_counter() - start,
 """
 
 
+# A fresh process: the nightly flow over the named audits, its wall time from start to exit.
+NIGHTLY = """
+import json, sys, time
+from datetime import datetime, UTC
+start = time.perf_counter()
+from biasaudit.flows.nightly import nightly_flow
+url, config = sys.argv[1:3]
+nightly_flow(config, url, datetime(2026, 3, 1, tzinfo=UTC), sys.argv[3:], True)
+print("RESULT " + json.dumps({"seconds": time.perf_counter() - start}))
+"""
+
+
 def _result(args: list[str], env: dict | None = None) -> dict:
     out = subprocess.run(args, capture_output=True, text=True, check=False, env=env)
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
@@ -186,6 +209,25 @@ def cli_run(url: str, config: Path, audit: str, api_url: str) -> dict:
                str(config), "--db", url, "--as-of", AS_OF.strftime("%Y-%m-%d"), "--force"]
     env = {**os.environ, "PREFECT_API_URL": api_url}
     return _result([sys.executable, "-c", MEASURED, *command], env)
+
+
+def nightly_marginal(url: str, folder: Path, copies: int, repeat: int, api_url: str) -> list[dict]:
+    """The nightly flow with one audit and with ``copies`` of it, alternated (module doc)."""
+    config = config_file("pushdown", folder, copies=copies)
+    names = [f"bench-pushdown-{i}" for i in range(1, copies + 1)]
+    env = {**os.environ, "PREFECT_API_URL": api_url}
+    one, many = [], []
+    for _ in range(repeat):
+        one.append(_result([sys.executable, "-c", NIGHTLY, url, str(config), names[0]], env))
+        many.append(_result([sys.executable, "-c", NIGHTLY, url, str(config), *names], env))
+    t_one = statistics.median(r["seconds"] for r in one)
+    t_many = statistics.median(r["seconds"] for r in many)
+    return [
+        {"what": "nightly flow, one audit", "seconds": t_one, "peak RSS MB": None},
+        {"what": f"nightly flow, {copies} audits", "seconds": t_many, "peak RSS MB": None},
+        {"what": "an audit's marginal cost in the nightly flow",
+         "seconds": (t_many - t_one) / (copies - 1), "peak RSS MB": None},
+    ]
 
 
 def floor_seconds(url: str) -> float:
@@ -268,6 +310,7 @@ def main() -> None:
     parser.add_argument("--fairlearn", action="store_true", help="also pandas + Fairlearn")
     parser.add_argument("--no-key", action="store_true", help="no primary key on the prediction id")
     parser.add_argument("--chunk-rows", type=int, default=500_000, help="rows per streamed chunk")
+    parser.add_argument("--nightly", type=int, default=0, help="also the nightly flow, K audits")
     args = parser.parse_args()
     prepare(args.db, args.rows, keyed=not args.no_key)
     folder = Path(tempfile.mkdtemp())
@@ -285,11 +328,14 @@ def main() -> None:
         other = config_file(mode, folder, args.chunk_rows)
         rows.append({"what": f"audit process ({mode})",
                      **_renamed(process_run(args.db, other, f"bench-{mode}"))})
-    if args.prefect:
+    if args.prefect or args.nightly > 1:
         server, api = prefect_server(folder)
         try:
-            rows.append({"what": "biasaudit run, Prefect server",
-                         **_renamed(cli_run(args.db, config, "bench-pushdown", api))})
+            if args.prefect:
+                rows.append({"what": "biasaudit run, Prefect server",
+                             **_renamed(cli_run(args.db, config, "bench-pushdown", api))})
+            if args.nightly > 1:
+                rows.extend(nightly_marginal(args.db, folder, args.nightly, args.repeat, api))
         finally:
             os.killpg(server.pid, signal.SIGKILL)
     if args.fairlearn:
