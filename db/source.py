@@ -37,6 +37,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
+    Connection,
     Date,
     DateTime,
     Double,
@@ -258,13 +259,26 @@ def _no_table(engine: Engine, schema: str, name: str) -> str:
     )
 
 
-def reflect_source(engine: Engine, source: str) -> Table:
-    """The source table or view as the database describes it (``schema.table`` allowed)."""
+def _reflect_hive(bind: Engine | Connection, schema: str, name: str) -> Table:
+    """A Spark SQL / Hive table's columns from one ``DESCRIBE`` (PyHive's whole-table reflection
+    sends a second one for the partition columns, which a scan does not use)."""
+    found = inspect(bind).get_columns(name, schema or None)
+    columns = [Column(c["name"], c["type"], nullable=c.get("nullable", True)) for c in found]
+    return Table(name, MetaData(), *columns, schema=schema or None)
+
+
+def reflect_source(bind: Engine | Connection, source: str) -> Table:
+    """The source table or view as the database describes it (``schema.table`` allowed), read
+    through ``bind``: given the scan's connection, no other connection is checked out (each
+    checkout is a round trip to test it, 30-90 ms on Spark's Thrift server)."""
     schema, _, name = source.rpartition(".")
+    engine = bind.engine
     if engine.dialect.name == "duckdb":
         return _reflect_duckdb(engine, schema, name)
     try:
-        return Table(name, MetaData(), autoload_with=engine, schema=schema or None)
+        if engine.dialect.name == "hive":
+            return _reflect_hive(bind, schema, name)
+        return Table(name, MetaData(), autoload_with=bind, schema=schema or None)
     except NoSuchTableError:
         raise SourceError(_no_table(engine, schema, name)) from None
 
@@ -664,8 +678,8 @@ def _bytewise(text, dialect: str):
 
 
 def window_of(engine_or_connection, audit: Audit) -> Window:
-    bind = getattr(engine_or_connection, "engine", engine_or_connection)
-    return Window(reflect_source(bind, audit.source), audit, _dialect(bind))
+    table = reflect_source(engine_or_connection, audit.source)
+    return Window(table, audit, _dialect(engine_or_connection))
 
 
 def rows_frame(result, columns) -> pd.DataFrame:
