@@ -31,10 +31,10 @@ imported = time.perf_counter() - start
 sys.path.insert(0, sys.argv[3])
 from scale import AS_OF
 stages = {}
-def timed(name, function, *args):
+def timed(name, function, *args, **kwargs):
     begun = time.perf_counter()
     try:
-        return call(name, function, *args)
+        return call(name, function, *args, **kwargs)
     finally:
         stages[name] = stages.get(name, 0.0) + time.perf_counter() - begun
 begun = time.perf_counter()

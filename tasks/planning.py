@@ -155,7 +155,10 @@ def detection_power(
     tasks.twosample.exact_powers: the binomial sum over the Berger-Boos test's rejection region,
     the same test at every size ('exact'; power 0 where a denominator is zero), all comparisons
     at once, its critical statistics to PRECISION (the power low by at most the mass of tables
-    within it above one: at most 8.7e-6 on COMPAS, below the two decimals the report shows). The side whose null holds at the true rates is left out: it adds at most level/2,
+    within it above one: at most 8.7e-6 on COMPAS; a power within 1e-6 of one is its lower
+    bound from the tables whose intervals lie in H1, low by at most 1e-6), below the two
+    decimals the report shows. The side whose null holds at the true rates is left out: it adds
+    at most level/2,
     the test's size there.
     """
     arrays = np.broadcast_arrays(

@@ -76,6 +76,29 @@ def test_powers_of_many_comparisons_equal_each_alone(u_tol):
     assert np.all(coarse <= together + 1e-12) and np.all(together - coarse <= 2e-4)
 
 
+def test_powers_near_one_are_their_corner_bound(monkeypatch):
+    """Large groups far beyond the tolerance: the power from the corner of tables in H1 (no
+    critical statistic) is within 1e-6 below the full computation's, never above it; groups
+    nearer the tolerance are computed in full, as before."""
+    rng = np.random.default_rng(11)
+    size = 24
+    n_a = rng.choice([2_000, 20_000, 80_000, 300_000], size).astype(float)
+    n_b = rng.choice([50_000, 400_000, 2_000_000], size).astype(float)
+    p_b = rng.uniform(0.2, 0.7, size)
+    p_a = p_b + rng.choice([0.06, 0.1, 0.15], size)
+    u_tol, level = 0.05, 1e-4
+    fast = twosample.exact_powers(n_a, n_b, p_a, p_b, u_tol, level, null_sides=False)
+
+    def none(n_a, n_b, p_a, p_b, u_tol, gamma):
+        return np.zeros(len(n_a)), np.zeros(len(n_a), bool)
+
+    monkeypatch.setattr(twosample, "_corner_bounds", none)
+    full = twosample.exact_powers(n_a, n_b, p_a, p_b, u_tol, level, null_sides=False)
+    assert np.all(fast <= full + 1e-12) and np.all(full - fast <= twosample._SATURATED)
+    assert ((full - fast) > 1e-12).sum() >= 5  # the bound served some, and was not exact
+    assert (full < 0.99).sum() >= 3  # others are not near one
+
+
 @pytest.mark.parametrize(("n_s", "n_l"), [(40, 5_000), (700, 400_000), (3_000, 60_000)])
 @pytest.mark.parametrize("a_small", [True, False])
 def test_zoned_probabilities_equal_those_over_every_count(n_s, n_l, a_small):
