@@ -67,7 +67,7 @@ _SPREAD = 5.0  # _Probabilities: the larger group's counts within this many √n
 _NEGLIGIBLE = 1e-18  # _window: the smaller group's mass left out, at most (Hoeffding)
 _WALK = 8  # _boundary: steps from the quadratic's root before it bisects instead
 _ROUNDING = 1e-6  # _boundary: a root within this of a count is checked against T itself
-_BRACKET = 0.05  # exact_power: the smallest step of a cold search
+_BRACKET = 0.05  # exact_power: a cold search's first step (doubled until it brackets c)
 _STRIDE = 4  # _critical_statistics: a size pair's nuisance values searched cold, one in this many
 _STEPS = 400  # exact_power: their search's steps, at most
 _CELLS = 2**21  # _critical_statistics: rows searched together hold about this many cells
@@ -618,9 +618,9 @@ def _critical_statistics(
 
     c moves little from one nuisance value to the next, so the search runs from scratch at every
     _STRIDE-th value of a size pair's rows and at its last (cold: from z_budget, steps of
-    _BRACKET), then at the others from the line between the two searched on either side, with
-    steps of half their difference (warm). Where a row starts changes only how soon its bracket
-    closes, never what it closes on."""
+    _BRACKET), then at the others from the line (in p_b) between the two searched on either
+    side, with steps of half their difference, at least 2·precision (warm). Where a row starts
+    changes only how soon its bracket closes, never what it closes on."""
     out = np.empty(len(p_b))
     if not len(p_b):
         return out
@@ -648,8 +648,9 @@ def _critical_statistics(
         right = np.minimum(left + _STRIDE, last[rows])
         c_left, c_right = out[left], out[right]
         known = np.isfinite(c_left) & np.isfinite(c_right)
-        with np.errstate(invalid="ignore"):
-            line = c_left + (rows - left) / (right - left) * (c_right - c_left)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = (p_b[rows] - p_b[left]) / (p_b[right] - p_b[left])
+            line = c_left + np.nan_to_num(share) * (c_right - c_left)
             step = np.maximum(np.abs(c_right - c_left) / 2, 2 * precision)
         out[rows] = _searched_batches(
             n_a[rows],
@@ -696,10 +697,11 @@ def _searched_critical(
     padded.
 
     A bracket [low, high] with P(S >= low) > budget >= P(S >= high) (low = 0 at first: T > 0
-    only; the first t tried: ``first_t``) narrows by Illinois steps on the gap Φ̄⁻¹(P(S >= t)) − Φ̄⁻¹(budget), nearly t − c, so
-    a step lands close to c at once (an end kept twice has its gap halved; a point within
-    ``precision`` of an end is moved that far inside; with no upper end yet, the step goes
-    ``bracket`` beyond the c the gap points to, a bracket doubled after each such step). Where
+    only; the first t tried: ``first_t``) narrows by Illinois steps on the gap
+    Φ̄⁻¹(P(S >= t)) − Φ̄⁻¹(budget), nearly t − c, so a step lands close to c at once (an end kept
+    twice has its gap halved; a point within ``precision`` of an end is moved that far inside;
+    with no upper end yet, the step goes ``bracket`` beyond the c the gap points to, the bracket
+    doubled after each such step, in cold and warm searches alike). Where
     the regions at the two ends differ by at most _FEW tables, c sits just above one of their
     statistics, the one _first_excluded finds from their probabilities: t = T* (plus the tie
     margin) is tried next, and where it holds, the row is done with c exact (small groups,
@@ -762,39 +764,44 @@ def _searched_critical(
         # a step that did not close the bracket's missing end doubles the next one
         bracket[live] *= np.where(~bounded | np.isnan(g_low), 2.0, 1.0)
         differ = np.abs(edge_low[live] - edge_high[live]) * kept[live]
-        few = np.flatnonzero(
-            bounded & ~np.isnan(g_low) & (differ.sum(axis=1) >= 1) & (differ.sum(axis=1) <= _FEW)
-        )
+        between = differ.sum(axis=1)
+        few = np.flatnonzero(bounded & ~np.isnan(g_low) & (between >= 1) & (between <= _FEW))
         if len(few):
-            rows_ = live[few]
+            placed = live[few]
             above = _first_excluded(
                 a_small,
-                (n_a[rows_], n_b[rows_], probability.probability, rows_),
-                xs[rows_],
+                (n_a[placed], n_b[placed], xs[placed]),
+                probability.probability,
+                placed,
                 differ[few],
-                (edge_high if a_small else edge_low)[rows_] + (1 if a_small else 0),
-                budget - tail_high[rows_],
+                (edge_high if a_small else edge_low)[placed] + (1 if a_small else 0),
+                budget - tail_high[placed],
                 u_tol,
             )
-            fits = (above > low[rows_]) & (above < high[rows_])
-            t[rows_[fits]], pending[rows_[fits]] = above[fits], True
+            fits = (above > low[placed]) & (above < high[placed])
+            t[placed[fits]], pending[placed[fits]] = above[fits], True
     high[high > 1e6] = np.inf
     return high
 
 
-def _first_excluded(a_small: bool, sizes, xs, differ, start, room, u_tol: float) -> np.ndarray:
-    """Per row, the critical statistic its bracket's few tables between the two ends' regions
-    point to: the tables (x_s at column j, the larger group's counts start[j] ..
-    start[j] + differ[j] − 1) sorted by T from the largest; each joins the region {S >= t} as t
-    falls to its T (the region is monotone where T > 0, _boundary), adding its probability.
-    The first table whose addition would take P(S >= t) beyond P(S >= high) + ``room`` (the
-    budget) stays out: c sits just above its T (inf where all fit: the caller's check fails).
-    The caller tries that t, and keeps it only where P(S >= t) <= budget holds there."""
-    n_a, n_b, probability, rows = sizes
+def _first_excluded(
+    a_small: bool, cells, probability, rows, differ, first_between, room, u_tol: float
+) -> np.ndarray:
+    """Per row of ``rows``, the critical statistic its bracket's few tables between the two
+    ends' regions point to: the tables (the smaller group's count x_s of column j, the larger
+    group's counts first_between[j] .. first_between[j] + differ[j] − 1) sorted by T from the
+    largest; each joins the region {S >= t} as t falls to its T (the region is monotone where
+    T > 0, _boundary), adding its probability (``probability``'s pmf of x_s times the larger
+    group's). The first table whose addition would take P(S >= t) beyond P(S >= high) + ``room``
+    (the budget) stays out: c sits just above its T (inf where all fit, which the caller's range
+    check refuses). The caller tries that t and keeps it only where P(S >= t) <= budget holds
+    there. ``cells``: the rows' sizes (n_a, n_b) and counts xs."""
+    n_a, n_b, xs = cells
     row, column = np.nonzero(differ)
     count = differ[row, column].astype("int64")
     which = np.repeat(np.arange(len(row)), count)
-    x_l = (start[row, column][which] + ragged(np.zeros(len(row), "int64"), count)).astype("float64")
+    offsets = ragged(np.zeros(len(row), "int64"), count)
+    x_l = (first_between[row, column][which] + offsets).astype("float64")
     owner = row[which]
     x_s = xs[row, column][which].astype("float64")
     na, nb = n_a[owner], n_b[owner]
@@ -805,9 +812,10 @@ def _first_excluded(a_small: bool, sizes, xs, differ, start, room, u_tol: float)
     )
     order = np.lexsort((-table, owner))  # by row, then from the largest T
     owner, table, mass = owner[order], table[order], mass[order]
-    added = np.cumsum(mass)
+    # running sums within each row, in extended precision: the batch's total does not round them
+    added = np.cumsum(mass.astype(np.longdouble))
     first = np.searchsorted(owner, np.arange(len(room)))
-    added -= np.r_[0.0, added][first[owner]]  # running sums within each row
+    added -= np.r_[np.longdouble(0), added][first[owner]]
     over = added > room[owner]
     out = np.full(len(room), np.inf)
     index = np.flatnonzero(over)
