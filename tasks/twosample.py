@@ -631,17 +631,14 @@ def _critical_statistics(
     offset = (index - first) % _STRIDE
     cold = (offset == 0) | (index == last)
     z = float(stats.norm.isf(budget))
+
+    def search(rows: np.ndarray, first_t: np.ndarray, bracket: np.ndarray) -> None:
+        out[rows] = _searched_batches(
+            n_a[rows], n_b[rows], p_b[rows], u_tol, budget, precision, first_t, bracket
+        )
+
     rows = np.flatnonzero(cold)
-    out[rows] = _searched_batches(
-        n_a[rows],
-        n_b[rows],
-        p_b[rows],
-        u_tol,
-        budget,
-        precision,
-        np.full(len(rows), z),
-        np.full(len(rows), _BRACKET),
-    )
+    search(rows, np.full(len(rows), z), np.full(len(rows), _BRACKET))
     rows = np.flatnonzero(~cold)
     if len(rows):
         left = rows - offset[rows]
@@ -652,16 +649,7 @@ def _critical_statistics(
             share = (p_b[rows] - p_b[left]) / (p_b[right] - p_b[left])
             line = c_left + np.nan_to_num(share) * (c_right - c_left)
             step = np.maximum(np.abs(c_right - c_left) / 2, 2 * precision)
-        out[rows] = _searched_batches(
-            n_a[rows],
-            n_b[rows],
-            p_b[rows],
-            u_tol,
-            budget,
-            precision,
-            np.where(known, line, z),
-            np.where(known, step, _BRACKET),
-        )
+        search(rows, np.where(known, line, z), np.where(known, step, _BRACKET))
     return out
 
 
