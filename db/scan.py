@@ -299,10 +299,12 @@ def pushdown_cells(
         counted = score_counts(binned, score_columns(audit), edges, median, score="score_bin")
         scores = summed([counted, *score_parts])
         counted_cells = counted_cells.drop(columns=["score_bin", "score_sum", "above_median"])
-    cells = pd.concat([cells_of(counted_cells, audit), *parts], ignore_index=True)
-    cells = cells.groupby(
-        [*audit.attributes, *OUTCOMES], dropna=False, sort=True, as_index=False
-    )["n"].sum()
+    cells = cells_of(counted_cells, audit)
+    if parts:  # the rows read again, summed into the counted cells
+        cells = pd.concat([cells, *parts], ignore_index=True)
+        cells = cells.groupby(
+            [*audit.attributes, *OUTCOMES], dropna=False, sort=True, as_index=False
+        )["n"].sum()
     digest = hashlib.sha256(cells.to_csv(index=False).encode())
     digest.update(_records_text(quarantine).encode())
     valid_counted = int(counted_cells["n"].sum())
@@ -320,11 +322,16 @@ def pushdown_cells(
     )
 
 
+_RECORD_COLUMNS = ["column_name", "value", "rule", "row"]
+
+
 def _records_text(quarantine: pd.DataFrame) -> str:
     """The quarantine records (each with its whole row) as CSV in a fixed order, without row
     numbers and references: a row read again has the position the database returned it at, in
     no set order (a row without an id is referred to by it)."""
-    records = quarantine[["column_name", "value", "rule", "row"]].astype(str)
+    if quarantine.empty:  # the text pandas writes for no records, without its cost
+        return ",".join(_RECORD_COLUMNS) + "\n"
+    records = quarantine[_RECORD_COLUMNS].astype(str)
     return records.sort_values(list(records.columns)).to_csv(index=False)
 
 

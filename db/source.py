@@ -259,10 +259,18 @@ def _no_table(engine: Engine, schema: str, name: str) -> str:
     )
 
 
-def _reflect_hive(bind: Engine | Connection, schema: str, name: str) -> Table:
-    """A Spark SQL / Hive table's columns from one ``DESCRIBE`` (PyHive's whole-table reflection
-    sends a second one for the partition columns, which a scan does not use)."""
-    found = inspect(bind).get_columns(name, schema or None)
+def _reflect_columns(bind: Engine | Connection, schema: str, name: str) -> Table:
+    """A table's columns from the dialect's column reflection alone: one ``DESCRIBE`` on Spark SQL
+    / Hive and ClickHouse, whose whole-table reflection sends more statements for what a scan
+    does not use (PyHive a second ``DESCRIBE`` for the partition columns; clickhouse-sqlalchemy
+    two reads of ``system.tables`` for the table engine and its keys)."""
+    inspector = inspect(bind)
+    try:
+        found = inspector.get_columns(name, schema or None)
+    except Exception:  # clickhouse-sqlalchemy passes on the server's error for a missing table
+        if not inspector.has_table(name, schema or None):
+            raise NoSuchTableError(name) from None
+        raise
     columns = [Column(c["name"], c["type"], nullable=c.get("nullable", True)) for c in found]
     return Table(name, MetaData(), *columns, schema=schema or None)
 
@@ -276,8 +284,8 @@ def reflect_source(bind: Engine | Connection, source: str) -> Table:
     if engine.dialect.name == "duckdb":
         return _reflect_duckdb(engine, schema, name)
     try:
-        if engine.dialect.name == "hive":
-            return _reflect_hive(bind, schema, name)
+        if engine.dialect.name in ("hive", "clickhouse"):
+            return _reflect_columns(bind, schema, name)
         return Table(name, MetaData(), autoload_with=bind, schema=schema or None)
     except NoSuchTableError:
         raise SourceError(_no_table(engine, schema, name)) from None

@@ -154,6 +154,8 @@ def as_binary(series: pd.Series) -> pd.Series:
         words = words.mask(lower.eq("true").fillna(False).astype(bool), 1.0)
         words = words.mask(lower.eq("false").fillna(False).astype(bool), 0.0)
         value = words.fillna(as_number(stripped))
+    elif all(type(v) in (int, float) or v is None for v in series):  # a driver's numbers
+        value = _as_float(series)
     else:
         objects = series.astype(object)
         booleans = objects.map(lambda v: float(v) if isinstance(v, (bool, np.bool_)) else np.nan)

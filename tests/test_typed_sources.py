@@ -750,8 +750,8 @@ def test_pushdown_on_distributed_engines_sends_one_connection_its_reflection_and
 ):
     """Each statement to Spark's Thrift server costs a round trip (30-90 ms) against a bare
     GROUP BY of 0.7 s at 10M rows. The push-down of a clean table with ``ids_unique`` checks
-    out one connection (one test of it), reflects the source through it (on Spark one
-    ``DESCRIBE``) and sends one GROUP BY: no second connection, reflection or pass."""
+    out one connection (one test of it), reflects the source through it (one ``DESCRIBE``) and
+    sends one GROUP BY: no second connection, reflection or pass."""
     engine = make_engine(engine_url)
     table = Table(
         "src",
@@ -777,6 +777,16 @@ def test_pushdown_on_distributed_engines_sends_one_connection_its_reflection_and
     assert len(checkouts) == 1
     grouped = [s for s in statements if "GROUP BY" in s]
     assert len(grouped) == 1, statements
-    if engine.dialect.name == "hive":
-        assert statements == ["DESCRIBE src", grouped[0]]
+    describe = {"hive": "DESCRIBE src", "clickhouse": 'DESCRIBE TABLE "src"'}[engine.dialect.name]
+    assert statements == [describe, grouped[0]]
+    engine.dispose()
+
+
+def test_a_missing_source_on_distributed_engines_is_one_line(engine_url):
+    """A source that is not there is named with the tables there are, as on every other
+    database (clickhouse-sqlalchemy passes the server's own error on)."""
+    engine = make_engine(engine_url)
+    _text_time_table(engine)
+    with pytest.raises(SourceError, match=r"^source 'ghost': no such table or view in the "):
+        pushdown_cells(engine, audit_of(source="ghost"), None, NOW, NOW)
     engine.dispose()
