@@ -91,6 +91,7 @@ REQUIRED = ("prediction_id", "y_true", "y_pred")
 ATTRIBUTES_JSON = "attributes"
 # Sub-millisecond margin: SQLite's date functions keep milliseconds only.
 MARGIN = timedelta(milliseconds=2)
+AFTER_EPOCH = datetime(1970, 1, 2, tzinfo=UTC)  # later than every zero date (db.source.zero_date)
 # MariaDB/MySQL compare text without case and trailing spaces by default; the audit groups and
 # compares the exact strings (as pandas does), so their text goes through this collation.
 MYSQL_EXACT = "utf8mb4_nopad_bin"
@@ -622,8 +623,12 @@ class Window:
             # SQLite rounds times to the millisecond: its bound is lowered so that no future row
             # escapes (a row a few milliseconds short of the future may be read, and accepted).
             future = max(end, now + CLOCK_SKEW) - (MARGIN if d == "sqlite" else timedelta(0))
-            implausible = [t.is_(None), t < bound(EARLIEST, d, aware)]
-            implausible += [] if self.zero is None else [self.zero]
+            implausible = [t.is_(None)]
+            # Without a start, a time before EARLIEST or ClickHouse's zero date (the epoch) is
+            # at or before the end, so inside already: no test of its own per row.
+            if start is not None or end.replace(tzinfo=end.tzinfo or UTC) < AFTER_EPOCH:
+                implausible.append(t < bound(EARLIEST, d, aware))
+                implausible += [] if self.zero is None else [self.zero]
             conditions.append(or_(inside, t > bound(future, d, aware), *implausible))
         return and_(true(), *conditions)
 
