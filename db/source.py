@@ -260,6 +260,17 @@ def _no_table(engine: Engine, schema: str, name: str) -> str:
     )
 
 
+def _unlisted(inspector, schema: str, name: str) -> bool:
+    """Whether the schema's tables and views, listed, lack ``name``; False where they cannot be
+    listed (a dropped connection): the error that led here is then the one to report."""
+    try:
+        names = inspector.get_table_names(schema or None)
+        names += inspector.get_view_names(schema or None)
+    except Exception:
+        return False
+    return name not in names
+
+
 def _reflect_columns(bind: Engine | Connection, schema: str, name: str) -> Table:
     """A table's columns from the dialect's column reflection alone: one ``DESCRIBE`` on Spark SQL
     / Hive and ClickHouse, whose whole-table reflection sends more statements for what a scan
@@ -268,8 +279,8 @@ def _reflect_columns(bind: Engine | Connection, schema: str, name: str) -> Table
     inspector = inspect(bind)
     try:
         found = inspector.get_columns(name, schema or None)
-    except Exception:  # clickhouse-sqlalchemy passes on the server's error for a missing table
-        if not inspector.has_table(name, schema or None):
+    except Exception:  # both dialects pass on the server's own error for a missing table
+        if _unlisted(inspector, schema, name):
             raise NoSuchTableError(name) from None
         raise
     columns = [Column(c["name"], c["type"], nullable=c.get("nullable", True)) for c in found]
