@@ -266,7 +266,7 @@ def _unlisted(inspector, schema: str, name: str) -> bool:
     try:
         names = inspector.get_table_names(schema or None)
         names += inspector.get_view_names(schema or None)
-    except Exception:
+    except Exception:  # noqa: BLE001 - whatever a dialect raises, the first error is reported
         return False
     return name not in names
 
