@@ -27,6 +27,7 @@ from biasaudit.schemas.score_bins import (  # noqa: F401 (the bins are the stage
     score_edges,
 )
 from biasaudit.tasks.multiplicity import bh_adjust
+from biasaudit.tasks.twosample import exact_interval_end
 
 # Below this many positives or negatives the AUC's interval is Newcombe's score-type interval,
 # not Wald's on DeLong's variance (from few placements, zero at perfect separation), and the test
@@ -163,12 +164,12 @@ def independent_auc_test(side_a: tuple, side_b: tuple):
 
 
 def clopper_pearson(successes, trials, confidence: float = 0.95):
-    """Exact binomial interval (Clopper & Pearson 1934): beta quantiles, 0 and 1 at the ends."""
+    """Exact binomial interval (Clopper & Pearson 1934) at ``confidence``: beta quantiles, 0 and 1
+    at the ends, NaN where there are no trials."""
     x, n = np.asarray(successes, dtype="float64"), np.asarray(trials, dtype="float64")
     tail = (1 - confidence) / 2
-    with np.errstate(divide="ignore", invalid="ignore"):
-        low = np.where(x > 0, stats.beta.ppf(tail, x, n - x + 1), 0.0)
-        high = np.where(x < n, stats.beta.ppf(1 - tail, x + 1, n - x), 1.0)
+    low = exact_interval_end(x, n, tail, upper=False)
+    high = exact_interval_end(x, n, tail, upper=True)
     empty = n == 0
     return np.where(empty, np.nan, low), np.where(empty, np.nan, high)
 

@@ -92,8 +92,14 @@ def clopper_pearson(x, n, gamma: float = GAMMA) -> tuple[np.ndarray, np.ndarray]
 
 def _interval_end(x, n, gamma: float, *, upper: bool) -> np.ndarray:
     """One end of clopper_pearson (a beta quantile per rate: where only one end is needed)."""
-    x, n = np.broadcast_arrays(np.asarray(x, dtype="float64"), np.asarray(n, dtype="float64"))
     tail = -np.expm1(0.5 * np.log1p(-gamma)) / 2  # each end: (1 − √(1 − γ))/2
+    return exact_interval_end(x, n, tail, upper=upper)
+
+
+def exact_interval_end(x, n, tail: float, *, upper: bool) -> np.ndarray:
+    """One end of the exact binomial interval (Clopper & Pearson 1934) of each rate x/n, leaving
+    ``tail`` beyond it: a beta quantile, 0 (lower) at x = 0 and 1 (upper) at x = n."""
+    x, n = np.broadcast_arrays(np.asarray(x, dtype="float64"), np.asarray(n, dtype="float64"))
     if upper:
         return np.where(x < n, stats.beta.isf(tail, x + 1, np.maximum(n - x, 1)), 1.0)
     return np.where(x > 0, stats.beta.ppf(tail, np.maximum(x, 1), n - x + 1), 0.0)
