@@ -3,8 +3,14 @@
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
-from biasaudit.tasks.counts import completeness_warnings, group_counts, label_completeness
+from biasaudit.tasks.counts import (
+    completeness_warnings,
+    fisher_two_sided,
+    group_counts,
+    label_completeness,
+)
 
 
 def random_predictions(n=500, seed=1):
@@ -204,3 +210,27 @@ def test_holm_matches_statsmodels():
 
     p = np.random.default_rng(14).uniform(0, 0.2, 25) ** 2
     assert holm_adjust(p) == pytest.approx(multipletests(p, method="holm")[1], rel=1e-12)
+
+
+def test_fisher_two_sided_equals_scipy_table_by_table():
+    """All tables at once equal scipy.stats.fisher_exact on each (its two-sided p-value), from
+    tables of zeros and ties at the mode to counts of hundreds of thousands; a table with an empty
+    row or column has p = 1."""
+    rng = np.random.default_rng(7)
+    scales = (2, 3, 10, 60, 400, 5000, 300_000)
+    tables = [rng.integers(0, s, size=(150, 4)) for s in scales]
+    margins = rng.integers(1, 40, size=(100, 1))  # proportional rows: the observed table is the mode
+    tables.append(np.hstack([margins, 2 * margins, 3 * margins, 6 * margins]))
+    tables.append(np.array([[0, 0, 0, 0], [5, 0, 0, 0], [0, 3, 0, 2], [1, 1, 1, 1], [2, 1, 1, 2]]))
+    table = np.vstack(tables)
+    ours = fisher_two_sided(*table.T)
+    expected = np.array(
+        [
+            1.0
+            if (t.sum(axis=0) == 0).any() or (t.sum(axis=1) == 0).any()
+            else stats.fisher_exact(t).pvalue
+            for t in table.reshape(-1, 2, 2)
+        ]
+    )
+    np.testing.assert_allclose(ours, expected, rtol=1e-12, atol=0)
+    assert ours[-5:-1].tolist() == [1.0, 1.0, 1.0, 1.0]  # empty rows or columns; the mode
