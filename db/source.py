@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterator
+from contextlib import nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -239,20 +240,10 @@ def _listing(names: list[str]) -> str:
 
 def _no_table(engine: Engine, schema: str, name: str) -> str:
     """Why the source cannot be found, with the tables and views its schema does have."""
-    if engine.dialect.name == "duckdb":
-        query = text(
-            "SELECT table_name FROM information_schema.tables "
-            "WHERE table_schema = coalesce(:schema, current_schema()) ORDER BY table_name"
-        )
-        with engine.connect() as connection:
-            names = list(connection.execute(query, {"schema": schema or None}).scalars())
-    else:
-        inspector = inspect(engine)
-        try:
-            names = inspector.get_table_names(schema or None)
-            names += inspector.get_view_names(schema or None)
-        except SQLAlchemyError:  # no such schema (MariaDB: database) either
-            names = []
+    try:
+        names = _table_names(engine, schema)
+    except SQLAlchemyError:  # no such schema (MariaDB: database) either
+        names = []
     where = f"schema {schema!r}" if schema else "the database"
     return (
         f"source {'.'.join(filter(None, [schema, name]))!r}: no such table or view in {where}; "
@@ -260,15 +251,43 @@ def _no_table(engine: Engine, schema: str, name: str) -> str:
     )
 
 
-def _unlisted(inspector, schema: str, name: str) -> bool:
+# Where the dialect's listing does not serve: duckdb-engine's, and clickhouse-sqlalchemy's, which
+# filters on the URL's database (NULL without one, and no row then).
+_CATALOGUES = {
+    "duckdb": "SELECT table_name FROM information_schema.tables "
+    "WHERE table_schema = coalesce(:schema, current_schema())",
+    "clickhouse": "SELECT name FROM system.tables WHERE database = coalesce(:schema, currentDatabase())",
+}
+
+
+def _table_names(bind: Engine | Connection, schema: str) -> list[str]:
+    """The tables and views of ``schema`` (the connection's own where empty), through ``bind``:
+    DuckDB's and ClickHouse's from their catalogues, Spark SQL's from the ``tableName`` column of
+    ``SHOW TABLES`` (PyHive lists its first column: the database), the others' as SQLAlchemy
+    reflects them."""
+    dialect = bind.dialect
+    if dialect.name == "hive":
+        quoted = dialect.identifier_preparer.quote_identifier
+        query, values = text("SHOW TABLES" + (f" IN {quoted(schema)}" if schema else "")), {}
+    elif dialect.name in _CATALOGUES:
+        query, values = text(_CATALOGUES[dialect.name]), {"schema": schema or None}
+    else:
+        inspector = inspect(bind)
+        return inspector.get_table_names(schema or None) + inspector.get_view_names(schema or None)
+    with nullcontext(bind) if isinstance(bind, Connection) else bind.connect() as connection:
+        rows = connection.execute(query, values).mappings().all()
+    return [
+        str(row["tableName"] if "tableName" in row else next(iter(row.values()))) for row in rows
+    ]
+
+
+def _unlisted(bind: Engine | Connection, schema: str, name: str) -> bool:
     """Whether the schema's tables and views, listed, lack ``name``; False where they cannot be
     listed (a dropped connection): the error that led here is then the one to report."""
     try:
-        names = inspector.get_table_names(schema or None)
-        names += inspector.get_view_names(schema or None)
+        return name not in _table_names(bind, schema)
     except Exception:  # noqa: BLE001 - whatever a dialect raises, the first error is reported
         return False
-    return name not in names
 
 
 def _reflect_columns(bind: Engine | Connection, schema: str, name: str) -> Table:
@@ -276,11 +295,10 @@ def _reflect_columns(bind: Engine | Connection, schema: str, name: str) -> Table
     / Hive and ClickHouse, whose whole-table reflection sends more statements for what a scan
     does not use (PyHive a second ``DESCRIBE`` for the partition columns; clickhouse-sqlalchemy
     two reads of ``system.tables`` for the table engine and its keys)."""
-    inspector = inspect(bind)
     try:
-        found = inspector.get_columns(name, schema or None)
+        found = inspect(bind).get_columns(name, schema or None)
     except Exception:  # both dialects pass on the server's own error for a missing table
-        if _unlisted(inspector, schema, name):
+        if _unlisted(bind, schema, name):
             raise NoSuchTableError(name) from None
         raise
     columns = [Column(c["name"], c["type"], nullable=c.get("nullable", True)) for c in found]
@@ -384,7 +402,9 @@ def table_problems(table: Table, audit: Audit, dialect: str) -> list[str]:
             if is_attribute and ATTRIBUTES_JSON not in table.c:
                 why = f"attribute {canonical!r}, and no {ATTRIBUTES_JSON!r} JSON column either"
             if why is not None:
-                problems.append(f"source {audit.source!r}: no column {name!r} ({why}); it has: {has}")
+                problems.append(
+                    f"source {audit.source!r}: no column {name!r} ({why}); it has: {has}"
+                )
             continue
         typed = TYPED.get(canonical) if dialect in TYPED_ONLY and not is_attribute else None
         readable = typed or READABLE.get("attribute" if is_attribute else canonical)
@@ -832,4 +852,3 @@ def fingerprint(frame: pd.DataFrame | None, hash_sum: int = 0, rows: int = 0) ->
     if frame is not None:
         hash_sum, rows = row_hash_sum(frame), len(frame)
     return hashlib.sha256(f"{rows}:{hash_sum}".encode()).hexdigest()
-

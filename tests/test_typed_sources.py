@@ -31,6 +31,7 @@ from sqlalchemy import (
     Uuid,
     event,
 )
+from sqlalchemy.exc import OperationalError
 
 from biasaudit.db.engine import make_engine
 from biasaudit.db.scan import memory_cells, pushdown_cells, stream_cells
@@ -782,11 +783,23 @@ def test_pushdown_on_distributed_engines_sends_one_connection_its_reflection_and
     engine.dispose()
 
 
-def test_a_missing_source_on_distributed_engines_is_one_line(engine_url):
+def test_a_missing_source_on_distributed_engines_is_one_line(engine_url, monkeypatch):
     """A source that is not there is named with the tables there are, as on every other
-    database (clickhouse-sqlalchemy passes the server's own error on)."""
+    database (both dialects pass the server's own error on); a source that is there but whose
+    description fails keeps that error (a transient one is retried), never "no such table"."""
     engine = make_engine(engine_url)
     _text_time_table(engine)
-    with pytest.raises(SourceError, match=r"^source 'ghost': no such table or view in the "):
+    with pytest.raises(SourceError) as missing:
         pushdown_cells(engine, audit_of(source="ghost"), None, NOW, NOW)
+    prefix = "source 'ghost': no such table or view in the database; it has: "
+    assert str(missing.value).startswith(prefix)
+    listed = str(missing.value).removeprefix(prefix).split(", ")
+    assert "src" in listed and "default" not in listed  # tables, not the database's name
+
+    def lost(*_args, **_kwargs):
+        raise OperationalError("DESCRIBE src", {}, ConnectionError("connection reset"))
+
+    monkeypatch.setattr(type(engine.dialect), "get_columns", lost)
+    with pytest.raises(OperationalError):
+        pushdown_cells(engine, audit_of(source="src"), None, NOW, NOW)
     engine.dispose()
