@@ -1,12 +1,14 @@
 """`db upgrade` beside tables of the user's: the store is recognised by its own tables only."""
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 from sqlalchemy import inspect, make_url, select, text
 
 from biasaudit.db.engine import make_engine
 from biasaudit.db.history import list_runs
-from biasaudit.db.migrate import UpgradeError, upgrade
+from biasaudit.db.migrate import UpgradeError, alembic_config, upgrade
 from biasaudit.db.models import Base, MetricResult
 from biasaudit.flows.demo import END
 from biasaudit.flows.pipeline import run_audit
@@ -172,4 +174,32 @@ def test_a_postgresql_url_without_driver_is_upgraded(source_db_url):
     upgrade(url.render_as_string(hide_password=False))
     engine = make_engine(source_db_url)
     assert "alembic_version" in inspect(engine).get_table_names()
+    engine.dispose()
+
+
+def test_the_head_and_the_store_revision_are_alembics(tmp_path):
+    """The revision check without Alembic (db.revision) reads what Alembic would: each migration
+    file's name starts with its revision, the revisions form one line, and the newest is
+    Alembic's head; the store's record is Alembic's current revision, before and after an
+    upgrade."""
+    from alembic.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    from biasaudit.db.revision import VERSIONS, head_revision, store_revision
+
+    script = ScriptDirectory.from_config(alembic_config())
+    revisions = list(script.walk_revisions())
+    assert len(script.get_heads()) == 1 and head_revision() == script.get_current_head()
+    for revision in revisions:
+        assert Path(revision.path).name.startswith(f"{revision.revision}_"), revision.path
+    assert len(list(VERSIONS.glob("[0-9][0-9][0-9][0-9]_*.py"))) == len(revisions)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    engine = make_engine(url)
+    with engine.connect() as connection:
+        assert store_revision(connection) is None
+        assert MigrationContext.configure(connection).get_current_revision() is None
+    upgrade(url, "0019")
+    with engine.connect() as connection:
+        assert store_revision(connection) == "0019"
+        assert MigrationContext.configure(connection).get_current_revision() == "0019"
     engine.dispose()

@@ -210,13 +210,9 @@ def _engine(db: str | None, *, migrated: bool = True) -> Any:
     try:
         with engine.connect() as connection:
             if migrated:
-                from alembic.migration import MigrationContext
-                from alembic.script import ScriptDirectory
+                from biasaudit.db.revision import head_revision, store_revision
 
-                from biasaudit.db.migrate import alembic_config
-
-                current = MigrationContext.configure(connection).get_current_revision()
-                head = ScriptDirectory.from_config(alembic_config(db)).get_current_head()
+                current, head = store_revision(connection), head_revision()
                 if current != head:
                     state = "not migrated" if current is None else f"at revision {current}"
                     raise Mistake(
