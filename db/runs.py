@@ -522,6 +522,9 @@ def save_run(
     raise AssertionError("unreachable")
 
 
+ERROR_CHARACTERS = 4000  # of a failed run's stored error, at the most
+
+
 def record_failed_run(
     engine: Engine,
     run_id: int | None,
@@ -535,7 +538,7 @@ def record_failed_run(
     has committed as succeeded (the failure came after its persist committed, e.g. the reply was
     lost and the retries ran out) keeps its status and results: a failed run never has results,
     so it is left alone, with a warning."""
-    values = {**record.columns(), "status": FAILED, "error": error[:4000]}
+    values = {**record.columns(), "status": FAILED, "error": error[:ERROR_CHARACTERS]}
     with Session(engine) as session, session.begin():
         if run_id is None:
             run = AuditRun(**values, finished_at=datetime.now(UTC))

@@ -340,8 +340,15 @@ def underlying_type(column) -> TypeEngine:
             return kind
 
 
+def _is_uuid(kind: TypeEngine) -> bool:
+    """SQLAlchemy's Uuid, or a dialect's UUID type of its own (clickhouse-sqlalchemy's derives
+    from String, yet ClickHouse compares it with no text)."""
+    return isinstance(kind, Uuid) or getattr(kind, "__visit_name__", None) == "uuid"
+
+
 def _is_text(column) -> bool:
-    return isinstance(underlying_type(column), (String, NullType))  # Enum is a String
+    kind = underlying_type(column)
+    return isinstance(kind, (String, NullType)) and not _is_uuid(kind)  # Enum is a String
 
 
 def _kind(column) -> str:
@@ -356,7 +363,7 @@ def _kind(column) -> str:
         return "number"
     if isinstance(kind, (DateTime, Date)):
         return "timestamp"
-    return "uuid" if isinstance(kind, Uuid) else "other"
+    return "uuid" if _is_uuid(kind) else "other"
 
 
 def _source_names(audit: Audit) -> dict[str, str]:

@@ -53,15 +53,16 @@ def handled_errors() -> tuple[type[BaseException], ...]:
     )
 
 
-def one_line(error: BaseException, with_type: bool = True) -> str:
-    """``Type: message`` on one line (SQLAlchemy's SQL and parameters left out)."""
+def one_line(error: BaseException, with_type: bool = True, limit: int = MAX_LINE) -> str:
+    """``Type: message`` on one line of at most ``limit`` characters (SQLAlchemy's SQL and
+    parameters left out)."""
     from sqlalchemy.exc import DBAPIError
 
     message = str(error.orig) if isinstance(error, DBAPIError) else str(error)
     joined = " ".join(line.strip() for line in message.splitlines() if line.strip())
     if not with_type and joined:
-        return joined[:MAX_LINE]
-    return f"{type(error).__name__}: {joined}"[:MAX_LINE]
+        return joined[:limit]
+    return f"{type(error).__name__}: {joined}"[:limit]
 
 
 class ShortHandledErrors(logging.Filter):

@@ -34,6 +34,7 @@ from biasaudit.db.models import store_limits
 from biasaudit.db.results import result_tables
 from biasaudit.db.retry import is_transient, step_failed
 from biasaudit.db.runs import (
+    ERROR_CHARACTERS,
     RunRecord,
     SavedRun,
     record_failed_run,
@@ -45,6 +46,7 @@ from biasaudit.db.runs import (
 from biasaudit.db.scan import scan_window
 from biasaudit.db.source import source_url, window_bounds
 from biasaudit.flows.config_files import default_config_path, load_audit
+from biasaudit.flows.logs import one_line
 from biasaudit.flows.report import write_report
 from biasaudit.schemas.config import Audit
 from biasaudit.schemas.frames import listed
@@ -269,7 +271,7 @@ def execute_audit(
             url,
             run_id,
             record,
-            f"{type(exc).__name__}: {exc}",
+            one_line(exc, limit=ERROR_CHARACTERS),
             quarantine,
         )
         raise

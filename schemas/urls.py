@@ -53,8 +53,9 @@ def secret_query_keys(url: URL) -> list[str]:
 
 
 def holds_secret(url: URL) -> bool:
-    """Whether ``url`` carries a password or another credential anywhere."""
-    return url.password is not None or bool(secret_query_keys(url))
+    """Whether ``url`` carries a password or another credential anywhere; an empty password
+    (``default:@host``: ClickHouse's default user has none) is no secret."""
+    return bool(url.password) or bool(secret_query_keys(url))
 
 
 def hidden(url: URL) -> str:

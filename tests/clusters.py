@@ -14,6 +14,7 @@ each).
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -36,6 +37,7 @@ from sqlalchemy import (
     Numeric,
     String,
     Table,
+    Uuid,
     text,
 )
 
@@ -227,6 +229,9 @@ def spark_cluster(folder: Path, workers: int = 2, memory: str = "1g") -> Iterato
         )
         url = f"hive://127.0.0.1:{thrift}/default"
 
+        # thrift logs each refused connection as an error: not while the server is starting.
+        logging.getLogger("thrift.transport.TSocket").setLevel(logging.CRITICAL)
+
         def ready() -> bool:
             from pyhive import hive
 
@@ -236,6 +241,7 @@ def spark_cluster(folder: Path, workers: int = 2, memory: str = "1g") -> Iterato
                 return cursor.fetchall() == [(1,)]
 
         _wait(ready, "Spark Thrift server", 240, processes, log)
+        logging.getLogger("thrift.transport.TSocket").setLevel(logging.NOTSET)
         yield url
     finally:
         _stop(processes)
@@ -251,6 +257,7 @@ ENGINE_TYPES = [
     (DateTime, "DateTime", "TIMESTAMP"),
     (Date, "Date", "DATE"),
     (String, "String", "STRING"),
+    (Uuid, "UUID", "STRING"),  # Spark SQL has no UUID type
 ]
 # The ClickHouse shard URLs behind each cluster's first server (where Distributed tables live).
 SHARDS: dict[str, list[str]] = {}

@@ -543,6 +543,18 @@ def test_configuration_limits_are_stated(fields, message):
         audit_of(**fields)
 
 
+def test_an_empty_password_is_no_secret():
+    """ClickHouse's default user has no password: its URL ``default:@host`` is accepted as a
+    source, and handed to Prefect as it is; a password of one character is refused."""
+    from biasaudit.db.engine import flow_url
+
+    url = "clickhouse+http://default:@127.0.0.1:8123/default"
+    assert audit_of(source_db=url).source_db == url
+    assert flow_url(url) == url
+    with pytest.raises(ValueError, match="must not hold a password"):
+        audit_of(source_db="clickhouse+http://default:x@127.0.0.1:8123/default")
+
+
 def test_source_db_takes_its_password_from_the_environment(monkeypatch):
     """It reads the source from source_db with the password of the named variable."""
     from biasaudit.db.source import source_url
@@ -780,6 +792,45 @@ def test_pushdown_on_distributed_engines_sends_one_connection_its_reflection_and
     assert len(grouped) == 1, statements
     describe = {"hive": "DESCRIBE src", "clickhouse": 'DESCRIBE TABLE "src"'}[engine.dialect.name]
     assert statements == [describe, grouped[0]]
+    engine.dispose()
+
+
+def test_uuid_ids_on_distributed_engines_give_identical_results_in_every_mode(engine_url):
+    """A UUID prediction id (ClickHouse's UUID, which clickhouse-sqlalchemy reflects as a kind
+    of String; text on Spark) is scanned alike in the three modes, a repeated one quarantined:
+    the push-down compares no UUID with text."""
+    engine = make_engine(engine_url)
+    table = Table(
+        "src",
+        MetaData(),
+        Column("pid", Uuid),
+        Column("made_at", DateTime),
+        Column("label", Integer),
+        Column("pred", Integer),
+        Column("grp", String(10)),
+    )
+    made = datetime(2026, 5, 1)
+    ids = [uuid.UUID(int=i + 1) for i in range(40)] + [uuid.UUID(int=1)]
+    rows = [
+        {"pid": u, "made_at": made, "label": i % 2, "pred": i % 3 % 2, "grp": "AB"[i % 2]}
+        for i, u in enumerate(ids)
+    ]
+    create(engine, table, rows)
+    audit = audit_of(
+        columns={
+            "prediction_id": "pid",
+            "predicted_at": "made_at",
+            "y_true": "label",
+            "y_pred": "pred",
+        }
+    )
+    scans = all_modes(engine, audit)
+    memory = scans["memory"]
+    assert memory.rows_read == 41 and memory.rows_valid < 41  # the repeated id is quarantined
+    for mode, scanned in scans.items():
+        assert (scanned.rows_read, scanned.rows_valid) == (memory.rows_read, memory.rows_valid)
+        assert sorted(scanned.quarantine["rule"]) == sorted(memory.quarantine["rule"]), mode
+        same_cells(scanned.cells, memory.cells)
     engine.dispose()
 
 
