@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, date, datetime, timedelta, timezone
 from decimal import Decimal
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -81,6 +82,29 @@ def same_cells(actual: pd.DataFrame, expected: pd.DataFrame):
 
 def create(engine, table: Table, rows: list[dict]):
     source_table(engine, table, rows)
+
+
+# The distributed engines' tests: a table of ids, timestamps, labels, one more column and a group.
+ENGINE_COLUMNS = {
+    "prediction_id": "pid",
+    "predicted_at": "made_at",
+    "y_true": "label",
+    "y_pred": "pred",
+}
+
+
+def engine_source(engine, pid_type, rows: list[dict], last: tuple[str, Any] = ("pred", Integer)):
+    """Create ``src`` (pid, made_at, label, ``last``, grp) on ``engine`` with ``rows``."""
+    table = Table(
+        "src",
+        MetaData(),
+        Column("pid", pid_type),
+        Column("made_at", DateTime),
+        Column("label", Integer),
+        Column(*last),
+        Column("grp", String(10)),
+    )
+    create(engine, table, rows)
 
 
 TIME_KINDS = ["timestamptz", "timestamp", "date", "text"]
@@ -606,21 +630,13 @@ def test_decision_from_a_typed_score_on_distributed_engines(engine_url):
     push-down's GROUP BY) gives the counts of the generated values in every mode; a row without
     a score is quarantined."""
     engine = make_engine(engine_url)
-    table = Table(
-        "src",
-        MetaData(),
-        Column("pid", BigInteger),
-        Column("made_at", DateTime),
-        Column("label", Integer),
-        Column("decile", Integer),
-        Column("grp", String(10)),
-    )
     made = datetime(2026, 5, 1)
     rows = [
         {"pid": i, "made_at": made, "label": i % 2, "decile": i % 11, "grp": "AB"[i % 3 % 2]}
         for i in range(60)
     ]
-    create(engine, table, [*rows, {"pid": 99, "made_at": made, "label": 1, "decile": None, "grp": "A"}])
+    unscored = {"pid": 99, "made_at": made, "label": 1, "decile": None, "grp": "A"}
+    engine_source(engine, BigInteger, [*rows, unscored], ("decile", Integer))
     audit = audit_of(
         decision={"score": "decile", "threshold": 5},
         columns={"prediction_id": "pid", "predicted_at": "made_at", "y_true": "label"},
@@ -707,24 +723,16 @@ def test_clickhouse_memory_scan_reads_its_rows_whole_not_one_by_one(clickhouse_u
     from clickhouse_sqlalchemy.drivers.http.connector import Cursor
 
     engine = make_engine(clickhouse_url)
-    table = Table(
-        "src",
-        MetaData(),
-        Column("pid", Integer),
-        Column("made_at", DateTime),
-        Column("label", Integer),
-        Column("pred", Integer),
-        Column("grp", String(10)),
-    )
     made = datetime(2026, 5, 1)
-    rows = [{"pid": i, "made_at": made, "label": i % 2, "pred": i % 3 % 2, "grp": "AB"[i % 2]} for i in range(3000)]
-    create(engine, table, rows)
+    rows = [
+        {"pid": i, "made_at": made, "label": i % 2, "pred": i % 3 % 2, "grp": "AB"[i % 2]}
+        for i in range(3000)
+    ]
+    engine_source(engine, Integer, rows)
     calls = []
     fetchone = Cursor.fetchone
     monkeypatch.setattr(Cursor, "fetchone", lambda self: calls.append(1) or fetchone(self))
-    audit = audit_of(
-        columns={"prediction_id": "pid", "predicted_at": "made_at", "y_true": "label", "y_pred": "pred"}
-    )
+    audit = audit_of(columns=ENGINE_COLUMNS)
     scanned = memory_cells(engine, audit, None, NOW, NOW)
     assert scanned.rows_valid == 3000
     assert len(calls) < 10, len(calls)
@@ -737,14 +745,7 @@ def test_text_timestamps_on_distributed_engines_are_refused_in_one_line(engine_u
     accepted there."""
     engine = make_engine(engine_url)
     _text_time_table(engine)
-    audit = audit_of(
-        columns={
-            "prediction_id": "pid",
-            "predicted_at": "made_at",
-            "y_true": "label",
-            "y_pred": "pred",
-        }
-    )
+    audit = audit_of(columns=ENGINE_COLUMNS)
     engine_name = {"clickhouse": "ClickHouse", "hive": "Spark SQL / Hive"}[engine.dialect.name]
     for scan in (memory_cells, pushdown_cells):
         with pytest.raises(SourceError) as refused:
@@ -766,22 +767,12 @@ def test_pushdown_on_distributed_engines_sends_one_connection_its_reflection_and
     out one connection (one test of it), reflects the source through it (one ``DESCRIBE``) and
     sends one GROUP BY: no second connection, reflection or pass."""
     engine = make_engine(engine_url)
-    table = Table(
-        "src",
-        MetaData(),
-        Column("pid", Integer),
-        Column("made_at", DateTime),
-        Column("label", Integer),
-        Column("pred", Integer),
-        Column("grp", String(10)),
-    )
     made = datetime(2026, 5, 1)
-    rows = [{"pid": i, "made_at": made, "label": i % 2, "pred": 1, "grp": "AB"[i % 2]} for i in range(20)]
-    create(engine, table, rows)
-    audit = audit_of(
-        columns={"prediction_id": "pid", "predicted_at": "made_at", "y_true": "label", "y_pred": "pred"},
-        scan={"mode": "pushdown", "ids_unique": True},
-    )
+    rows = [
+        {"pid": i, "made_at": made, "label": i % 2, "pred": 1, "grp": "AB"[i % 2]} for i in range(20)
+    ]
+    engine_source(engine, Integer, rows)
+    audit = audit_of(columns=ENGINE_COLUMNS, scan={"mode": "pushdown", "ids_unique": True})
     checkouts, statements = [], []
     event.listen(engine, "checkout", lambda *_: checkouts.append(1))
     event.listen(engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
@@ -800,31 +791,14 @@ def test_uuid_ids_on_distributed_engines_give_identical_results_in_every_mode(en
     of String; text on Spark) is scanned alike in the three modes, a repeated one quarantined:
     the push-down compares no UUID with text."""
     engine = make_engine(engine_url)
-    table = Table(
-        "src",
-        MetaData(),
-        Column("pid", Uuid),
-        Column("made_at", DateTime),
-        Column("label", Integer),
-        Column("pred", Integer),
-        Column("grp", String(10)),
-    )
     made = datetime(2026, 5, 1)
     ids = [uuid.UUID(int=i + 1) for i in range(40)] + [uuid.UUID(int=1)]
     rows = [
         {"pid": u, "made_at": made, "label": i % 2, "pred": i % 3 % 2, "grp": "AB"[i % 2]}
         for i, u in enumerate(ids)
     ]
-    create(engine, table, rows)
-    audit = audit_of(
-        columns={
-            "prediction_id": "pid",
-            "predicted_at": "made_at",
-            "y_true": "label",
-            "y_pred": "pred",
-        }
-    )
-    scans = all_modes(engine, audit)
+    engine_source(engine, Uuid, rows)
+    scans = all_modes(engine, audit_of(columns=ENGINE_COLUMNS))
     memory = scans["memory"]
     assert memory.rows_read == 41 and memory.rows_valid < 41  # the repeated id is quarantined
     for mode, scanned in scans.items():
