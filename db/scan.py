@@ -39,6 +39,7 @@ so a score at a bin edge or threshold falls on the same side of it in every mode
 from __future__ import annotations
 
 import hashlib
+import os
 from datetime import datetime
 
 import numpy as np
@@ -329,8 +330,8 @@ def _records_text(quarantine: pd.DataFrame) -> str:
     """The quarantine records (each with its whole row) as CSV in a fixed order, without row
     numbers and references: a row read again has the position the database returned it at, in
     no set order (a row without an id is referred to by it)."""
-    if quarantine.empty:  # the text pandas writes for no records, without its cost
-        return ",".join(_RECORD_COLUMNS) + "\n"
+    if quarantine.empty:  # the text pandas writes for no records (its line end), without its cost
+        return ",".join(_RECORD_COLUMNS) + os.linesep
     records = quarantine[_RECORD_COLUMNS].astype(str)
     return records.sort_values(list(records.columns)).to_csv(index=False)
 
