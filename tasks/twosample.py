@@ -90,10 +90,14 @@ def clopper_pearson(x, n, gamma: float = GAMMA) -> tuple[np.ndarray, np.ndarray]
     return _interval_end(x, n, gamma, upper=False), _interval_end(x, n, gamma, upper=True)
 
 
+def _end_tail(gamma: float) -> float:
+    """The probability each end of clopper_pearson leaves beyond it: (1 − √(1 − γ))/2."""
+    return float(-np.expm1(0.5 * np.log1p(-gamma)) / 2)
+
+
 def _interval_end(x, n, gamma: float, *, upper: bool) -> np.ndarray:
     """One end of clopper_pearson (a beta quantile per rate: where only one end is needed)."""
-    tail = -np.expm1(0.5 * np.log1p(-gamma)) / 2  # each end: (1 − √(1 − γ))/2
-    return exact_interval_end(x, n, tail, upper=upper)
+    return exact_interval_end(x, n, _end_tail(gamma), upper=upper)
 
 
 def exact_interval_end(x, n, tail: float, *, upper: bool) -> np.ndarray:
@@ -1080,7 +1084,7 @@ def _undecided_power(a_small: bool, comparisons, cells, nuisance, u_tol: float, 
     n_a, n_b, n_l, p_l = comparisons
     owner, xs, pmf_s, start, stop = cells
     grids, first, last, critical, rank = nuisance
-    tail = -np.expm1(0.5 * np.log1p(-gamma)) / 2  # each end of the intervals (clopper_pearson)
+    tail = _end_tail(gamma)
     # per comparison: the quantiles of its grid values, keyed apart by comparison
     used = np.unique(owner)
     span = (last[used] - first[used] + 1).astype("int64")
@@ -1146,7 +1150,7 @@ def _h1_edges(a_small: bool, xs: np.ndarray, n_a, n_b, u_tol: float, gamma: floa
     (a_lo − U_tol > b_hi, p = γ): x_B <= the edge (A smaller) or x_A >= it. By the intervals'
     duality with the binomial tails (b_hi(x) < v exactly where P(X_B <= x; v) < the interval's
     tail, likewise a_lo(x) > v where P(X_A >= x; v) < it), one binomial quantile per count."""
-    tail = -np.expm1(0.5 * np.log1p(-gamma)) / 2
+    tail = _end_tail(gamma)
     if a_small:
         v = _interval_end(xs, n_a, gamma, upper=False) - u_tol
         edge = stats.binom.ppf(tail, n_b, np.clip(v, 0.0, 1.0)) - 1
