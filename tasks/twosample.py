@@ -75,6 +75,7 @@ _FEW = 64  # _searched_critical: tables between a bracket's ends it sorts to pla
 _ZONED = 16  # _Zoned: edges found in the middle run only where the larger group is this much larger
 _SATURATED = 1e-6  # _corner_bounds: a power this close to 1 is its bound, low by at most this
 _OUTSIDE = 1e-13  # exact_power: mass of each group's counts left out, at most
+_RATE_DIGITS = 12  # exact_powers: true rates equal to this many decimals are computed once
 
 
 def statistic(x_a, n_a, x_b, n_b, u_tol=0.0) -> np.ndarray:
@@ -1179,7 +1180,8 @@ def exact_powers(
 
     The side p_B − p_A > U_tol is the side p_A − p_B > U_tol of the mirrored counts n − x (T and
     the test are symmetric under it), so both sides, and every comparison with the same sizes,
-    share one set of critical statistics; each distinct (sizes, rates) is computed once.
+    share one set of critical statistics; each distinct (sizes, rates to 12 decimals) is
+    computed once: a metric and its complement (TPR and FNR) at mirrored targets are one.
 
     ``precision``: the critical statistics' (t's) bracket width. A table whose T lies within it
     above a critical statistic is counted as not rejecting, so the power is low by at most the
@@ -1203,7 +1205,8 @@ def exact_powers(
             np.stack([n_a[down], n_b[down], 1 - p_a[down], 1 - p_b[down]], axis=1),
         ]
     )
-    distinct, inverse = distinct_rows(sides)
+    # rates to _RATE_DIGITS decimals: a rate and its complement's mirror (1 − (1 − p)) are one
+    distinct, inverse = distinct_rows(np.round(sides, _RATE_DIGITS))
     one_sided = np.zeros(len(distinct))
     for a_small in (True, False):
         rows = np.flatnonzero((distinct[:, 0] <= distinct[:, 1]) == a_small)
