@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from biasaudit.schemas.config import INTERSECTION_SEP, UnknownReferenceGroup
 from biasaudit.schemas.frames import COUNT_COLUMNS, listed
 from biasaudit.schemas.metric_ids import UNLABELLED_COLUMNS
 from biasaudit.schemas.results import GROUP_COUNTS
+from biasaudit.tasks import distributions
 from biasaudit.tasks.multiplicity import holm_adjust
 
 # Cell code 2*y_true + y_pred: tn=0, fp=1, fn=2, tp=3; outcome unknown: 4 + y_pred.
@@ -189,9 +189,9 @@ def fisher_two_sided(a, b, c, d) -> np.ndarray:
     empty = (a + b == 0) | (c + d == 0) | (a + c == 0) | (b + d == 0)
     a, b, c, d = (np.where(empty, 1, v) for v in (a, b, c, d))  # a table of p = 1 in their place
     n1, n, total = a + b, a + c, a + b + c + d
-    law = stats.hypergeom(total, n1, n)
+    law = (total, n1, n)  # the hypergeometric law of a: n of total drawn, n1 of them marked
     mode = (n + 1) * (n1 + 1) // (total + 2)
-    exact, most = law.pmf(a), law.pmf(mode)
+    exact, most = distributions.hypergeom_pmf(a, *law), distributions.hypergeom_pmf(mode, *law)
     level = exact * (1 + _TIES)  # a table this likely or less is as extreme as the observed one
     at_mode = np.abs(exact - most) <= _TIES * np.maximum(exact, most)
     below = a < mode  # then the other tail is above the mode, beyond the last x >= the level
@@ -199,13 +199,14 @@ def fisher_two_sided(a, b, c, d) -> np.ndarray:
     hi = np.where(below, np.minimum(n, n1), mode)
     while np.any(open_ := lo < hi):
         middle = np.where(below, (lo + hi + 1) // 2, (lo + hi) // 2)
-        likelier = law.pmf(middle)  # a pmf exactly at the level: as scipy's bisections decide
+        likelier = distributions.hypergeom_pmf(middle, *law)  # a pmf exactly at the level: as scipy's bisections decide
         reached = np.where(below, likelier >= level, likelier > level)
         low_moves = open_ & (reached == below)  # below: up to a reached x; above: past a missed one
         high_moves = open_ & ~low_moves
         lo = np.where(low_moves, np.where(below, middle, middle + 1), lo)
         hi = np.where(high_moves, np.where(below, middle - 1, middle), hi)
-    p = np.where(below, law.cdf(a) + law.sf(lo), law.sf(a - 1) + law.cdf(lo - 1))
+    cdf, sf = distributions.hypergeom_cdf, distributions.hypergeom_sf
+    p = np.where(below, cdf(a, *law) + sf(lo, *law), sf(a - 1, *law) + cdf(lo - 1, *law))
     return np.where(empty | at_mode, 1.0, np.minimum(p, 1.0))
 
 

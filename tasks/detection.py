@@ -41,9 +41,9 @@ from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from biasaudit.schemas.results import COMPARISON_KEY
+from biasaudit.tasks import distributions
 from biasaudit.tasks.hdi import hdi_difference
 from biasaudit.tasks.multiplicity import bh_adjust
 from biasaudit.tasks.posterior import beta_difference, prob_deviation
@@ -89,7 +89,7 @@ def joint_decisions(
     counts = (x_group, n_group, x_reference, n_reference)
     low, high = hdi_difference(*counts, mass)
     mean, var = beta_difference(*counts)
-    z = stats.norm.ppf(1 - (1 - mass) / 2)
+    z = distributions.norm_ppf(1 - (1 - mass) / 2)
     return Decisions(
         low,
         high,

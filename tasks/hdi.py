@@ -24,8 +24,8 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
-from scipy import stats
 
+from biasaudit.tasks import distributions
 from biasaudit.tasks.posterior import (
     Pair,
     beta_difference,
@@ -91,7 +91,7 @@ def _large_sample_hdi(a1, b1, a2, b2, mass):
 
     sd = np.sqrt(v1 + v2)
     gamma = (third_cumulant(a2, b2, v2) - third_cumulant(a1, b1, v1)) / sd**3
-    z = stats.norm.ppf(0.5 + mass / 2)
+    z = distributions.norm_ppf(0.5 + mass / 2)
     shift = gamma * (z * z - 3) / 6
     return m2 - m1 + sd * (-z + shift), m2 - m1 + sd * (z + shift)
 
@@ -165,7 +165,7 @@ def _level_search(pair: Pair, mass, mean, sd):
     top = _log_density(pair, mode[:, None])[:, 0]
     below, above = top - 30.0, top  # levels with too much and too little mass
     outer_low, inner_low, inner_high, outer_high = left, mode, mode, right
-    z = stats.norm.ppf(0.5 + mass / 2)
+    z = distributions.norm_ppf(0.5 + mass / 2)
     level = top - z * z / 2  # a Gaussian's HDI
     finished = np.zeros(top.shape, dtype=bool)
     ends = np.zeros((len(top), 2))

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from biasaudit.schemas.frames import COUNT_COLUMNS
 from biasaudit.schemas.metric_ids import (
@@ -35,6 +34,7 @@ from biasaudit.schemas.metric_ids import (
     UNLABELLED_COLUMNS,
     rate_cells,
 )
+from biasaudit.tasks import distributions
 from biasaudit.tasks.arrays import ragged
 from biasaudit.tasks.metrics import COUNT_FIELDS
 from biasaudit.tasks.multiplicity import bh_adjust
@@ -67,12 +67,12 @@ def _mixture(n: np.ndarray, q: np.ndarray, cut, r: np.ndarray):
     width = np.maximum(hi - lo + 1, 0)
     row = np.repeat(np.arange(len(n)), width)
     s = ragged(lo, width)
-    weight = stats.binom.pmf(s, n[row], q[row])
+    weight = distributions.binom_pmf(s, n[row], q[row])
     top, bottom = cut(s, row)
     k = top // bottom  # floor of the threshold
     exact = top % bottom == 0  # the threshold is itself a count X can take
-    below = stats.binom.cdf(k, s, r[row])  # P(X <= threshold)
-    at = np.where(exact, stats.binom.pmf(k, s, r[row]), 0.0)
+    below = distributions.binom_cdf(k, s, r[row])  # P(X <= threshold)
+    at = np.where(exact, distributions.binom_pmf(k, s, r[row]), 0.0)
     # P(X >= threshold) = 1 − P(X <= floor) + P(X = threshold if it is an integer)
     lower = np.bincount(row, weight * below, minlength=len(n))
     return lower, np.bincount(row, weight * (1 - below + at), minlength=len(n))
@@ -83,12 +83,12 @@ def _two_sided(lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
 
 
 def _binomial(k, n, p):
-    lower, upper = stats.binom.cdf(k, n, p), stats.binom.sf(k - 1, n, p)
+    lower, upper = distributions.binom_cdf(k, n, p), distributions.binom_sf(k - 1, n, p)
     sd = np.sqrt(n * p * (1 - p))
     valid = (n * p >= 5) & (n * (1 - p) >= 5)
     with np.errstate(divide="ignore", invalid="ignore"):  # sd = 0 only where not valid
-        below = np.where(valid, stats.norm.cdf((k + 0.5 - n * p) / sd), np.nan)
-        above = np.where(valid, stats.norm.sf((k - 0.5 - n * p) / sd), np.nan)
+        below = np.where(valid, distributions.norm_cdf((k + 0.5 - n * p) / sd), np.nan)
+        above = np.where(valid, distributions.norm_sf((k - 0.5 - n * p) / sd), np.nan)
     return lower, upper, (below, above)
 
 
@@ -114,7 +114,7 @@ def _marginal_benefit(fp, fn, n, p_fp, p_fn, exact):
     mu, var = p_fp - p_fn, p_fp + p_fn - (p_fp - p_fn) ** 2
     with np.errstate(divide="ignore", invalid="ignore"):
         sd = np.sqrt(var * n)
-        approx = stats.norm.cdf((d + 0.5 - n * mu) / sd), stats.norm.sf((d - 0.5 - n * mu) / sd)
+        approx = distributions.norm_cdf((d + 0.5 - n * mu) / sd), distributions.norm_sf((d - 0.5 - n * mu) / sd)
     return lower, upper, approx
 
 
@@ -133,7 +133,7 @@ def _joint_ratio(a_obs, d_obs, n, p_a, p_b, exact):
 
     lower, upper = _exact_on(exact, windowed, a_obs, d_obs, n, p_a, q)
     with np.errstate(divide="ignore", invalid="ignore"):
-        cdf = stats.beta.cdf(a_obs / d_obs, n * p_a + 1, n * p_b + 1)
+        cdf = distributions.beta_cdf(a_obs / d_obs, n * p_a + 1, n * p_b + 1)
     return lower, upper, (cdf, 1 - cdf)
 
 

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
 
 def bh_adjust(p_values: np.ndarray) -> np.ndarray:
-    """Benjamini-Hochberg adjusted p-values of the tests that were made (NaN = no test, kept)."""
+    """Benjamini-Hochberg adjusted p-values of the tests that were made (NaN = no test, kept):
+    min over j >= i of p_(j)·m/j in rank order, at most 1: scipy.stats.false_discovery_control's
+    "bh" to the last bit (tests/test_multiplicity.py), without importing scipy.stats (0.4 s)."""
     p_values = np.asarray(p_values, dtype=float)
     adjusted = np.full_like(p_values, np.nan)
-    made = ~np.isnan(p_values)
-    if made.any():
-        adjusted[made] = stats.false_discovery_control(p_values[made], method="bh")
+    made = np.flatnonzero(~np.isnan(p_values))
+    if len(made):
+        order = np.argsort(p_values[made], kind="stable")
+        steps = p_values[made][order] * (len(made) / np.arange(1, len(made) + 1))
+        adjusted[made[order]] = np.minimum(1.0, np.minimum.accumulate(steps[::-1])[::-1])
     return adjusted
 
 

@@ -25,8 +25,9 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
+from biasaudit.tasks import distributions
 from biasaudit.tasks.arrays import distinct_rows
 
 _NODES, _WEIGHTS = np.polynomial.legendre.leggauss(40)
@@ -135,7 +136,7 @@ def posterior_pair(x1, n1, x2, n2) -> Pair:
 
 def _bulk(a, b):
     """Interval holding all but 2e-14 of Beta(a, b)'s mass (quantiles: right for skewed tails)."""
-    return stats.beta.ppf(_TAIL, a, b), stats.beta.isf(_TAIL, a, b)
+    return distributions.beta_ppf(_TAIL, a, b), distributions.beta_isf(_TAIL, a, b)
 
 
 def _log_pdf(e, a, b, log_norm):

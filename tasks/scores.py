@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy import special, stats
+from scipy import special
 
 from biasaudit.schemas.results import validate_result
 from biasaudit.schemas.score_bins import (  # noqa: F401 (the bins are the stages' too)
@@ -26,6 +26,7 @@ from biasaudit.schemas.score_bins import (  # noqa: F401 (the bins are the stage
     score_counts,
     score_edges,
 )
+from biasaudit.tasks import distributions
 from biasaudit.tasks.multiplicity import bh_adjust
 from biasaudit.tasks.twosample import exact_interval_end
 
@@ -75,7 +76,7 @@ def newcombe_interval(auc, positives, negatives, confidence: float = 0.95):
     keeping the end inside the interval. It contains A by construction, and V(0) = V(1) = 0
     makes 1 its upper end when A = 1 and 0 its lower end when A = 0."""
     a, p, q = (np.asarray(v, dtype="float64") for v in (auc, positives, negatives))
-    z = stats.norm.ppf(0.5 + confidence / 2)
+    z = distributions.norm_ppf(0.5 + confidence / 2)
 
     def outside(theta, side):  # θ beyond the end on this side (-1 below A, +1 above)
         spread = z * np.sqrt(hanley_mcneil_variance(theta, p, q, newcombe=True))
@@ -105,7 +106,7 @@ def auc_interval(positives: np.ndarray, negatives: np.ndarray, confidence: float
     auc, variance = auc_and_variance(pos, neg)
     p, q = pos.sum(-1), neg.sum(-1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        half = stats.norm.ppf(0.5 + confidence / 2) * np.sqrt(variance) / (auc * (1 - auc))
+        half = distributions.norm_ppf(0.5 + confidence / 2) * np.sqrt(variance) / (auc * (1 - auc))
         centre = special.logit(auc)
         score_low, score_high = newcombe_interval(auc, p, q, confidence)
     wald = (np.minimum(p, q) >= SMALL_SAMPLE) & (half > 0) & np.isfinite(half)
@@ -160,7 +161,7 @@ def independent_auc_test(side_a: tuple, side_b: tuple):
         ]
         z = (auc_a - auc_b) / np.sqrt(variances[0] + variances[1])
     z = np.where(large & np.isfinite(logit_z), logit_z, z)
-    return np.where(np.isfinite(z), 2 * stats.norm.sf(np.abs(z)), np.nan)
+    return np.where(np.isfinite(z), 2 * distributions.norm_sf(np.abs(z)), np.nan)
 
 
 def clopper_pearson(successes, trials, confidence: float = 0.95):
@@ -266,7 +267,7 @@ def calibration_test(
     if df == 0:
         return np.nan, 0, np.nan
     statistic = float(u @ np.linalg.pinv(v) @ u)
-    return statistic, df, float(stats.chi2.sf(statistic, df))
+    return statistic, df, float(distributions.chi2_sf(statistic, df))
 
 
 def _matrices(counts: pd.DataFrame):

@@ -55,8 +55,9 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
+from biasaudit.tasks import distributions
 from biasaudit.tasks.arrays import distinct_rows, ragged
 
 GAMMA = 1e-9  # Berger-Boos γ: the confidence set's error, added to every one-sided p-value
@@ -106,8 +107,8 @@ def exact_interval_end(x, n, tail: float, *, upper: bool) -> np.ndarray:
     ``tail`` beyond it: a beta quantile, 0 (lower) at x = 0 and 1 (upper) at x = n."""
     x, n = np.broadcast_arrays(np.asarray(x, dtype="float64"), np.asarray(n, dtype="float64"))
     if upper:
-        return np.where(x < n, stats.beta.isf(tail, x + 1, np.maximum(n - x, 1)), 1.0)
-    return np.where(x > 0, stats.beta.ppf(tail, np.maximum(x, 1), n - x + 1), 0.0)
+        return np.where(x < n, distributions.beta_isf(tail, x + 1, np.maximum(n - x, 1)), 1.0)
+    return np.where(x > 0, distributions.beta_ppf(tail, np.maximum(x, 1), n - x + 1), 0.0)
 
 
 def _segment(x_a, n_a, x_b, n_b, u_tol, gamma) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -589,8 +590,8 @@ def rejection_probability(region: np.ndarray, p_a, p_b) -> np.ndarray:
     """P(reject) = Σ pmf_A pmf_B over the region, for each pair of true rates (enumeration)."""
     n_a, n_b = region.shape[0] - 1, region.shape[1] - 1
     p_a, p_b = np.atleast_1d(np.asarray(p_a, float)), np.atleast_1d(np.asarray(p_b, float))
-    pmf_a = stats.binom.pmf(np.arange(n_a + 1)[None, :], n_a, p_a[:, None])
-    pmf_b = stats.binom.pmf(np.arange(n_b + 1)[None, :], n_b, p_b[:, None])
+    pmf_a = distributions.binom_pmf(np.arange(n_a + 1)[None, :], n_a, p_a[:, None])
+    pmf_b = distributions.binom_pmf(np.arange(n_b + 1)[None, :], n_b, p_b[:, None])
     return np.einsum("ki,ij,kj->k", pmf_a, region.astype("float64"), pmf_b)
 
 
@@ -599,10 +600,10 @@ def normal_power(p_a, n_a, p_b, n_b, u_tol: float, level: float) -> np.ndarray:
     Φ((U − U_tol)/s − z) + Φ((−U − U_tol)/s − z), z = z_{1−level/2}, s² = Σ p(1 − p)/(n + 2)."""
     p_a, n_a, p_b, n_b = (np.asarray(v, dtype="float64") for v in (p_a, n_a, p_b, n_b))
     s = np.sqrt(p_a * (1 - p_a) / (n_a + 2) + p_b * (1 - p_b) / (n_b + 2))
-    z = stats.norm.ppf(1 - level / 2)
+    z = distributions.norm_ppf(1 - level / 2)
     u = p_a - p_b
     with np.errstate(divide="ignore", invalid="ignore"):
-        return stats.norm.cdf((u - u_tol) / s - z) + stats.norm.cdf((-u - u_tol) / s - z)
+        return distributions.norm_cdf((u - u_tol) / s - z) + distributions.norm_cdf((-u - u_tol) / s - z)
 
 
 def _range_max(values: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
@@ -641,7 +642,7 @@ def _critical_statistics(
     first, last = starts[run], np.r_[starts[1:], len(p_b)][run] - 1
     offset = (index - first) % _STRIDE
     cold = (offset == 0) | (index == last)
-    z = float(stats.norm.isf(budget))
+    z = float(distributions.norm_isf(budget))
 
     def search(rows: np.ndarray, first_t: np.ndarray, bracket: np.ndarray) -> None:
         out[rows] = _searched_batches(
@@ -714,7 +715,7 @@ def _searched_critical(
     xs = start[:, None] + np.minimum(columns, width[:, None] - 1)
     probability = _Zoned(n_a, n_b, xs, p_b, u_tol, width)
 
-    z = float(stats.norm.isf(budget))
+    z = float(distributions.norm_isf(budget))
     rows = len(p_b)
     low, high = np.zeros(rows), np.full(rows, np.inf)
     gap_low, gap_high = np.full(rows, np.nan), np.full(rows, np.nan)  # low = 0: not evaluated
@@ -727,7 +728,7 @@ def _searched_critical(
     live = np.arange(rows)  # the rows whose search is open: only they are evaluated
     for _ in range(_STEPS):
         tail, edges = probability(t[live], live)
-        gap = stats.norm.isf(np.clip(tail, 1e-300, 1 - 1e-16)) - z  # ≈ t − c
+        gap = distributions.norm_isf(np.clip(tail, 1e-300, 1 - 1e-16)) - z  # ≈ t − c
         likely = tail > budget
         # Illinois: an end kept twice has its gap halved, so the secant moves it next
         g_low = np.where(~likely & ~moved[live], gap_low[live] / 2, gap_low[live])
@@ -806,7 +807,7 @@ def _first_excluded(
     na, nb = n_a[owner], n_b[owner]
     table = statistic(x_s, na, x_l, nb, u_tol) if a_small else statistic(x_l, na, x_s, nb, u_tol)
     n_l = np.broadcast_to(probability.n_l, probability.p_l.shape)[rows][owner]
-    mass = probability.pmf[rows[owner], column[which]] * stats.binom.pmf(
+    mass = probability.pmf[rows[owner], column[which]] * distributions.binom_pmf(
         x_l, n_l, probability.p_l[rows][owner]
     )
     order = np.lexsort((-table, owner))  # by row, then from the largest T
@@ -965,8 +966,8 @@ def _oriented_powers(
     the true rates are left out. All comparisons at once: cells (comparison, count of the smaller
     group) and tables (cell, count of the larger) in flat arrays, summed per comparison."""
     power = np.zeros(len(n_a))
-    lo_a, hi_a = stats.binom.ppf([[_OUTSIDE], [1 - _OUTSIDE]], n_a, p_a)
-    lo_b, hi_b = stats.binom.ppf([[_OUTSIDE], [1 - _OUTSIDE]], n_b, p_b)
+    lo_a, hi_a = distributions.binom_ppf([[_OUTSIDE], [1 - _OUTSIDE]], n_a, p_a)
+    lo_b, hi_b = distributions.binom_ppf([[_OUTSIDE], [1 - _OUTSIDE]], n_b, p_b)
     live = np.flatnonzero(statistic(hi_a, n_a, lo_b, n_b, u_tol) > 0)  # a table with T > 0
     bound, sure = _corner_bounds(n_a[live], n_b[live], p_a[live], p_b[live], u_tol, gamma)
     power[live[sure]] = bound[sure]
@@ -1007,7 +1008,7 @@ def _oriented_powers(
     lo_l, hi_l, n_l, p_l = (lo_b, hi_b, n_b, p_b) if a_small else (lo_a, hi_a, n_a, p_a)
     owner = np.repeat(comparisons, (hi_s - lo_s + 1).astype("int64"))
     xs = ragged(lo_s, (hi_s - lo_s + 1).astype("int64")).astype("float64")
-    pmf_s = stats.binom.pmf(xs, n_s[owner], p_s[owner])
+    pmf_s = distributions.binom_pmf(xs, n_s[owner], p_s[owner])
     # the H1 edge depends on the count and the sizes only: once per distinct (size pair, count)
     key = grids.pair[owner] * (float(n_s.max()) + 1) + xs
     _, once, inverse = np.unique(key, return_index=True, return_inverse=True)
@@ -1059,13 +1060,13 @@ def _corner_bounds(n_a, n_b, p_a, p_b, u_tol: float, gamma: float):
     test then rejects with probability at least P(X_A >= k_A)·P(X_B <= k_B) (independent
     groups), within _SATURATED of 1: that bound is the power, low by at most _SATURATED. Large
     groups (tens of thousands) far from the tolerance end here."""
-    k_a = stats.binom.ppf(_SATURATED / 2, n_a, p_a)
-    k_b = stats.binom.ppf(1 - _SATURATED / 2, n_b, p_b)
+    k_a = distributions.binom_ppf(_SATURATED / 2, n_a, p_a)
+    k_b = distributions.binom_ppf(1 - _SATURATED / 2, n_b, p_b)
     in_h1 = _interval_end(k_a, n_a, gamma, upper=False) - u_tol > _interval_end(
         k_b, n_b, gamma, upper=True
     )
     positive = statistic(k_a, n_a, k_b, n_b, u_tol) > 0
-    bound = stats.binom.sf(k_a - 1, n_a, p_a) * stats.binom.cdf(k_b, n_b, p_b)
+    bound = distributions.binom_sf(k_a - 1, n_a, p_a) * distributions.binom_cdf(k_b, n_b, p_b)
     return bound, in_h1 & positive & (bound >= 1 - _SATURATED)
 
 
@@ -1093,8 +1094,8 @@ def _undecided_power(a_small: bool, comparisons, cells, nuisance, u_tol: float, 
     j = ragged(first[used], span)
     rate = np.clip(grids.values[j] + (0.0 if a_small else u_tol), 0.0, 1.0)
     n_large = n_l[whose]
-    lower_from = n_large - stats.binom.ppf(tail, n_large, 1 - rate) + 1  # Q_j
-    upper_from = stats.binom.ppf(tail, n_large, rate)  # R_j
+    lower_from = n_large - distributions.binom_ppf(tail, n_large, 1 - rate) + 1  # Q_j
+    upper_from = distributions.binom_ppf(tail, n_large, rate)  # R_j
     key = float(n_l.max()) + 4  # apart: comparison e's keys in [e·key, e·key + n + 1]
     inner = j > first[whose]  # Q_j for j in (first, last]; R_j for j in [first, last)
     q_keys = np.sort(np.where(inner, lower_from, np.inf) + whose * key)
@@ -1154,10 +1155,10 @@ def _h1_edges(a_small: bool, xs: np.ndarray, n_a, n_b, u_tol: float, gamma: floa
     tail = _end_tail(gamma)
     if a_small:
         v = _interval_end(xs, n_a, gamma, upper=False) - u_tol
-        edge = stats.binom.ppf(tail, n_b, np.clip(v, 0.0, 1.0)) - 1
+        edge = distributions.binom_ppf(tail, n_b, np.clip(v, 0.0, 1.0)) - 1
         return np.where(v > 0, edge, -1.0)
     v = _interval_end(xs, n_b, gamma, upper=True) + u_tol
-    edge = n_a - stats.binom.ppf(tail, n_a, np.clip(1 - v, 0.0, 1.0)) + 1
+    edge = n_a - distributions.binom_ppf(tail, n_a, np.clip(1 - v, 0.0, 1.0)) + 1
     return np.where(v < 1, edge, n_a + 1.0)
 
 
