@@ -104,7 +104,7 @@ def simulate(case: str, volume: int, replays: int, seed: int, comparisons: int =
         night = np.concatenate([errors, selection], 1).reshape(-1, 4)
         state, out = step(state, *night.T, settings, grid=GRID)
         e_process = np.where(active, out["e_process"].reshape(replays, comparisons), np.nan)
-        alarm = e_bh(e_process, ALPHA)
+        alarm = e_bh(e_process, ALPHA, state["ebh_weight"].reshape(replays, comparisons))
         for name, flags in (
             ("any", alarm.any(1)),
             ("alarm", alarm[:, target]),

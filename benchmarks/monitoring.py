@@ -59,7 +59,8 @@ def simulate(shift: float, replays: int, rng: np.random.Generator, settings: Set
             state, x[t].ravel(), n[t].ravel(), x_r[t].ravel(), n_r[t].ravel(), settings
         )
         crossed = out["crossed"].reshape(replays, groups)
-        alarm = e_bh(out["e_process"].reshape(replays, groups), settings.alpha)
+        weights = state["ebh_weight"].reshape(replays, groups)
+        alarm = e_bh(out["e_process"].reshape(replays, groups), settings.alpha, weights)
         record("crossed", crossed[:, SMALL], t)
         record("e_bh", alarm[:, SMALL], t)
         family_alarm = np.where((family_alarm < 0) & alarm.any(1), t, family_alarm)

@@ -456,6 +456,7 @@ class MonitorResult(GroupVsReference, Base):
     cs_c: Mapped[float] = mapped_column(Real)
     cs_dq: Mapped[float] = mapped_column(Real)
     cs_eq: Mapped[float] = mapped_column(Real)
+    ebh_weight: Mapped[float] = mapped_column(Real, server_default="0")
     # The increment this run consumed: (previous_as_of, as_of] and the previous run continued.
     previous_run_id: Mapped[int | None] = mapped_column(BigInteger)
     previous_as_of: Mapped[datetime | None] = mapped_column(Moment)

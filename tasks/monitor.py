@@ -52,11 +52,20 @@ H0 however the wealth is split between the sides before each night, as long as t
 predictable: each night a share f = 0.1 (TRANSFER) of the idle side's wealth (bet 0) moves to the
 side being bet on, M unchanged, so that a lasting change is bet on with nearly the whole wealth
 rather than half of it, while noise that opens a gate for a few nights moves little. By Ville's inequality
-P(sup_t M_t ≥ 1/α) ≤ α: ``crossed`` when M_t ≥ 1/α, at any number of looks. Across comparisons,
-e-BH (Wang and Ramdas 2022, definition 2) applied at each night to the e-process values (each an
-e-value at any stopping time) controls the FDR at α under arbitrary dependence; under the global
-null a rejection needs mean_k M_k,t ≥ 1/α, itself a test supermartingale, so P(any alarm in the
-whole sequence) ≤ α.
+P(sup_t M_t ≥ 1/α) ≤ α: ``crossed`` when M_t ≥ 1/α, at any number of looks.
+
+**Alarms across comparisons: weighted e-BH.** Each night e-BH (Wang and Ramdas 2022, definition 2
+and its weighted form, section 5) runs on the e-process values (each an e-value at any stopping
+time) times weights: comparison k's weight v_k = 1/√k_k of the pairs k_k of its first night with
+pairs, fixed from then on (0 before: out of the family), so that each comparison's share of α
+grows with the standard error of its nightly difference. A small group gathers evidence slowly and
+a lone drift there needs e ≥ K/(α·w_k) with w_k = K·v_k/Σv above 1 (a 5% group among eight, TPR,
+FPR and PPR each: about 2 instead of 1, half the evidence); a large group, whose e-process grows
+several times faster, pays a little more. With weights fixed before the e-values they multiply,
+e-BH controls the FDR at α·Σ_null w_k/K ≤ α under arbitrary dependence, and under the global null
+an alarm needs Σ_k (v_k/Σv)·M_k,t ≥ 1/α, a convex combination of test supermartingales, so P(any
+alarm in the whole sequence) ≤ α (Ville). The weights use the night's sample sizes only, given
+which every e-value is valid.
 
 **Confidence sequence for U** (constant U; Waudby-Smith and Ramdas 2024, hedged capital process,
 with the predictable plug-in bet λ_t = min(λ_max, sqrt(2 log(2/α)/(σ̂²_{t−1} N_t log(1 + N_t))))
@@ -273,6 +282,8 @@ def step(state: dict, x_g, n_g, x_r, n_r, settings: Settings, grid=GRID):
     new["cs_low"] = np.fmax(state["cs_low"], low)
     new["cs_high"] = np.fmin(state["cs_high"], high)
     new["nights"] = state["nights"] + 1
+    first = (state["ebh_weight"] <= 0) & (k > 0)  # e-BH's weight: fixed at the first pairs
+    new["ebh_weight"] = np.where(first, 1.0 / np.sqrt(np.maximum(k, 1.0)), state["ebh_weight"])
     out = {
         "pairs": k,
         "difference": np.where(k > 0, d, np.nan),
@@ -285,11 +296,19 @@ def step(state: dict, x_g, n_g, x_r, n_r, settings: Settings, grid=GRID):
     return new, out
 
 
-def e_bh(e_values, alpha: float) -> np.ndarray:
+def e_bh(e_values, alpha: float, weights=None) -> np.ndarray:
     """e-BH rejections along the last axis (Wang and Ramdas 2022): with K e-values sorted
-    e_(1) ≥ e_(2) ≥ ..., reject the k* largest, k* = max{k : e_(k) ≥ K/(α k)}. NaN: no test."""
+    e_(1) ≥ e_(2) ≥ ..., reject the k* largest, k* = max{k : e_(k) ≥ K/(α k)}. NaN: no test.
+    ``weights`` (>= 0, broadcast with the e-values; 0: out of the family): e-BH of w_k·e_k with
+    w_k = K·v_k/Σv, the weights scaled to sum to the family's size K (weighted e-BH)."""
     e = np.asarray(e_values, dtype=float)
     valid = ~np.isnan(e)
+    if weights is not None:
+        v = np.where(valid, np.broadcast_to(np.asarray(weights, dtype=float), e.shape), 0.0)
+        valid &= v > 0
+        total = v.sum(axis=-1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            e = e * v * valid.sum(axis=-1, keepdims=True) / total
     size = valid.sum(axis=-1, keepdims=True)
     filled = np.where(valid, e, -np.inf)
     order = np.argsort(-filled, axis=-1, kind="stable")
@@ -515,7 +534,8 @@ def advance(arrays: dict, counts: np.ndarray, active: np.ndarray, settings: Sett
     family = active if mirror is None else active & ~mirror
     e_process = np.where(family, out["e_process"], np.nan)
     out = {**out, "cs_low": new["cs_low"], "cs_high": new["cs_high"], "nights": new["nights"]}
-    out["alarm"] = e_bh(e_process, settings.alpha) if len(active) else np.zeros(0, bool)
+    alarm = e_bh(e_process, settings.alpha, new["ebh_weight"]) if len(active) else []
+    out["alarm"] = np.asarray(alarm, dtype=bool)
     return new, out
 
 

@@ -248,6 +248,60 @@ def test_e_bh_matches_its_definition():
     assert e_bh(np.array([np.nan, 100.0, 1.0]), 0.05).tolist() == [False, True, False]
 
 
+def test_weighted_e_bh_is_e_bh_of_the_weighted_e_values():
+    """Weighted e-BH: e-BH of K·v_k·e_k/Σv (brute force); equal weights are e-BH itself, and a
+    weight of 0 keeps a comparison out of the family (never alarmed, not counted in K)."""
+    rng = np.random.default_rng(2)
+    for _ in range(300):
+        size = int(rng.integers(1, 15))
+        e, v = np.exp(rng.normal(1.0, 2.0, size)), rng.random(size) + 0.01
+        v[rng.random(size) < 0.2] = 0.0
+        kept = v > 0
+        expected = np.zeros(size, bool)
+        if kept.any():
+            scaled = e[kept] * v[kept] * kept.sum() / v[kept].sum()
+            expected[kept] = _e_bh_brute(list(scaled), 0.1)
+        assert (e_bh(e, 0.1, v) == expected).all()
+        assert (e_bh(e, 0.1, np.full(size, 3.0)) == e_bh(e, 0.1)).all()
+    # a lone e-value among two needs 2/0.05 = 40; with weights 3 and 1 the first needs 40/1.5
+    assert e_bh(np.array([30.0, 1.0]), 0.05).tolist() == [False, False]
+    assert e_bh(np.array([30.0, 1.0]), 0.05, np.array([3.0, 1.0])).tolist() == [True, False]
+
+
+def test_e_bh_weight_is_fixed_at_the_first_night_with_pairs():
+    """v = 1/√k of the first night with pairs (k = min(n_g, n_r)), 0 before, then kept."""
+    settings = Settings(tolerance=0.05, alpha=0.05)
+    state = initial_state(2)
+    nights = [([0, 3], [0, 9], [0, 40], [0, 100]), ([2, 5], [4, 25], [30, 40], [90, 100])]
+    weights = []
+    for x_g, n_g, x_r, n_r in nights + [([5, 50], [30, 400], [30, 40], [90, 100])]:
+        state, _ = step(state, x_g, n_g, x_r, n_r, settings)
+        weights.append(state["ebh_weight"].tolist())
+    assert weights == [[0.0, 1 / 3], [0.5, 1 / 3], [0.5, 1 / 3]]
+
+
+@pytest.mark.slow
+def test_weighted_alarms_stay_at_most_alpha_on_the_null_boundary():
+    """Six groups against the rest at equal rates and tolerance 0 (every comparison on the null's
+    boundary, where e-processes are closest to martingales), two of them 5% groups whose weights
+    are the largest: P(any alarm in a year) ≤ α within Monte Carlo error."""
+    rng = np.random.default_rng(21)
+    replays, nights, alpha = 400, 365, 0.05
+    shares = np.array([0.4, 0.25, 0.15, 0.1, 0.05, 0.05])
+    settings = Settings(tolerance=0.0, alpha=alpha)
+    state = initial_state(replays * 6)
+    alarmed = np.zeros(replays, bool)
+    for _ in range(nights):
+        n = rng.multinomial(600, shares, size=replays)
+        x = rng.binomial(n, 0.3)
+        x_r, n_r = x.sum(1, keepdims=True) - x, n.sum(1, keepdims=True) - n
+        state, out = step(state, x.ravel(), n.ravel(), x_r.ravel(), n_r.ravel(), settings)
+        weights = state["ebh_weight"].reshape(replays, 6)
+        alarmed |= e_bh(out["e_process"].reshape(replays, 6), alpha, weights).any(1)
+    assert weights[:, 4:].mean() > 2 * weights[:, 0].mean()
+    assert stats.binomtest(int(alarmed.sum()), replays, alpha, "greater").pvalue > 0.001
+
+
 def test_e_bh_controls_fdr_of_monitor_alarms_under_dependence():
     """Five groups compared with one named reference share its data (dependent e-processes):
     the FDR of the nightly e-BH alarms stays ≤ α at every night (simulation: 3 null groups,
@@ -267,7 +321,8 @@ def test_e_bh_controls_fdr_of_monitor_alarms_under_dependence():
         state, out = step(
             state, x[:, 1:].ravel(), n[:, 1:].ravel(), x_r.ravel(), n_r.ravel(), settings
         )
-        alarm = e_bh(out["e_process"].reshape(replays, 5), alpha)
+        weights = state["ebh_weight"].reshape(replays, 5)
+        alarm = e_bh(out["e_process"].reshape(replays, 5), alpha, weights)
         fdp[t] = (alarm & null).sum(1) / np.maximum(alarm.sum(1), 1)
     fdr = fdp.mean(axis=1)
     assert fdr.max() <= alpha + 3 * np.sqrt(alpha / replays)
