@@ -534,8 +534,8 @@ def advance(arrays: dict, counts: np.ndarray, active: np.ndarray, settings: Sett
     family = active if mirror is None else active & ~mirror
     e_process = np.where(family, out["e_process"], np.nan)
     out = {**out, "cs_low": new["cs_low"], "cs_high": new["cs_high"], "nights": new["nights"]}
-    alarm = e_bh(e_process, settings.alpha, new["ebh_weight"]) if len(active) else []
-    out["alarm"] = np.asarray(alarm, dtype=bool)
+    weights = new["ebh_weight"]
+    out["alarm"] = e_bh(e_process, settings.alpha, weights) if len(active) else np.zeros(0, bool)
     return new, out
 
 
