@@ -85,7 +85,7 @@ MONITOR_STATE = [
     "cs_eq",  # sum k*lam^2*gamma*(var + D^2)
     "cs_low",  # running intersection of the CS
     "cs_high",
-    "ebh_weight",  # e-BH's weight 1/sqrt(pairs) of the first night with pairs (0 before it)
+    "ebh_weight",  # e-BH's weight 1/pairs of the first night with pairs (0 before it)
 ]
 
 

@@ -269,7 +269,7 @@ def test_weighted_e_bh_is_e_bh_of_the_weighted_e_values():
 
 
 def test_e_bh_weight_is_fixed_at_the_first_night_with_pairs():
-    """v = 1/√k of the first night with pairs (k = min(n_g, n_r)), 0 before, then kept."""
+    """v = 1/k of the first night with pairs (k = min(n_g, n_r)), 0 before, then kept."""
     settings = Settings(tolerance=0.05, alpha=0.05)
     state = initial_state(2)
     nights = [([0, 3], [0, 9], [0, 40], [0, 100]), ([2, 5], [4, 25], [30, 40], [90, 100])]
@@ -277,7 +277,7 @@ def test_e_bh_weight_is_fixed_at_the_first_night_with_pairs():
     for x_g, n_g, x_r, n_r in nights + [([5, 50], [30, 400], [30, 40], [90, 100])]:
         state, _ = step(state, x_g, n_g, x_r, n_r, settings)
         weights.append(state["ebh_weight"].tolist())
-    assert weights == [[0.0, 1 / 3], [0.5, 1 / 3], [0.5, 1 / 3]]
+    assert weights == [[0.0, 1 / 9], [0.25, 1 / 9], [0.25, 1 / 9]]
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""The monitor's alarms weigh each comparison by its first night's standard error: monitor_results
+"""The monitor's alarms weigh each comparison by its first night's variance: monitor_results
 gains e-BH's weight (schemas.results.MONITOR_STATE, tasks.monitor).
 
 Rows stored before hold 0: such a comparison's weight is fixed on its next night with pairs, and
