@@ -46,7 +46,6 @@ from biasaudit.tasks.detection import (
     hdi_difference,
     joint_decisions,
     rope_decision,
-    simple_rule,
 )
 from biasaudit.tasks.rates import comparison_rates
 
@@ -114,18 +113,24 @@ def words(rates: pd.DataFrame, tolerance: float) -> dict[str, np.ndarray]:
     low, high = hdi_difference(x1, n1, x2, n2, 1 - ALPHA)
     mean, var = beta_difference(x1, n1, x2, n2)
     old_biased = defined & (rope_decision(low, high, tolerance) == "biased")
-    old_rule = defined & (
-        simple_rule(mean, np.sqrt(var), tolerance, stats.norm.ppf(1 - ALPHA / 2)) != 0
-    )
+    old_rule = defined & normal_rule(mean, np.sqrt(var), tolerance, stats.norm.ppf(1 - ALPHA / 2))
     joint = joint_decisions(x1, n1, x2, n2, tested, tolerance=tolerance, alpha=ALPHA)
+    joint_z = stats.norm.ppf(1 - (1 - joint.mass) / 2)
     return {
         "old biased": old_biased,
         "old biased, tested rows": old_biased & tested,
         "old simple rule": old_rule,
         "old simple rule, tested rows": old_rule & tested,
         "joint biased": joint.decision == "biased",
+        "joint simple rule, normal tails": tested
+        & normal_rule(mean, np.sqrt(var), tolerance, joint_z),
         "joint simple rule": joint.simple_rule != 0,
     }
+
+
+def normal_rule(mean, sd, tolerance, z) -> np.ndarray:
+    """The blog's simple rule as detect made it until 2026-11-27: μ − zσ > t or μ + zσ < −t."""
+    return (mean - z * sd > tolerance) | (mean + z * sd < -tolerance)
 
 
 def share(hits: list[bool]) -> dict[str, float]:

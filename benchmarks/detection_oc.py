@@ -20,10 +20,10 @@ from scipy import stats
 from biasaudit.tasks.detection import (
     beta_difference,
     hdi_difference,
-    prob_deviation,
     rope_decision,
     unfairness_test,
 )
+from biasaudit.tasks.posterior import prob_deviation
 
 TOLERANCE = 0.1
 CONFIDENCES = [0.68, 0.90, 0.95, 0.997]

@@ -31,7 +31,14 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from biasaudit.tasks.monitor import Settings, e_bh, initial_state, log_e_value, step
+from biasaudit.tasks.monitor import (
+    Settings,
+    e_bh,
+    family_entry,
+    initial_state,
+    log_e_value,
+    step,
+)
 
 FAMILIES = {  # comparisons: group shares (the first 5% group is the one that changes)
     12: np.array([0.55, 0.25, 0.15, 0.05]),
@@ -102,7 +109,8 @@ def simulate(case: str, volume: int, replays: int, seed: int, comparisons: int =
             active[: 2 * groups] = True
         active[2 * groups :] = True
         night = np.concatenate([errors, selection], 1).reshape(-1, 4)
-        state, out = step(state, *night.T, settings, grid=GRID)
+        entry = family_entry(state, families=replays)
+        state, out = step(state, *night.T, settings, grid=GRID, entry=entry)
         e_process = np.where(active, out["e_process"].reshape(replays, comparisons), np.nan)
         alarm = e_bh(e_process, ALPHA, state["ebh_weight"].reshape(replays, comparisons))
         for name, flags in (

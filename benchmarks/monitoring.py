@@ -28,7 +28,7 @@ from scipy import stats
 
 from biasaudit.schemas.results import COMPARISON_KEY
 from biasaudit.tasks.detection import unfairness_test
-from biasaudit.tasks.monitor import Settings, e_bh, initial_state, step
+from biasaudit.tasks.monitor import Settings, e_bh, family_entry, initial_state, step
 from biasaudit.tasks.monitor_frame import monitor_frame
 
 SHARES = np.array([0.55, 0.25, 0.10, 0.05, 0.05])
@@ -55,8 +55,9 @@ def simulate(shift: float, replays: int, rng: np.random.Generator, settings: Set
         first[name] = np.where((first[name] < 0) & flags & (t >= start), t, first[name])
 
     for t in range(NIGHTS):
+        entry = family_entry(state, families=replays)
         state, out = step(
-            state, x[t].ravel(), n[t].ravel(), x_r[t].ravel(), n_r[t].ravel(), settings
+            state, x[t].ravel(), n[t].ravel(), x_r[t].ravel(), n_r[t].ravel(), settings, entry=entry
         )
         crossed = out["crossed"].reshape(replays, groups)
         weights = state["ebh_weight"].reshape(replays, groups)

@@ -199,7 +199,9 @@ def fisher_two_sided(a, b, c, d) -> np.ndarray:
     hi = np.where(below, np.minimum(n, n1), mode)
     while np.any(open_ := lo < hi):
         middle = np.where(below, (lo + hi + 1) // 2, (lo + hi) // 2)
-        likelier = distributions.hypergeom_pmf(middle, *law)  # a pmf exactly at the level: as scipy's bisections decide
+        likelier = distributions.hypergeom_pmf(
+            middle, *law
+        )  # a pmf exactly at the level: as scipy's bisections decide
         reached = np.where(below, likelier >= level, likelier > level)
         low_moves = open_ & (reached == below)  # below: up to a reached x; above: past a missed one
         high_moves = open_ & ~low_moves

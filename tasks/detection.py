@@ -4,7 +4,11 @@ Bayesian rate difference ("How to detect algorithmic bias in production"): with 
 n_i in group i and a uniform prior, e_i ~ Beta(x_i + 1, n_i − x_i + 1), independent, and
 T = e2 − e1 (group 2 minus group 1). Three decision rules from the blog:
 
-- simple rule: bias toward group 2 when μ − zσ > t, toward group 1 when μ + zσ < −t;
+- simple rule: bias toward group 2 when μ − zσ > t, toward group 1 when μ + zσ < −t; here with
+  T's exact posterior tails in place of their normal approximation: toward group 2 when
+  P(T ≤ t) < (1 − c)/2, the equal-tailed interval of mass c above t (the normal tails at
+  z_{1−α/(2m)} fired in 0.11 of fair audits of 30 groups at t = 0; the exact ones: see
+  docs/statistics.md);
 - probability of deviation p = P(T > t) + P(T < −t), flagged when p > c (algorithm 2), computed
   by numerical integration of the density (the blog's closed-form CDF has a sign slip: it gives
   P(e1 − e2 ≤ t), not P(T > t));
@@ -13,12 +17,11 @@ T = e2 − e1 (group 2 minus group 1). Three decision rules from the blog:
   blog's step 3 states the overlap test loosely; this three-way decision is the one implemented.
 
 An audit makes m such decisions at once (every tested comparison and metric), so each is made at
-the Bonferroni credibility c = 1 − α/m (and the simple rule at z_{1−α/(2m)}): the m intervals hold
+the Bonferroni credibility c = 1 − α/m (and the simple rule at the same mass): the m intervals hold
 their differences jointly with posterior probability at least 1 − α, and a fair model draws a
 'biased' anywhere in the audit in at most about α of audits (0.040 ± 0.010 at most over 2-30
 groups), where c = 1 − α on every row gave up to 0.81 at t = 0.05 and 0.17-1.00 at t = 0
-(benchmarks/bayes_words.py; the simple rule's normal tails at that z fire more often: 0.11 with 30
-groups at t = 0). Only tested comparisons are decided: a group below ``min_group_size``, a zero
+(benchmarks/bayes_words.py). Only tested comparisons are decided: a group below ``min_group_size``, a zero
 denominator or a repeated hypothesis gets no word. At t = 0 the ROPE is the point 0: 'biased' when
 the HDI excludes 0, never 'fair' (P(|T| > 0) is 1 there and decides nothing).
 
@@ -43,16 +46,19 @@ import numpy as np
 import pandas as pd
 
 from biasaudit.schemas.results import COMPARISON_KEY
-from biasaudit.tasks import distributions
 from biasaudit.tasks.hdi import hdi_difference
 from biasaudit.tasks.multiplicity import bh_adjust
-from biasaudit.tasks.posterior import beta_difference, prob_deviation
+from biasaudit.tasks.posterior import beta_difference, deviation_tails
 from biasaudit.tasks.twosample import two_sample_test
 
 
-def simple_rule(mean, sd, t, z) -> np.ndarray:
-    """The blog's simple algorithm: +1 bias toward group 2, −1 toward group 1, 0 none."""
-    return np.where(mean - z * sd > t, 1, np.where(mean + z * sd < -t, -1, 0))
+def simple_rule(above, below, mass: float) -> np.ndarray:
+    """The blog's simple algorithm at credibility ``mass`` from T's exact tails above = P(T > t)
+    and below = P(T < −t): +1 (bias toward group 2) where the equal-tailed interval lies above t,
+    P(T > t) > 1 − (1 − mass)/2; −1 where it lies below −t; 0 otherwise. The blog's μ ± zσ is the
+    normal approximation of that interval's ends."""
+    edge = 1 - (1 - mass) / 2
+    return np.where(above > edge, 1, np.where(below > edge, -1, 0))
 
 
 def rope_decision(low, high, t) -> np.ndarray:
@@ -70,32 +76,34 @@ def decision_mass(alpha: float, decisions: int) -> float:
 
 class Decisions(NamedTuple):
     """One audit's Bayesian decisions (joint_decisions): every row's HDI, their common mass, the
-    HDI + ROPE decision and the simple rule (None and 0 on rows not tested)."""
+    HDI + ROPE decision and the simple rule (None and 0 on rows not tested), and P(|T| > t) from
+    the same tails as the simple rule."""
 
     low: np.ndarray
     high: np.ndarray
     mass: float
     decision: np.ndarray
     simple_rule: np.ndarray
+    prob_deviation: np.ndarray
 
 
 def joint_decisions(
     x_group, n_group, x_reference, n_reference, tested, *, tolerance: float, alpha: float
 ) -> Decisions:
     """The HDI + ROPE decision and the simple rule of one audit's rows, made jointly: every HDI
-    at decision_mass(alpha, m) over the m ``tested`` rows, the simple rule at the same mass
-    (z_{1−α/(2m)}), and a decision on tested rows only."""
+    at decision_mass(alpha, m) over the m ``tested`` rows, the simple rule at the same mass, and a
+    decision on tested rows only."""
     mass = decision_mass(alpha, int(np.sum(tested)))
     counts = (x_group, n_group, x_reference, n_reference)
     low, high = hdi_difference(*counts, mass)
-    mean, var = beta_difference(*counts)
-    z = distributions.norm_ppf(1 - (1 - mass) / 2)
+    above, below = deviation_tails(*counts, tolerance)
     return Decisions(
         low,
         high,
         mass,
         np.where(tested, rope_decision(low, high, tolerance), None),
-        np.where(tested, simple_rule(mean, np.sqrt(var), tolerance, z), 0),
+        np.where(tested, simple_rule(above, below, mass), 0),
+        np.clip(above + below, 0.0, 1.0),
     )
 
 
@@ -128,7 +136,7 @@ def detect(
     PPR and PNR over every valid prediction), the observed ``difference``, the posterior mean and
     sd of T = e_group − e_reference, direction, P(|T| > tolerance), the HDI of mass
     ``hdi_mass`` = 1 − alpha/m over the m tested rows (decision_mass) and its ROPE decision, the
-    simple rule at z_{1−α/(2m)}, the z and p of the test of |U| > tolerance (``test``: 'exact'),
+    simple rule at the same mass, the z and p of the test of |U| > tolerance (``test``: 'exact'),
     and the Benjamini-Hochberg adjusted p across all tested rows (``flagged`` when it is below
     alpha). Rows not tested (a zero denominator, a group below ``min_group_size``, the repeat of a
     two-valued attribute's comparison or of a complement's) carry ``reason``, an HDI where both
@@ -168,7 +176,7 @@ def detect(
             np.where(difference > 0, "higher", np.where(difference < 0, "lower", "equal")),
             None,
         ),
-        prob_deviation=shown(prob_deviation(x2, n2, x1, n1, tolerance)),
+        prob_deviation=shown(decided.prob_deviation),
         hdi_low=shown(decided.low),
         hdi_high=shown(decided.high),
         hdi_mass=decided.mass,

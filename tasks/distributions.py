@@ -6,8 +6,9 @@ scipy.special._ufuncs, then handles arguments outside the support. Importing sci
 about 0.4 s of every process's start (it loads scipy.spatial, sparse, linalg and optimize); these
 functions call the same kernels with the same handling of the support, so every value is the same
 to the last bit (tests/test_distributions.py compares them with scipy.stats over grids of
-arguments, the support's edges included). Arguments are valid parameters (n a count, p in
-[0, 1]), as every caller's are.
+arguments, the support's edges included). Only for valid parameters (n a count, p in [0, 1], not
+NaN): where scipy.stats returns NaN for invalid ones, these may return a number; the callers mask
+such rows (a zero denominator, an undefined rate) themselves.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def norm_isf(q):
 
 
 def beta_cdf(x, a, b):
-    return special.betainc(a, b, x)
+    return special.betainc(a, b, np.clip(x, 0.0, 1.0))
 
 
 def beta_ppf(q, a, b):
@@ -46,7 +47,7 @@ def beta_isf(q, a, b):
 
 
 def chi2_sf(x, df):
-    return special.chdtrc(df, x)
+    return special.chdtrc(df, np.maximum(x, 0.0))
 
 
 def _cdf(kernel, k, low, high, *parameters):
@@ -86,11 +87,11 @@ def binom_sf(k, n, p):
 
 
 def binom_ppf(q, n, p):
-    """The smallest k with P(X <= k) >= q (−1 at q = 0, n at q = 1)."""
+    """The smallest k with P(X <= k) >= q (−1 at q = 0, n at q = 1, NaN outside [0, 1])."""
     q = np.asarray(q, dtype="float64")
     inner = (q > 0) & (q < 1)
     value = kernels._binom_ppf(np.where(inner, q, 0.5), n, p)
-    return np.where(inner, value, np.where(q <= 0, -1.0, n))[()]
+    return np.where(inner, value, np.where(q == 0, -1.0, np.where(q == 1, n, np.nan)))[()]
 
 
 def _hypergeom_support(total, successes, draws):

@@ -114,7 +114,10 @@ def _marginal_benefit(fp, fn, n, p_fp, p_fn, exact):
     mu, var = p_fp - p_fn, p_fp + p_fn - (p_fp - p_fn) ** 2
     with np.errstate(divide="ignore", invalid="ignore"):
         sd = np.sqrt(var * n)
-        approx = distributions.norm_cdf((d + 0.5 - n * mu) / sd), distributions.norm_sf((d - 0.5 - n * mu) / sd)
+        approx = (
+            distributions.norm_cdf((d + 0.5 - n * mu) / sd),
+            distributions.norm_sf((d - 0.5 - n * mu) / sd),
+        )
     return lower, upper, approx
 
 

@@ -63,11 +63,17 @@ lone drift there needs e ≥ K/(α·w_k) with w_k = K·v_k/Σv above 1 (the TPR 
 eight, with their FPR and PPR, at 300 predictions a night: w ≈ 3, a third of the evidence); a
 large group, whose e-process grows several times faster, needs more (its PPR: w ≈ 0.1, log 10 =
 2.3 nats more; a 0.10 drop of the largest group's TPR is found after a median of 88 nights instead
-of 79 at 300 a night, 19 instead of 18 at 1,500; benchmarks/README.md). With weights fixed before the e-values they multiply,
-e-BH controls the FDR at α·Σ_null w_k/K ≤ α under arbitrary dependence, and under the global null
-an alarm needs Σ_k (v_k/Σv)·M_k,t ≥ 1/α, a convex combination of test supermartingales, so P(any
-alarm in the whole sequence) ≤ α (Ville). The weights use the night's sample sizes only, given
-which every e-value is valid.
+of 79 at 300 a night, 19 instead of 18 at 1,500; benchmarks/README.md). Under the global null an
+alarm needs S_t = Σ_k (v_k/Σv)·M_k,t ≥ 1/α over the family's members. While the family stays the
+same, S is a convex combination of test supermartingales with fixed weights (they use sample sizes
+only, given which every e-value is valid). A comparison joins (its first night with pairs, labels
+arriving late, a new group) at the wealth min(1, S_{t−1}) (family_entry), not 1, so that S
+renormalised over the larger family does not rise; joining at 1 would refresh S toward 1 each time
+(eight fair, always-betting e-processes joining 150 nights apart, each with ten times the weight of
+the one before: any alarm in 0.28 of 4,000 years joining at 1, 0.10 with equal weights; 0.042 and
+0.033 joining at min(1, S); tests/test_monitor.py checks the monitor's own bets). So S is a test supermartingale, and P(any alarm in the whole sequence) ≤ α
+(Ville). Each M_k is still an e-process for its own null (its start is at most 1), and at each
+night e-BH controls the FDR at α·Σ_null w_k/K ≤ α under arbitrary dependence.
 
 **Confidence sequence for U** (constant U; Waudby-Smith and Ramdas 2024, hedged capital process,
 with the predictable plug-in bet λ_t = min(λ_max, sqrt(2 log(2/α)/(σ̂²_{t−1} N_t log(1 + N_t))))
@@ -241,14 +247,21 @@ class Settings:
         return [f.name for f in fields(cls)]
 
 
-def step(state: dict, x_g, n_g, x_r, n_r, settings: Settings, grid=GRID):
+def step(state: dict, x_g, n_g, x_r, n_r, settings: Settings, grid=GRID, entry=0.0):
     """One increment for every comparison (arrays aligned with the state's rows).
 
-    Returns the new state and the night's outputs: pairs, difference, per-side and combined
-    e-values, the e-process M_t and whether it crossed 1/α. Pure: the state is not modified.
+    ``entry``: the log wealth a comparison joining the e-BH family tonight (its first night with
+    pairs) starts from (family_entry; 0 keeps 1). Returns the new state and the night's outputs:
+    pairs, difference, per-side and combined e-values, the e-process M_t and whether it crossed
+    1/α. Pure: the state is not modified.
     """
     tol, alpha = settings.tolerance, settings.alpha
     k, d, var = pair_moments(x_g, n_g, x_r, n_r)
+    joining = (state["ebh_weight"] <= 0) & (k > 0)  # e-BH's weight: fixed at the first pairs
+    start_up, start_down = (
+        np.where(joining, state[f"log_m_{side}"] + entry, state[f"log_m_{side}"])
+        for side in ("up", "down")
+    )
     new = {name: np.array(value, dtype=float) for name, value in state.items()}
     lams = {}
     for side, name in ((+1, "up"), (-1, "down")):
@@ -261,8 +274,8 @@ def step(state: dict, x_g, n_g, x_r, n_r, settings: Settings, grid=GRID):
             new[f"{c}_{name}"] = value
     log_e_up = log_e_value(x_g, n_g, x_r, n_r, lams["up"], tol, +1)
     log_e_down = log_e_value(x_g, n_g, x_r, n_r, lams["down"], tol, -1)
-    log_m_before = np.logaddexp(state["log_m_up"], state["log_m_down"]) - np.log(2)
-    log_up, log_down = rebalance(state["log_m_up"], state["log_m_down"], lams["up"], lams["down"])
+    log_m_before = np.logaddexp(start_up, start_down) - np.log(2)
+    log_up, log_down = rebalance(start_up, start_down, lams["up"], lams["down"])
     new["log_m_up"] = log_up + log_e_up
     new["log_m_down"] = log_down + log_e_down
     log_m = np.logaddexp(new["log_m_up"], new["log_m_down"]) - np.log(2)
@@ -284,8 +297,7 @@ def step(state: dict, x_g, n_g, x_r, n_r, settings: Settings, grid=GRID):
     new["cs_low"] = np.fmax(state["cs_low"], low)
     new["cs_high"] = np.fmin(state["cs_high"], high)
     new["nights"] = state["nights"] + 1
-    first = (state["ebh_weight"] <= 0) & (k > 0)  # e-BH's weight: fixed at the first pairs
-    new["ebh_weight"] = np.where(first, 1.0 / np.maximum(k, 1.0), state["ebh_weight"])
+    new["ebh_weight"] = np.where(joining, 1.0 / np.maximum(k, 1.0), state["ebh_weight"])
     out = {
         "pairs": k,
         "difference": np.where(k > 0, d, np.nan),
@@ -298,6 +310,26 @@ def step(state: dict, x_g, n_g, x_r, n_r, settings: Settings, grid=GRID):
     return new, out
 
 
+def family_entry(state: dict, members=None, families: int = 1) -> np.ndarray:
+    """Per row, log min(1, S): S = Σ v_k·M_k / Σ v_k, the weighted mean of the e-processes of the
+    e-BH family's members (weight v > 0 and ``members``, default all rows) before tonight; the rows
+    laid out as ``families`` families of equal size one after the other (1 where a family has no
+    member yet). A comparison joining the family starts from this wealth instead of 1, so that S,
+    renormalised over the larger family, does not rise by its joining (module docstring)."""
+    weight = np.asarray(state["ebh_weight"], dtype=float)
+    inside = weight > 0 if members is None else (weight > 0) & np.asarray(members, bool)
+    log_m = np.logaddexp(state["log_m_up"], state["log_m_down"]) - np.log(2)
+    with np.errstate(divide="ignore"):
+        log_v = np.where(inside, np.log(np.where(inside, weight, 1.0)), -np.inf).reshape(
+            families, -1
+        )
+    log_total = np.logaddexp.reduce(log_v, axis=1, keepdims=True)
+    log_mean = np.logaddexp.reduce(log_v + log_m.reshape(families, -1), axis=1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        log_s = np.where(np.isfinite(log_total), log_mean - log_total, 0.0)
+    return np.broadcast_to(np.minimum(log_s, 0.0), log_v.shape).ravel()
+
+
 def e_bh(e_values, alpha: float, weights=None) -> np.ndarray:
     """e-BH rejections along the last axis (Wang and Ramdas 2022): with K e-values sorted
     e_(1) ≥ e_(2) ≥ ..., reject the k* largest, k* = max{k : e_(k) ≥ K/(α k)}. NaN: no test.
@@ -306,8 +338,9 @@ def e_bh(e_values, alpha: float, weights=None) -> np.ndarray:
     e = np.asarray(e_values, dtype=float)
     valid = ~np.isnan(e)
     if weights is not None:
-        v = np.where(valid, np.broadcast_to(np.asarray(weights, dtype=float), e.shape), 0.0)
-        valid &= v > 0
+        v = np.broadcast_to(np.asarray(weights, dtype=float), e.shape)
+        valid &= v > 0  # NaN or a weight <= 0: out of the family
+        v = np.where(valid, v, 0.0)
         total = v.sum(axis=-1, keepdims=True)
         with np.errstate(invalid="ignore", divide="ignore"):
             e = e * v * valid.sum(axis=-1, keepdims=True) / total
@@ -530,10 +563,11 @@ def advance(arrays: dict, counts: np.ndarray, active: np.ndarray, settings: Sett
     monitored so far (others stay in their initial state and out of the e-BH family),
     ``mirror`` the rows kept out of the family (``mirrors``)."""
     x_g, n_g, x_r, n_r = counts[:, :4].T
-    new, out = step(arrays, x_g, n_g, x_r, n_r, settings)
+    family = active if mirror is None else active & ~mirror
+    entry = family_entry(arrays, family)
+    new, out = step(arrays, x_g, n_g, x_r, n_r, settings, entry=entry)
     start = initial_state(len(active))
     new = {c: np.where(active, new[c], start[c]) for c in MONITOR_STATE}
-    family = active if mirror is None else active & ~mirror
     e_process = np.where(family, out["e_process"], np.nan)
     out = {**out, "cs_low": new["cs_low"], "cs_high": new["cs_high"], "nights": new["nights"]}
     weights = new["ebh_weight"]

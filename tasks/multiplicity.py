@@ -10,13 +10,14 @@ def bh_adjust(p_values: np.ndarray) -> np.ndarray:
     min over j >= i of p_(j)·m/j in rank order, at most 1: scipy.stats.false_discovery_control's
     "bh" to the last bit (tests/test_multiplicity.py), without importing scipy.stats (0.4 s)."""
     p_values = np.asarray(p_values, dtype=float)
-    adjusted = np.full_like(p_values, np.nan)
-    made = np.flatnonzero(~np.isnan(p_values))
+    flat = p_values.ravel()
+    adjusted = np.full_like(flat, np.nan)
+    made = np.flatnonzero(~np.isnan(flat))
     if len(made):
-        order = np.argsort(p_values[made], kind="stable")
-        steps = p_values[made][order] * (len(made) / np.arange(1, len(made) + 1))
+        order = np.argsort(flat[made], kind="stable")
+        steps = flat[made][order] * (len(made) / np.arange(1, len(made) + 1))
         adjusted[made[order]] = np.minimum(1.0, np.minimum.accumulate(steps[::-1])[::-1])
-    return adjusted
+    return adjusted.reshape(p_values.shape)
 
 
 def holm_adjust(p_values: np.ndarray) -> np.ndarray:

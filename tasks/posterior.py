@@ -203,30 +203,46 @@ def in_chunks(function: Callable, *arrays):
 
 def prob_deviation(x_group, n_group, x_reference, n_reference, t) -> np.ndarray:
     """P(|e_group − e_reference| > t) = ∫ f_N(e)[1 − F_W(e + t) + F_W(e − t)] de (the blog's
-    algorithm 2).
+    algorithm 2): the sum of deviation_tails.
 
     The identity holds whichever of the two posteriors is the narrow one N, so the integral always
     runs over the narrower. Accurate to better than 1e-6 (checked against scipy.integrate.quad).
-    P(|T| > t) is the same for T and −T: computed once per distinct table and t.
+    """
+    above, below = deviation_tails(x_group, n_group, x_reference, n_reference, t)
+    return np.clip(above + below, 0.0, 1.0)
+
+
+def deviation_tails(x_group, n_group, x_reference, n_reference, t) -> tuple[np.ndarray, np.ndarray]:
+    """(P(T > t), P(T < −t)) for T = e_group − e_reference: ∫ f_N(e)(1 − F_W(e + t)) de and
+    ∫ f_N(e) F_W(e − t) de are P(e_W − e_N > t) and P(e_W − e_N < −t), T = s·(e_W − e_N).
+
+    Computed once per class of tables and t (distinct_tables): T of a table is s·T of its class's
+    representative, and s = −1 swaps the two tails.
     """
     x1, n1, x2, n2, t = np.broadcast_arrays(
         *(np.asarray(v, "float64") for v in (x_reference, n_reference, x_group, n_group, t))
     )
-    tables, inverse, _ = distinct_tables(x1, n1, x2, n2)
+    tables, inverse, sign = distinct_tables(x1, n1, x2, n2)
     keys, key_index = distinct_rows(np.vstack([tables[:, inverse], t.ravel()]).T)
-    values = in_chunks(_prob_deviation, *keys.T)
-    return values[key_index].reshape(t.shape)
+    above, below = (values[key_index] for values in in_chunks(_deviation_tails, *keys.T))
+    flipped = sign < 0
+    return (
+        np.where(flipped, below, above).reshape(t.shape),
+        np.where(flipped, above, below).reshape(t.shape),
+    )
 
 
-def _prob_deviation(x1, n1, x2, n2, t):
+def _deviation_tails(x1, n1, x2, n2, t):
     pair = posterior_pair(x1, n1, x2, n2)
     integral, e, w = _panel_nodes(pair.n_lo, pair.n_hi, t, 1 - t)
     at = pair.take(integral)
-    density = np.exp(_log_pdf(e, at.an[:, None], at.bn[:, None], at.n_log_norm[:, None]))
+    density = w * np.exp(_log_pdf(e, at.an[:, None], at.bn[:, None], at.n_log_norm[:, None]))
     t = t[integral, None]
     aw, bw = at.aw[:, None], at.bw[:, None]
-    outside = special.betaincc(aw, bw, np.minimum(e + t, 1.0)) + special.betainc(
-        aw, bw, np.maximum(e - t, 0.0)
+    high = special.betaincc(aw, bw, np.minimum(e + t, 1.0))  # P(e_W − e_N > t) at e_N = e
+    low = special.betainc(aw, bw, np.maximum(e - t, 0.0))  # P(e_W − e_N < −t) at e_N = e
+    up, down = (
+        np.clip(np.bincount(integral, (density * v).sum(axis=-1), minlength=len(pair.an)), 0, 1)
+        for v in (high, low)
     )
-    total = np.bincount(integral, (w * density * outside).sum(axis=-1), minlength=len(pair.an))
-    return np.clip(total, 0.0, 1.0)
+    return np.where(pair.sign > 0, up, down), np.where(pair.sign > 0, down, up)

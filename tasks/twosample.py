@@ -603,7 +603,9 @@ def normal_power(p_a, n_a, p_b, n_b, u_tol: float, level: float) -> np.ndarray:
     z = distributions.norm_ppf(1 - level / 2)
     u = p_a - p_b
     with np.errstate(divide="ignore", invalid="ignore"):
-        return distributions.norm_cdf((u - u_tol) / s - z) + distributions.norm_cdf((-u - u_tol) / s - z)
+        return distributions.norm_cdf((u - u_tol) / s - z) + distributions.norm_cdf(
+            (-u - u_tol) / s - z
+        )
 
 
 def _range_max(values: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
@@ -1181,8 +1183,9 @@ def exact_powers(
 
     The side p_B − p_A > U_tol is the side p_A − p_B > U_tol of the mirrored counts n − x (T and
     the test are symmetric under it), so both sides, and every comparison with the same sizes,
-    share one set of critical statistics; each distinct (sizes, rates to 12 decimals) is
-    computed once: a metric and its complement (TPR and FNR) at mirrored targets are one.
+    share one set of critical statistics; each distinct (sizes, rates rounded to 12 decimals)
+    is computed once, at the rounded rates (a power moves by about n·1e-12 at most): a metric and
+    its complement (TPR and FNR) at mirrored targets are one.
 
     ``precision``: the critical statistics' (t's) bracket width. A table whose T lies within it
     above a critical statistic is counted as not rejecting, so the power is low by at most the

@@ -10,11 +10,11 @@ from scipy import integrate, stats
 from biasaudit.tasks.detection import (
     beta_difference,
     hdi_difference,
-    prob_deviation,
     rope_decision,
     simple_rule,
     unfairness_test,
 )
+from biasaudit.tasks.posterior import deviation_tails, prob_deviation
 
 BLOG = [(20, 100, 30, 100), (40, 80, 20, 40), (400, 1000, 600, 1000)]
 RNG = np.random.default_rng(42)
@@ -73,6 +73,21 @@ def test_prob_deviation_matches_adaptive_quadrature(x1, n1, x2, n2, t):
     )
 
 
+@pytest.mark.parametrize(("x1", "n1", "x2", "n2"), RANDOM)
+@pytest.mark.parametrize("t", [0.0, 0.02, 0.1])
+def test_deviation_tails_match_adaptive_quadrature(x1, n1, x2, n2, t):
+    """P(T > t) and P(T < −t) each, T = e2 − e1, within 1e-6 of scipy.integrate.quad."""
+    f1, f2 = stats.beta(x1 + 1, n1 - x1 + 1), stats.beta(x2 + 1, n2 - x2 + 1)
+    options = {"points": [x1 / n1], "limit": 500, "epsabs": 1e-12, "epsrel": 1e-12}
+    above, _ = integrate.quad(lambda e: f1.pdf(e) * f2.sf(min(e + t, 1)), 0, 1, **options)
+    below, _ = integrate.quad(lambda e: f1.pdf(e) * f2.cdf(max(e - t, 0)), 0, 1, **options)
+    ours = deviation_tails(x2, n2, x1, n1, t)
+    assert ours[0] == pytest.approx(above, abs=1e-6)
+    assert ours[1] == pytest.approx(below, abs=1e-6)
+    mirrored = deviation_tails(n2 - x2, n2, n1 - x1, n1, t)  # T of the mirror is −T
+    assert mirrored[0] == ours[1] and mirrored[1] == ours[0]
+
+
 def shortest_interval(samples, mass):
     ordered = np.sort(samples)
     k = int(np.ceil(mass * len(ordered)))
@@ -116,7 +131,8 @@ def test_variance_matches_numerical_integration():
 
 def test_decisions():
     """It decides as the simple rule and Kruschke's HDI + ROPE prescribe."""
-    assert simple_rule(np.array([0.3, -0.3, 0.12]), 0.05, 0.1, 2).tolist() == [1, -1, 0]
+    above, below = np.array([0.99, 0.001, 0.96, 0.975]), np.array([0.0, 0.98, 0.01, 0.0])
+    assert simple_rule(above, below, 0.95).tolist() == [1, -1, 0, 0]
     assert rope_decision(
         np.array([0.12, -0.05, -0.05]), np.array([0.3, 0.05, 0.2]), 0.1
     ).tolist() == [
@@ -353,7 +369,7 @@ def test_mirrored_and_swapped_tables_share_one_computation():
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(hdi, "quadrature_hdi", counted(hdi.quadrature_hdi))
-        patch.setattr(posterior, "_prob_deviation", counted(posterior._prob_deviation))
+        patch.setattr(posterior, "_deviation_tails", counted(posterior._deviation_tails))
         low, high = hdi_difference(*tables[[2, 3, 0, 1]], 0.95)  # group first
         p = prob_deviation(*tables[[2, 3, 0, 1]], 0.05)
     assert calls == [1, 1]

@@ -14,6 +14,7 @@ from biasaudit.tasks.monitor import (
     Settings,
     cs_log_capital,
     e_bh,
+    family_entry,
     initial_state,
     log_e_value,
     pair_moments,
@@ -88,7 +89,9 @@ def test_e_process_has_mean_at_most_its_last_value_within_the_null(gate_up, u):
     and its move to the side being bet on: exact enumeration of both binomials of a night of
     step() from a state with the down side's gate open (and the up side's open or closed)."""
     n_g, n_r, p_r, tol = 12, 40, 0.6, 0.05
-    x_g, x_r = (a.ravel() for a in np.meshgrid(np.arange(n_g + 1), np.arange(n_r + 1), indexing="ij"))
+    x_g, x_r = (
+        a.ravel() for a in np.meshgrid(np.arange(n_g + 1), np.arange(n_r + 1), indexing="ij")
+    )
     weight = stats.binom.pmf(x_g, n_g, p_r + u) * stats.binom.pmf(x_r, n_r, p_r)
     state = initial_state(len(x_g))
     state.update(
@@ -227,6 +230,9 @@ def test_cs_capital_is_the_product_of_nightly_bounds():
     assert np.allclose(up[0], direct)
 
 
+COARSE = np.array([-1.0, 0.0, 1.0])  # the confidence sequence plays no part in alarms
+
+
 def _e_bh_brute(e, alpha):
     k = len(e)
     ranked = sorted(e, reverse=True)
@@ -295,11 +301,43 @@ def test_weighted_alarms_stay_at_most_alpha_on_the_null_boundary():
         n = rng.multinomial(600, shares, size=replays)
         x = rng.binomial(n, 0.3)
         x_r, n_r = x.sum(1, keepdims=True) - x, n.sum(1, keepdims=True) - n
-        state, out = step(state, x.ravel(), n.ravel(), x_r.ravel(), n_r.ravel(), settings)
+        entry = family_entry(state, families=replays)
+        state, out = step(
+            state, x.ravel(), n.ravel(), x_r.ravel(), n_r.ravel(), settings, entry=entry
+        )
         weights = state["ebh_weight"].reshape(replays, 6)
         alarmed |= e_bh(out["e_process"].reshape(replays, 6), alpha, weights).any(1)
     assert weights[:, 4:].mean() > 2 * weights[:, 0].mean()
     assert stats.binomtest(int(alarmed.sum()), replays, alpha, "greater").pvalue > 0.001
+
+
+@pytest.mark.slow
+def test_comparisons_joining_late_keep_any_alarm_at_most_alpha():
+    """Six fair comparisons joining the family 100 nights apart, each with a quarter of the pairs
+    of the one before (its weight four times larger), on the null's boundary with the product's
+    bets: P(any alarm) ≤ α. Joining at wealth 1 instead of min(1, S) (family_entry) is checked
+    too: it refreshes S toward 1 at every join."""
+    rng = np.random.default_rng(9)
+    replays, joins, apart, alpha = 300, 6, 100, 0.05
+    settings = Settings(tolerance=0.0, alpha=alpha)
+    pairs = np.floor(1000.0 / 4.0 ** np.arange(joins)) * np.ones((replays, 1))
+    alarmed = {True: np.zeros(replays, bool), False: np.zeros(replays, bool)}
+    for entering in (True, False):
+        state = initial_state(replays * joins)
+        for t in range(joins * apart):
+            joined = t >= np.arange(joins) * apart
+            n = np.where(joined, np.maximum(pairs, 1.0), 0.0) * np.ones((replays, 1))
+            n_r = np.where(joined, 5 * n, 0.0)
+            x, x_r = rng.binomial(n.astype(int), 0.5), rng.binomial(n_r.astype(int), 0.5)
+            entry = family_entry(state, families=replays) if entering else 0.0
+            state, out = step(
+                state, x.ravel(), n.ravel(), x_r.ravel(), n_r.ravel(), settings, COARSE, entry
+            )
+            weights = state["ebh_weight"].reshape(replays, joins)
+            e = np.where(joined, out["e_process"].reshape(replays, joins), np.nan)
+            alarmed[entering] |= e_bh(e, alpha, weights).any(1)
+    print({k: int(v.sum()) for k, v in alarmed.items()})
+    assert stats.binomtest(int(alarmed[True].sum()), replays, alpha, "greater").pvalue > 0.001
 
 
 def test_e_bh_controls_fdr_of_monitor_alarms_under_dependence():
@@ -318,8 +356,15 @@ def test_e_bh_controls_fdr_of_monitor_alarms_under_dependence():
         n = rng.multinomial(600, shares, size=replays)
         x = rng.binomial(n, rates)
         x_r, n_r = np.repeat(x[:, :1], 5, axis=1), np.repeat(n[:, :1], 5, axis=1)
+        entry = family_entry(state, families=replays)
         state, out = step(
-            state, x[:, 1:].ravel(), n[:, 1:].ravel(), x_r.ravel(), n_r.ravel(), settings
+            state,
+            x[:, 1:].ravel(),
+            n[:, 1:].ravel(),
+            x_r.ravel(),
+            n_r.ravel(),
+            settings,
+            entry=entry,
         )
         weights = state["ebh_weight"].reshape(replays, 5)
         alarm = e_bh(out["e_process"].reshape(replays, 5), alpha, weights)
