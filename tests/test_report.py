@@ -23,7 +23,7 @@ from scipy import stats
 from statsmodels.stats.proportion import proportion_confint
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.history import list_runs
+from biasaudit.db.history import get_run, list_runs
 from biasaudit.db.load import load_predictions
 from biasaudit.db.migrate import upgrade
 from biasaudit.db.report_data import report_frames
@@ -931,6 +931,47 @@ def test_completeness_warning_is_the_runs_own_decision(compas):
     assert "labels depend on the decision" not in render_html(
         dataclasses.replace(frames, counts=counts)
     )
+
+
+def test_an_audit_computes_label_completeness_once_for_its_summary_and_its_report(
+    tmp_path, monkeypatch
+):
+    """The audit's core computes each group's label completeness once; its summary and the
+    report it writes both read that table, and the page is byte for byte the one rendered later
+    from the stored run alone (which computes it from the stored counts)."""
+    import biasaudit.tasks.core
+    import biasaudit.tasks.report.derive
+    from biasaudit.flows.demo import GROUPS, synthetic_predictions
+
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return label_completeness(*args, **kwargs)
+
+    for module in (biasaudit.tasks.core, biasaudit.tasks.report.derive):
+        monkeypatch.setattr(module, "label_completeness", counted)
+    data = synthetic_predictions()
+    data = data[data["model_id"] == "credit-scorer"].head(6000).copy()
+    rejected = (data["race"] == "Black") & (data["y_pred"] == 0)
+    data.loc[rejected & (np.arange(len(data)) % 2 == 0), "y_true"] = np.nan  # labels by decision
+    url = f"sqlite:///{tmp_path / 'once.db'}"
+    upgrade(url)
+    load_predictions(make_engine(url), data, list(GROUPS), "test")
+    config = tmp_path / "once.toml"
+    config.write_text(
+        '[[audits]]\nname = "once"\nmodel = "credit-scorer"\nattributes = ["race", "sex"]\n'
+        'metrics = ["tpr", "fpr"]\n'
+    )
+    result = run_audit("once", str(config), url, pd.Timestamp("2026-11-01", tz="UTC"))
+    assert len(calls) == 1
+    page = Path(result["report"]).read_text()
+    assert "labels depend on the decision in <span class=datum>Black</span>" in page
+    summary = get_run(make_engine(url), result["run_id"]).summary
+    warnings = summary["label_completeness_warnings"]
+    assert any(w.startswith("labels depend on the decision in race groups Black") for w in warnings)
+    assert page == build_report(make_engine(url), result["run_id"], result["report"])[0]
+    assert len(calls) == 2  # the stored run alone: computed from its counts
 
 
 def test_many_groups_stay_on_the_first_screen_and_bare_frames_render():

@@ -254,8 +254,9 @@ def completeness_by_attribute(frames: ReportFrames) -> dict[str, tuple[float, st
     needed = {"tp", "fp", "fn", "tn", "unlabelled_pos", "unlabelled_neg"}
     if counts.empty or not needed <= set(counts.columns):
         return {}
-    alpha = float(thresholds(frames)["alpha"])
-    table = label_completeness(counts, alpha)
+    table = frames.completeness  # the audit's own table, when it renders its report
+    if table.empty:
+        table = label_completeness(counts, float(thresholds(frames)["alpha"]))
     return {
         str(attribute): (float(part["p_adjusted"].min()), ", ".join(part["group_name"]))
         for attribute, part in table[table["uneven"]].groupby("attribute", sort=False)
