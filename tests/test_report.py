@@ -974,6 +974,69 @@ def test_an_audit_computes_label_completeness_once_for_its_summary_and_its_repor
     assert len(calls) == 2  # the stored run alone: computed from its counts
 
 
+def test_numbers_formatted_a_column_at_a_time_read_as_each_value_alone():
+    """The detail tables format a column at once (sig3_cells, percent_cells, count_cells,
+    p_text_cells): character for character what the function of one value writes, at zero, signs,
+    infinities, NaN, every power of ten and its neighbours (where log10 rounds) and random values
+    of every magnitude."""
+    from biasaudit.tasks.report.text import (
+        count,
+        count_cells,
+        p_text,
+        p_text_cells,
+        percent_cells,
+        sig3,
+        sig3_cells,
+    )
+
+    rng = np.random.default_rng(7)
+    values = [0.0, -0.0, np.nan, np.inf, -np.inf, 5e-324, 1e308, 999.5, 0.00099999999, 999999.9999]
+    for k in range(-12, 13):
+        power = 10.0**k
+        values += [power, -power, np.nextafter(power, 0), np.nextafter(power, np.inf)]
+        values += [9.995 * power, 9.9949999 * power, 0.5 * power]
+    values += list(rng.normal(size=4000) * 10.0 ** rng.integers(-8, 12, 4000))
+    values += list(rng.random(2000)) + list(rng.integers(0, 10**10, 1000).astype(float))
+    array = np.array(values)
+    for one, cells in ((sig3, sig3_cells), (percent, percent_cells), (count, count_cells),
+                       (p_text, p_text_cells)):
+        assert list(cells(array)) == [one(float(v)) for v in array], cells.__name__
+
+
+def test_detail_tables_formatted_by_column_read_as_cell_by_cell():
+    """A detail table formatted column by column is the table formatted value by value (the
+    ``_format`` of each cell, as before): numbers of each column's format, text with its missing
+    values (NaN in a ``str`` column, <NA> in a ``string`` column, None in an object column),
+    booleans, mixed object columns and timestamps."""
+    from biasaudit.tasks.report.page import _format, _frame_table, _number_format, _table
+    from biasaudit.tasks.report.text import esc
+
+    frame = pd.DataFrame(
+        {
+            "attribute": pd.Series(["race", None, "race", "a<b"], dtype="str"),
+            "group_name": pd.Series(["x\u202ey", pd.NA, "x\u202ey", "z"], dtype="string"),
+            "value_group": [0.1234, np.nan, -1e-5, 12345.0],
+            "size_group": [3, 1_500_000, 0, 7],
+            "p_value": [0.0004, 0.5, np.nan, 1.0],
+            "level": np.array([0.05, 2e-9, 1e3, -0.0], dtype="float32"),
+            "tested": [True, False, True, False],
+            "reason": [None, "too small", 0.5, True],
+            "at": pd.to_datetime(["2026-01-01", None, "2026-02-01", "2026-03-01"], utc=True),
+        }
+    )
+    columns = list(frame.columns)
+    numbers = [_number_format(c) for c in columns]
+    by_cell = _table(
+        [esc(c) for c in columns],
+        [[_format(v, f) for v, f in zip(r, numbers)] for r in _tuples(frame, index=False)],
+        left=2,
+    )
+    assert _frame_table(frame) == by_cell
+    assert _frame_table(frame, ["p_value", "absent", "attribute"]) == _frame_table(
+        frame[["p_value", "attribute"]]
+    )
+
+
 def test_many_groups_stay_on_the_first_screen_and_bare_frames_render():
     """An attribute with 60 groups shows 16 chips (the small ones and the largest) and says how
     many more; a run with counts only (no stage results) renders."""
