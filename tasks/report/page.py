@@ -53,6 +53,7 @@ from biasaudit.tasks.report.text import (
     _model_version,
     _title,
     _tuples,
+    _values,
     clipped,
     count,
     count_cells,
@@ -164,10 +165,9 @@ def _column_cells(values: pd.Series, number: Callable[[float], str]) -> list[str
         texts = np.array([datum(v) for v in distinct.tolist()] + [""], dtype=object)
         texts[-1] = _format(dtype.na_value, number)  # code -1: missing
         return texts[codes].tolist()
-    plain = isinstance(dtype, np.dtype) and dtype.kind not in "mM"  # as _tuples reads values
     known: dict[str, str] = {}  # each distinct text once
     cells = []
-    for value in values.to_numpy().tolist() if plain else list(values):
+    for value in _values(values):  # as _tuples reads them
         if type(value) is str:
             if value not in known:
                 known[value] = datum(value)
@@ -348,9 +348,17 @@ def first_screen(frames: ReportFrames) -> str:
     )
 
 
+# What a group's line of a rate table reads: its own columns, and each comparison's.
+RATE_COLUMNS = ["group_name", "is_reference", "small", "value", "reason", "low", "high"]
+RATE_COLUMNS += ["labelled", *COUNT_COLUMNS]
+COMPARISON_FIELDS = ["difference", "undefined_reason", "p_adjusted", "tested", "flagged"]
+COMPARISON_FIELDS += ["decision", "four_fifths", "low", "high", "ratio"]
+
+
 def _rate_rows(part: pd.DataFrame, has_ref: bool) -> list[list[str]]:
     rows = []
-    for row in _tuples(part):
+    read = RATE_COLUMNS + [f"{p}_{f}" for p in ("ref", "rest") for f in COMPARISON_FIELDS]
+    for row in _tuples(part[[c for c in read if c in part.columns]]):
         name = datum(row.group_name)
         if row.is_reference:
             name += " <span class=muted>(reference)</span>"

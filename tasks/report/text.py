@@ -4,6 +4,7 @@ markdown escaping."""
 
 from __future__ import annotations
 
+import functools
 import html
 import itertools
 import math
@@ -23,15 +24,29 @@ from biasaudit.schemas.names import printable
 from biasaudit.schemas.report import run_label
 
 
+def _values(series: pd.Series) -> list[Any]:
+    """A column's values as iterating it gives them, read at once: a numpy column's as Python
+    scalars (but timestamps), a text column's as its strings and its missing value."""
+    dtype = series.dtype
+    plain = isinstance(dtype, np.dtype) and dtype.kind not in "mM"
+    return series.to_numpy().tolist() if plain or isinstance(dtype, pd.StringDtype) else list(series)
+
+
+@functools.lru_cache(maxsize=256)
+def _row_type(fields: tuple[Any, ...]) -> Any:
+    """The named tuple of rows with these fields (made once: building the class is most of what
+    iterating a small frame costs)."""
+    return cast(Any, namedtuple)("Row", fields, rename=True)  # fields known at run time only
+
+
 def _tuples(frame: pd.DataFrame, index: bool = True) -> Iterator[Any]:
     """The rows of ``frame.itertuples(index=index)``, the same values, read a column at a time:
     itertuples selects every column through ``iloc`` on each call, most of the report's time."""
     fields = (["Index"] if index else []) + list(frame.columns)
     columns = [list(frame.index)] if index else []
     for _, series in frame.items():  # noqa: PERF102 (DataFrame.values is not the columns)
-        plain = isinstance(series.dtype, np.dtype) and series.dtype.kind not in "mM"
-        columns.append(series.to_numpy().tolist() if plain else list(series))
-    row = cast(Any, namedtuple)("Row", fields, rename=True)  # fields known at run time only
+        columns.append(_values(series))
+    row = _row_type(tuple(fields))
     return map(row._make, zip(*columns) if columns else itertools.repeat((), len(frame)))
 
 
