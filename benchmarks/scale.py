@@ -15,12 +15,16 @@ score and a zoned timestamp that the push-down validates), then measures in one 
 - nightly (--nightly K): the nightly flow in a fresh process, once with one audit and once with K
   copies of it (each its own name, the same table), alternated --repeat times against a running
   Prefect server (its own, as --prefect); an audit's marginal cost inside the flow is
-  (median with K − median with one)/(K − 1), against the floor.
+  (median with K − median with one)/(K − 1), against the floor; with the CPU seconds of the flow's
+  process and of the Prefect server (read from /proc, Linux) per marginal audit. ``--before PATH``
+  (an older checkout of the package, first on PYTHONPATH through a link named biasaudit) runs
+  the same nightly processes of that code too, each process alternated with this code's.
 
     python benchmarks/scale.py --rows 10000000 --db postgresql://postgres@127.0.0.1:5432/bench10m --prefect
     python benchmarks/scale.py --rows 100000000 --db postgresql://postgres@127.0.0.1:5432/bench100m --repeat 2
     python benchmarks/scale.py --rows 2000000 --db postgresql://postgres@127.0.0.1:5432/bench2m --fairlearn
     python benchmarks/scale.py --rows 10000000 --db postgresql://postgres@127.0.0.1:5432/bench10m --nightly 3
+    python benchmarks/scale.py --rows 10000000 --db postgresql://postgres@127.0.0.1:5432/bench10m --nightly 3 --before /path/to/checkout
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import signal
 import socket
 import statistics
@@ -192,11 +197,42 @@ print("RESULT " + json.dumps({"seconds": time.perf_counter() - start}))
 
 
 def _result(args: list[str], env: dict | None = None) -> dict:
+    """The RESULT line of a process, with its CPU seconds (user + system) as ``cpu``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(args, capture_output=True, text=True, check=False, env=env)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
     if not lines:
         raise RuntimeError(out.stdout[-2000:] + out.stderr[-3000:])
-    return json.loads(lines[-1][7:])
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return {**json.loads(lines[-1][7:]), "cpu": cpu}
+
+
+def tree_env(tree: Path | None, folder: Path) -> dict[str, str]:
+    """The environment of a process running ``tree``'s package (None: the installed one)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if tree is not None:
+        link = folder / "trees" / tree.name / "biasaudit"
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.exists():
+            link.symlink_to(tree.resolve())
+        env["PYTHONPATH"] = str(link.parent)
+    return env
+
+
+def group_cpu(group: int) -> float:
+    """CPU seconds so far of the live processes of a process group (Linux /proc; NaN elsewhere)."""
+    if not Path("/proc").is_dir():
+        return float("nan")
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group:  # pgrp; utime and stime follow at 11 and 12
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def process_run(url: str, config: Path, audit: str) -> dict:
@@ -211,23 +247,46 @@ def cli_run(url: str, config: Path, audit: str, api_url: str) -> dict:
     return _result([sys.executable, "-c", MEASURED, *command], env)
 
 
-def nightly_marginal(url: str, folder: Path, copies: int, repeat: int, api_url: str) -> list[dict]:
-    """The nightly flow with one audit and with ``copies`` of it, alternated (module doc)."""
+def nightly_marginal(
+    url: str,
+    folder: Path,
+    copies: int,
+    repeat: int,
+    server: subprocess.Popen,
+    api_url: str,
+    trees: dict[str, Path | None],
+) -> list[dict]:
+    """The nightly flow with one audit and with ``copies`` of it, alternated, for each tree of
+    code (module doc); each process's wall and CPU seconds, and the server's CPU seconds."""
     config = config_file("pushdown", folder, copies=copies)
     names = [f"bench-pushdown-{i}" for i in range(1, copies + 1)]
-    env = {**os.environ, "PREFECT_API_URL": api_url}
-    one, many = [], []
+    runs: dict[tuple[str, int], list[dict]] = {}
     for _ in range(repeat):
-        one.append(_result([sys.executable, "-c", NIGHTLY, url, str(config), names[0]], env))
-        many.append(_result([sys.executable, "-c", NIGHTLY, url, str(config), *names], env))
-    t_one = statistics.median(r["seconds"] for r in one)
-    t_many = statistics.median(r["seconds"] for r in many)
-    return [
-        {"what": "nightly flow, one audit", "seconds": t_one, "peak RSS MB": None},
-        {"what": f"nightly flow, {copies} audits", "seconds": t_many, "peak RSS MB": None},
-        {"what": "an audit's marginal cost in the nightly flow",
-         "seconds": (t_many - t_one) / (copies - 1), "peak RSS MB": None},
-    ]
+        for label, tree in trees.items():
+            env = {**tree_env(tree, folder), "PREFECT_API_URL": api_url}
+            for audits in (names[:1], names):
+                served = group_cpu(server.pid)
+                result = _result([sys.executable, "-c", NIGHTLY, url, str(config), *audits], env)
+                result["server_cpu"] = group_cpu(server.pid) - served
+                runs.setdefault((label, len(audits)), []).append(result)
+    rows = []
+    for label in trees:
+        tag = f" ({label})" if len(trees) > 1 else ""
+        one, many = runs[(label, 1)], runs[(label, copies)]
+        medians = {
+            key: (statistics.median(r[key] for r in one), statistics.median(r[key] for r in many))
+            for key in ("seconds", "cpu", "server_cpu")
+        }
+        t_one, t_many = medians["seconds"]
+        rows += [
+            {"what": f"nightly flow, one audit{tag}", "seconds": t_one, "peak RSS MB": None},
+            {"what": f"nightly flow, {copies} audits{tag}", "seconds": t_many, "peak RSS MB": None},
+            {"what": f"an audit's marginal cost in the nightly flow{tag}",
+             "seconds": (t_many - t_one) / (copies - 1), "peak RSS MB": None,
+             **{f"marginal {key} s": (b - a) / (copies - 1)
+                for key, (a, b) in medians.items() if key != "seconds"}},
+        ]
+    return rows
 
 
 def floor_seconds(url: str) -> float:
@@ -311,8 +370,12 @@ def main() -> None:
     parser.add_argument("--no-key", action="store_true", help="no primary key on the prediction id")
     parser.add_argument("--chunk-rows", type=int, default=500_000, help="rows per streamed chunk")
     parser.add_argument("--nightly", type=int, default=0, help="also the nightly flow, K audits")
+    parser.add_argument(
+        "--before", type=Path, help="the nightly flow of an older checkout of the package too"
+    )
     args = parser.parse_args()
     prepare(args.db, args.rows, keyed=not args.no_key)
+    load = [os.getloadavg()[0]]
     folder = Path(tempfile.mkdtemp())
     config = config_file("pushdown", folder)
     floors, scans = [], []
@@ -335,7 +398,10 @@ def main() -> None:
                 rows.append({"what": "biasaudit run, Prefect server",
                              **_renamed(cli_run(args.db, config, "bench-pushdown", api))})
             if args.nightly > 1:
-                rows.extend(nightly_marginal(args.db, folder, args.nightly, args.repeat, api))
+                trees = {"before": args.before, "after": None} if args.before else {"after": None}
+                rows.extend(
+                    nightly_marginal(args.db, folder, args.nightly, args.repeat, server, api, trees)
+                )
         finally:
             os.killpg(server.pid, signal.SIGKILL)
     if args.fairlearn:
@@ -344,7 +410,9 @@ def main() -> None:
     table = pd.DataFrame(rows).assign(**{"x floor": lambda t: t["seconds"] / floor})
     backend = make_url(args.db).get_backend_name()
     key = "no key on the prediction id" if args.no_key else "prediction id as primary key"
-    print(f"\n{args.rows:,} rows on {backend} ({key}); floors {floors}, scans {scans}:\n")
+    load.append(os.getloadavg()[0])
+    print(f"\n{args.rows:,} rows on {backend} ({key}); floors {floors}, scans {scans}; load "
+          f"average {load[0]:.1f} at the start, {load[1]:.1f} at the end:\n")
     print(table.to_markdown(index=False, floatfmt=".2f"))
 
 

@@ -53,6 +53,19 @@ class Moment(TypeDecorator):
             return dialect.type_descriptor(mysql.DATETIME(fsp=6))
         return dialect.type_descriptor(DateTime(timezone=True))
 
+    # Elsewhere both conversions are the identity: the values go through the driver's own
+    # processing only, instead of a Python call per value that returns it unchanged (a report
+    # reads ~100,000 doubles, a 10M audit stores ~75,000).
+    def bind_processor(self, dialect):
+        if dialect.name in _NO_INFINITIES:
+            return super().bind_processor(dialect)
+        return self.impl_instance.bind_processor(dialect)
+
+    def result_processor(self, dialect, coltype):
+        if dialect.name in _NO_INFINITIES:
+            return super().result_processor(dialect, coltype)
+        return self.impl_instance.result_processor(dialect, coltype)
+
     def process_bind_param(self, value, dialect):
         if value is None or dialect.name not in {"mysql", "mariadb"}:
             return value
@@ -80,6 +93,9 @@ def KeyText(length: int, mariadb_length: int | None = None):
     )
 
 
+_NO_INFINITIES = frozenset({"mysql", "mariadb"})  # the dialects whose doubles Real converts
+
+
 class Real(TypeDecorator):
     """A double on every database. MariaDB/MySQL store neither infinities nor NaN: there an
     infinity is kept as the largest double of its sign (read back as the infinity) and NaN as
@@ -92,6 +108,19 @@ class Real(TypeDecorator):
         if dialect.name in {"mysql", "mariadb"}:
             return dialect.type_descriptor(mysql.DOUBLE(asdecimal=False))  # floats, not Decimals
         return dialect.type_descriptor(Float())
+
+    # Elsewhere both conversions are the identity: the values go through the driver's own
+    # processing only, instead of a Python call per value that returns it unchanged (a report
+    # reads ~100,000 doubles, a 10M audit stores ~75,000).
+    def bind_processor(self, dialect):
+        if dialect.name in _NO_INFINITIES:
+            return super().bind_processor(dialect)
+        return self.impl_instance.bind_processor(dialect)
+
+    def result_processor(self, dialect, coltype):
+        if dialect.name in _NO_INFINITIES:
+            return super().result_processor(dialect, coltype)
+        return self.impl_instance.result_processor(dialect, coltype)
 
     def process_bind_param(self, value, dialect):
         if value is None or dialect.name not in {"mysql", "mariadb"}:

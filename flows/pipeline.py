@@ -163,10 +163,17 @@ def record_failure(
     return failed
 
 
-def report(db_url: str, run_id: int, audit_name: str, version: int) -> str:
+def report(
+    db_url: str,
+    run_id: int,
+    audit_name: str,
+    version: int,
+    completeness: pd.DataFrame | None = None,
+) -> str:
     """Write the run's HTML report and publish its first screen and comparisons as Prefect
-    artifacts when inside a Prefect run (flows.report)."""
-    return write_report(db_url, run_id, audit_name, version)
+    artifacts when inside a Prefect run (flows.report); ``completeness``: the label-completeness
+    table of the audit that just stored the run, which the report then does not recompute."""
+    return write_report(db_url, run_id, audit_name, version, completeness)
 
 
 # Each database step: what it does, for the one line of a step that transient errors still end.
@@ -260,10 +267,13 @@ def execute_audit(
             record.rows_read, record.rows_quarantined, thresholds.max_invalid_fraction, quarantine
         )
         existing = None if force else run("identical_run", identical_run, url, run_id, record)
+        completeness = None  # this run's label completeness, when it computed and stored it
         if existing is not None:
             saved, record.summary = existing
         else:
-            saved = _audit_and_persist(run, url, audit, run_id, record, scanned, force)
+            saved, completeness = _audit_and_persist(
+                run, url, audit, run_id, record, scanned, force
+            )
     except Exception as exc:
         run(
             "record_failure",
@@ -288,7 +298,9 @@ def execute_audit(
         "report": None,
     }
     try:
-        outcome["report"] = run("report", report, url, run_id, audit.name, saved.version)
+        outcome["report"] = run(
+            "report", report, url, run_id, audit.name, saved.version, completeness
+        )
     except Exception as exc:  # noqa: BLE001 - the run has committed: a failing report fails alone
         # in the outcome too: a command that hides Prefect's logs (where this print goes) says why
         outcome["report_error"] = f"{type(exc).__name__}: {exc}"
@@ -307,8 +319,9 @@ def _audit_and_persist(
     record: RunRecord,
     scanned: Scanned,
     force: bool,
-) -> SavedRun:
-    """counts -> core stages -> monitor -> persist, for a run whose input is new."""
+) -> tuple[SavedRun, pd.DataFrame | None]:
+    """counts -> core stages -> monitor -> persist, for a run whose input is new; the saved run
+    and, when it holds this run's results, their label completeness (for its report)."""
     timings = record.timings
     with _timed(timings, "counts"):
         counts = run("counts", group_counts, scanned.cells, audit.attributes, audit.intersections)
@@ -344,9 +357,10 @@ def _audit_and_persist(
         with _timed(timings, "monitor"):
             monitoring = run("monitor", monitor, url, audit, record.as_of, record.started_at)
     with _timed(timings, "persist"):
-        return run(
+        saved = run(
             "persist", persist, url, run_id, record, result, scanned.quarantine, force, monitoring
         )
+    return saved, result.completeness if saved.new else None
 
 
 def _print_outcome(audit: Audit, saved: SavedRun, record: RunRecord) -> None:

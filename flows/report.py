@@ -7,8 +7,10 @@ import os
 import re
 import sys
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
+import pandas as pd
 from sqlalchemy import Engine
 
 from biasaudit.db.engine import engine_scope
@@ -43,10 +45,17 @@ def write_page(path: Path, page: str) -> None:
 
 
 def build_report(
-    engine: Engine, run_id: int, report_file: str | None = None
+    engine: Engine,
+    run_id: int,
+    report_file: str | None = None,
+    completeness: pd.DataFrame | None = None,
 ) -> tuple[str, str, list[dict]]:
-    """(HTML page, markdown first screen, table records) of one stored run."""
+    """(HTML page, markdown first screen, table records) of one stored run; ``completeness``:
+    the run's label-completeness table when the audit that computed it has it at hand
+    (schemas.report.ReportFrames)."""
     frames = report_frames(engine, run_id)
+    if completeness is not None:
+        frames = replace(frames, completeness=completeness)
     return render_html(frames), render_markdown(frames, report_file), table_records(frames)
 
 
@@ -79,12 +88,19 @@ def publish_artifacts(markdown: str, records: list[dict], audit_name: str, run: 
     return True
 
 
-def write_report(db_url: str, run_id: int, audit_name: str, version: int | None = None) -> str:
-    """Write the run's HTML report (everything in it comes from the stored run) and publish its
-    artifacts; returns the report's path."""
+def write_report(
+    db_url: str,
+    run_id: int,
+    audit_name: str,
+    version: int | None = None,
+    completeness: pd.DataFrame | None = None,
+) -> str:
+    """Write the run's HTML report (everything in it comes from the stored run; ``completeness``,
+    the run's label completeness from the audit that just computed it, is what the report would
+    compute from the stored counts) and publish its artifacts; returns the report's path."""
     path = report_path(audit_name, run_id)
     with engine_scope(db_url) as engine:
-        page, markdown, records = build_report(engine, run_id, str(path))
+        page, markdown, records = build_report(engine, run_id, str(path), completeness)
     write_page(path, page)
     publish_artifacts(markdown, records, audit_name, run_label(run_id, version))
     return str(path)

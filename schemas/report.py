@@ -33,6 +33,9 @@ class ReportFrames:
     ``monitor``: the anytime-valid monitoring rows of the run, when that stage exists.
     ``scores``, ``calibration``, ``thresholds``: the score audit's rows (tasks.scores), empty
     where the run audited no score.
+    ``completeness``: the run's label completeness per group (tasks.counts.label_completeness at
+    the run's alpha) when the audit that computed it renders its own report (flows.pipeline);
+    empty otherwise, and the report computes it from ``counts``: the same table either way.
     ``derived``: tables the report computes from these once and reads in several sections
     (tasks.report's ``per_frames``); not part of the run.
     """
@@ -51,4 +54,5 @@ class ReportFrames:
     scores: pd.DataFrame = field(default_factory=_empty)
     calibration: pd.DataFrame = field(default_factory=_empty)
     thresholds: pd.DataFrame = field(default_factory=_empty)
+    completeness: pd.DataFrame = field(default_factory=_empty)
     derived: dict[Any, Any] = field(default_factory=dict, init=False, compare=False, repr=False)

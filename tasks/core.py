@@ -82,6 +82,9 @@ class AuditResult:
     thresholds: pd.DataFrame = field(default_factory=lambda: empty_result("thresholds"))
     # Local Law 144's scoring counts (tasks.ll144.scoring_rates), empty without a score.
     scoring: pd.DataFrame = field(default_factory=lambda: empty_result("scoring"))
+    # Label completeness per group at the run's alpha (tasks.counts.label_completeness): the
+    # summary's warnings and the report's are both read from this one table. Not stored.
+    completeness: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def flagged(self) -> pd.DataFrame:
         """The detection rows flagged after multiplicity adjustment."""
@@ -131,8 +134,12 @@ def run_summary(
     planning: pd.DataFrame,
     comparison: pd.DataFrame,
     alpha: float,
+    completeness: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
-    """Headline numbers of a run (stored as ``audit_runs.summary``)."""
+    """Headline numbers of a run (stored as ``audit_runs.summary``); ``completeness`` is the
+    run's label_completeness table at ``alpha``, computed here when not given."""
+    if completeness is None:
+        completeness = label_completeness(counts, alpha)
     groups = counts[counts["subset"] == "group"]
     sizes = groups[["tp", "fp", "fn", "tn"]].sum(axis=1)
     undefined = metrics[metrics["undefined_reason"].notna() & (metrics["subset"] == "group")]
@@ -145,7 +152,7 @@ def run_summary(
         "match_tests": int(match["p_value"].notna().sum()),
         "match_below_alpha": int((match["p_adjusted"] < alpha).sum()),  # after BH
         "groups_below_min_size": sorted(set(_below_min_size(detection))),
-        "label_completeness_warnings": completeness_warnings(label_completeness(counts, alpha)),
+        "label_completeness_warnings": completeness_warnings(completeness),
         "detection_tests": int(detection["p_value"].notna().sum()),
         "underpowered": int(
             planning["verdict"].astype("string").str.startswith("underpowered").sum()
@@ -233,7 +240,10 @@ def audit_counts(
         seed=bootstrap_seed(counts),
         min_group_size=thresholds.min_group_size,
     )
-    summary = run_summary(counts, metrics, match, detection, planning, comparison, thresholds.alpha)
+    completeness = label_completeness(counts, thresholds.alpha)  # the summary's and the report's
+    summary = run_summary(
+        counts, metrics, match, detection, planning, comparison, thresholds.alpha, completeness
+    )
     return AuditResult(
         counts=counts,
         metrics=validate_result("metrics", metrics),
@@ -245,4 +255,5 @@ def audit_counts(
         metametrics=validate_result("metametrics", metametrics),
         comparison=validate_result("comparison", comparison),
         summary=MappingProxyType(summary),
+        completeness=completeness,
     )

@@ -192,6 +192,14 @@ def fisher_two_sided(a, b, c, d) -> np.ndarray:
     law = (total, n1, n)  # the hypergeometric law of a: n of total drawn, n1 of them marked
     mode = (n + 1) * (n1 + 1) // (total + 2)
     exact, most = distributions.hypergeom_pmf(a, *law), distributions.hypergeom_pmf(mode, *law)
+
+    def on(rows: np.ndarray, function, x: np.ndarray) -> np.ndarray:
+        """``function`` (the hypergeometric pmf, cdf or sf) at ``x`` of the selected tables only
+        (each value is that table's own: the functions work table by table); 0 elsewhere."""
+        out = np.zeros(x.shape)
+        out[rows] = function(x[rows], total[rows], n1[rows], n[rows])
+        return out
+
     level = exact * (1 + _TIES)  # a table this likely or less is as extreme as the observed one
     at_mode = np.abs(exact - most) <= _TIES * np.maximum(exact, most)
     below = a < mode  # then the other tail is above the mode, beyond the last x >= the level
@@ -199,16 +207,21 @@ def fisher_two_sided(a, b, c, d) -> np.ndarray:
     hi = np.where(below, np.minimum(n, n1), mode)
     while np.any(open_ := lo < hi):
         middle = np.where(below, (lo + hi + 1) // 2, (lo + hi) // 2)
-        likelier = distributions.hypergeom_pmf(
-            middle, *law
-        )  # a pmf exactly at the level: as scipy's bisections decide
+        # a pmf exactly at the level: as scipy's bisections decide; tables already bisected are
+        # not evaluated again (their bounds no longer move)
+        likelier = on(open_, distributions.hypergeom_pmf, middle)
         reached = np.where(below, likelier >= level, likelier > level)
         low_moves = open_ & (reached == below)  # below: up to a reached x; above: past a missed one
         high_moves = open_ & ~low_moves
         lo = np.where(low_moves, np.where(below, middle, middle + 1), lo)
         hi = np.where(high_moves, np.where(below, middle - 1, middle), hi)
+    above = ~below  # each table's two tails: below the mode a's lower one, above it its upper one
     cdf, sf = distributions.hypergeom_cdf, distributions.hypergeom_sf
-    p = np.where(below, cdf(a, *law) + sf(lo, *law), sf(a - 1, *law) + cdf(lo - 1, *law))
+    p = np.where(
+        below,
+        on(below, cdf, a) + on(below, sf, lo),
+        on(above, sf, a - 1) + on(above, cdf, lo - 1),
+    )
     return np.where(empty | at_mode, 1.0, np.minimum(p, 1.0))
 
 

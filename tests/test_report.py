@@ -23,7 +23,7 @@ from scipy import stats
 from statsmodels.stats.proportion import proportion_confint
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.history import list_runs
+from biasaudit.db.history import get_run, list_runs
 from biasaudit.db.load import load_predictions
 from biasaudit.db.migrate import upgrade
 from biasaudit.db.report_data import report_frames
@@ -930,6 +930,110 @@ def test_completeness_warning_is_the_runs_own_decision(compas):
     assert not race["uneven"].any()  # but small
     assert "labels depend on the decision" not in render_html(
         dataclasses.replace(frames, counts=counts)
+    )
+
+
+def test_an_audit_computes_label_completeness_once_for_its_summary_and_its_report(
+    tmp_path, monkeypatch
+):
+    """The audit's core computes each group's label completeness once; its summary and the
+    report it writes both read that table, and the page is byte for byte the one rendered later
+    from the stored run alone (which computes it from the stored counts)."""
+    import biasaudit.tasks.core
+    import biasaudit.tasks.report.derive
+    from biasaudit.flows.demo import GROUPS, synthetic_predictions
+
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return label_completeness(*args, **kwargs)
+
+    for module in (biasaudit.tasks.core, biasaudit.tasks.report.derive):
+        monkeypatch.setattr(module, "label_completeness", counted)
+    data = synthetic_predictions()
+    data = data[data["model_id"] == "credit-scorer"].head(6000).copy()
+    rejected = (data["race"] == "Black") & (data["y_pred"] == 0)
+    data.loc[rejected & (np.arange(len(data)) % 2 == 0), "y_true"] = np.nan  # labels by decision
+    url = f"sqlite:///{tmp_path / 'once.db'}"
+    upgrade(url)
+    load_predictions(make_engine(url), data, list(GROUPS), "test")
+    config = tmp_path / "once.toml"
+    config.write_text(
+        '[[audits]]\nname = "once"\nmodel = "credit-scorer"\nattributes = ["race", "sex"]\n'
+        'metrics = ["tpr", "fpr"]\n'
+    )
+    result = run_audit("once", str(config), url, pd.Timestamp("2026-11-01", tz="UTC"))
+    assert len(calls) == 1
+    page = Path(result["report"]).read_text()
+    assert "labels depend on the decision in <span class=datum>Black</span>" in page
+    summary = get_run(make_engine(url), result["run_id"]).summary
+    warnings = summary["label_completeness_warnings"]
+    assert any(w.startswith("labels depend on the decision in race groups Black") for w in warnings)
+    assert page == build_report(make_engine(url), result["run_id"], result["report"])[0]
+    assert len(calls) == 2  # the stored run alone: computed from its counts
+
+
+def test_numbers_formatted_a_column_at_a_time_read_as_each_value_alone():
+    """The detail tables format a column at once (sig3_cells, percent_cells, count_cells,
+    p_text_cells): character for character what the function of one value writes, at zero, signs,
+    infinities, NaN, every power of ten and its neighbours (where log10 rounds) and random values
+    of every magnitude."""
+    from biasaudit.tasks.report.text import (
+        count,
+        count_cells,
+        p_text,
+        p_text_cells,
+        percent_cells,
+        sig3,
+        sig3_cells,
+    )
+
+    rng = np.random.default_rng(7)
+    values = [0.0, -0.0, np.nan, np.inf, -np.inf, 5e-324, 1e308, 999.5, 0.00099999999, 999999.9999]
+    for k in range(-12, 13):
+        power = 10.0**k
+        values += [power, -power, np.nextafter(power, 0), np.nextafter(power, np.inf)]
+        values += [9.995 * power, 9.9949999 * power, 0.5 * power]
+    values += list(rng.normal(size=4000) * 10.0 ** rng.integers(-8, 12, 4000))
+    values += list(rng.random(2000)) + list(rng.integers(0, 10**10, 1000).astype(float))
+    array = np.array(values)
+    for one, cells in ((sig3, sig3_cells), (percent, percent_cells), (count, count_cells),
+                       (p_text, p_text_cells)):
+        assert list(cells(array)) == [one(float(v)) for v in array], cells.__name__
+
+
+def test_detail_tables_formatted_by_column_read_as_cell_by_cell():
+    """A detail table formatted column by column is the table formatted value by value (the
+    ``_format`` of each cell, as before): numbers of each column's format, text with its missing
+    values (NaN in a ``str`` column, <NA> in a ``string`` column, None in an object column),
+    booleans, mixed object columns and timestamps."""
+    from biasaudit.tasks.report.page import _format, _frame_table, _number_format, _table
+    from biasaudit.tasks.report.text import esc
+
+    frame = pd.DataFrame(
+        {
+            "attribute": pd.Series(["race", None, "race", "a<b"], dtype="str"),
+            "group_name": pd.Series(["x\u202ey", pd.NA, "x\u202ey", "z"], dtype="string"),
+            "value_group": [0.1234, np.nan, -1e-5, 12345.0],
+            "size_group": [3, 1_500_000, 0, 7],
+            "p_value": [0.0004, 0.5, np.nan, 1.0],
+            "level": np.array([0.05, 2e-9, 1e3, -0.0], dtype="float32"),
+            "tested": [True, False, True, False],
+            "reason": [None, "too small", 0.5, True],
+            "at": pd.to_datetime(["2026-01-01", None, "2026-02-01", "2026-03-01"], utc=True),
+        }
+    )
+    columns = list(frame.columns)
+    numbers = [_number_format(c) for c in columns]
+    by_cell = _table(
+        [esc(c) for c in columns],
+        [[_format(v, f) for v, f in zip(r, numbers)] for r in _tuples(frame, index=False)],
+        left=2,
+    )
+    assert _frame_table(frame) == by_cell
+    assert _frame_table(frame, ["p_value", "absent", "attribute"]) == _frame_table(
+        frame[["p_value", "attribute"]]
     )
 
 

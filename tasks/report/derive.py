@@ -140,8 +140,14 @@ def comparisons(frames: ReportFrames, deduplicate: bool = True) -> pd.DataFrame:
 
     With ``deduplicate``, a two-valued attribute keeps one comparison per metric (A vs rest,
     B vs rest and A vs B are the same comparison): the one against the named reference, or else
-    the smaller group against the rest.
+    the smaller group against the rest; chosen from the rows without (computed once per run).
     """
+    if deduplicate:
+        out = comparisons(frames, deduplicate=False)
+        if out.empty:
+            return out
+        size = groups(frames).set_index(["attribute", "group_name"])
+        return _deduplicate(out, size, references(frames)).reset_index(drop=True)
     det = frames.detection
     if not det.empty:  # runs stored before base rates became context hold tests of them
         det = det[~det["metric"].isin(BASE_RATES)]
@@ -176,8 +182,6 @@ def comparisons(frames: ReportFrames, deduplicate: bool = True) -> pd.DataFrame:
     rest = size.groupby(level="attribute")["rows"].sum().reindex(out["attribute"]).to_numpy()
     out["size_reference"] = np.where(out["reference"] == "rest", rest - out["size_group"], ref_size)
     out["small"] = (out["size_group"] < minimum) | (out["size_reference"] < minimum)
-    if deduplicate:
-        out = _deduplicate(out, size, references(frames))
     return out.reset_index(drop=True)
 
 
@@ -254,8 +258,9 @@ def completeness_by_attribute(frames: ReportFrames) -> dict[str, tuple[float, st
     needed = {"tp", "fp", "fn", "tn", "unlabelled_pos", "unlabelled_neg"}
     if counts.empty or not needed <= set(counts.columns):
         return {}
-    alpha = float(thresholds(frames)["alpha"])
-    table = label_completeness(counts, alpha)
+    table = frames.completeness  # the audit's own table, when it renders its report
+    if table.empty:
+        table = label_completeness(counts, float(thresholds(frames)["alpha"]))
     return {
         str(attribute): (float(part["p_adjusted"].min()), ", ".join(part["group_name"]))
         for attribute, part in table[table["uneven"]].groupby("attribute", sort=False)

@@ -53,8 +53,10 @@ from biasaudit.tasks.report.text import (
     _model_version,
     _title,
     _tuples,
+    _values,
     clipped,
     count,
+    count_cells,
     credibility,
     datum,
     definitions_sentence,
@@ -63,9 +65,12 @@ from biasaudit.tasks.report.text import (
     metric_label,
     needs_more,
     p_text,
+    p_text_cells,
     percent,
+    percent_cells,
     points,
     sig3,
+    sig3_cells,
 )
 from biasaudit.tasks.scores import clopper_pearson, is_probability
 
@@ -141,17 +146,48 @@ def _format(value, number: Callable[[float], str]) -> str:
     return number(float(value))
 
 
+# Each scalar number format and the same format for a whole column (tasks.report.text).
+_CELLS: dict[Callable[[float], str], Callable[[np.ndarray], np.ndarray]] = {
+    percent: percent_cells,
+    count: count_cells,
+    p_text: p_text_cells,
+}
+
+
+def _column_cells(values: pd.Series, number: Callable[[float], str]) -> list[str]:
+    """``_format`` of every value of a column: a numeric column formatted as one array, a text
+    column each distinct value once, anything else value by value."""
+    dtype = values.dtype
+    if isinstance(dtype, np.dtype) and dtype.kind in "iuf":
+        return _CELLS.get(number, sig3_cells)(values.to_numpy(dtype=float)).tolist()
+    if isinstance(dtype, pd.StringDtype):  # its missing values are its na_value, as _tuples has them
+        codes, distinct = pd.factorize(values)
+        texts = np.array([datum(v) for v in distinct.tolist()] + [""], dtype=object)
+        texts[-1] = _format(dtype.na_value, number)  # code -1: missing
+        return texts[codes].tolist()
+    known: dict[str, str] = {}  # each distinct text once
+    cells = []
+    for value in _values(values):  # as _tuples reads them
+        if type(value) is str:
+            if value not in known:
+                known[value] = datum(value)
+            cells.append(known[value])
+        else:
+            cells.append(_format(value, number))
+    return cells
+
+
 def _frame_table(frame: pd.DataFrame, columns: list[str] | None = None) -> str:
-    """A frame as a table of escaped values formatted for people (``_number_format``)."""
+    """A frame as a table of escaped values formatted for people (``_number_format``), formatted
+    column by column (``_column_cells``)."""
     if frame is None or frame.empty:
         return '<p class="muted">none</p>'
     columns = [c for c in (columns or list(frame.columns)) if c in frame.columns]
-    numbers = [_number_format(str(c)) for c in columns]
-    rows = [
-        [_format(v, f) for v, f in zip(record, numbers)]
-        for record in _tuples(frame[columns], index=False)
+    shown = frame[columns]
+    cells = [
+        _column_cells(shown.iloc[:, i], _number_format(str(c))) for i, c in enumerate(columns)
     ]
-    return _table([esc(c) for c in columns], rows, left=2)
+    return _table([esc(c) for c in columns], zip(*cells), left=2)
 
 
 def _badge(key: str) -> str:
@@ -312,9 +348,17 @@ def first_screen(frames: ReportFrames) -> str:
     )
 
 
+# What a group's line of a rate table reads: its own columns, and each comparison's.
+RATE_COLUMNS = ["group_name", "is_reference", "small", "value", "reason", "low", "high"]
+RATE_COLUMNS += ["labelled", *COUNT_COLUMNS]
+COMPARISON_FIELDS = ["difference", "undefined_reason", "p_adjusted", "tested", "flagged"]
+COMPARISON_FIELDS += ["decision", "four_fifths", "low", "high", "ratio"]
+
+
 def _rate_rows(part: pd.DataFrame, has_ref: bool) -> list[list[str]]:
     rows = []
-    for row in _tuples(part):
+    read = RATE_COLUMNS + [f"{p}_{f}" for p in ("ref", "rest") for f in COMPARISON_FIELDS]
+    for row in _tuples(part[[c for c in read if c in part.columns]]):
         name = datum(row.group_name)
         if row.is_reference:
             name += " <span class=muted>(reference)</span>"

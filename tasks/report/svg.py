@@ -3,6 +3,7 @@ sparklines, and a score's reliability and ROC curves per group."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -45,6 +46,21 @@ def _shorten(text: str, size: int) -> str:
     return shown if len(shown) <= size else shown[: size - 1] + "…"
 
 
+# The columns of a forest plot's line (the sequence's only where the monitor stored one).
+FOREST_COLUMNS = [
+    "group_name",
+    "small",
+    "size_group",
+    "difference",
+    "undefined_reason",
+    "flagged",
+    "low",
+    "high",
+    "cs_low",
+    "cs_high",
+]
+
+
 def forest_plot(rows: pd.DataFrame, tolerance: float, title: str, minimum: int) -> str:
     """SVG forest plot: one line per group: difference (dot) and HDI (bar) against a reference,
     the tolerance band shaded; flagged red; groups below ``minimum`` hollow and marked; undefined
@@ -53,12 +69,14 @@ def forest_plot(rows: pd.DataFrame, tolerance: float, title: str, minimum: int) 
     each HDI (clipped to the axis, which the HDIs set)."""
     if rows.empty:
         return ""
+    rows = rows[[c for c in FOREST_COLUMNS if c in rows.columns]]  # what a line reads
     rows = rows.assign(_order=rows["difference"].fillna(np.inf)).sort_values("_order")
     label_w, plot_w, value_w, line, top = 230, 250, 175, 20, 24
     height = top + line * len(rows) + 34
     defined = rows[rows["difference"].notna()]
-    low = min([-tolerance, *defined["low"].dropna(), *defined["difference"]])
-    high = max([tolerance, *defined["high"].dropna(), *defined["difference"]])
+    differences = defined["difference"].tolist()
+    low = min([-tolerance, *defined["low"].dropna().tolist(), *differences])
+    high = max([tolerance, *defined["high"].dropna().tolist(), *differences])
     pad = 0.05 * (high - low)
     ticks = nice_ticks(low - pad, high + pad, 6)
     low, high = ticks[0], ticks[-1]
@@ -85,7 +103,7 @@ def forest_plot(rows: pd.DataFrame, tolerance: float, title: str, minimum: int) 
         f'<text x="{label_w + plot_w / 2}" y="{axis_y + 29}" text-anchor="middle" '
         f'font-size="11" fill="#555">difference, percentage points</text>'
     )
-    for i, row in enumerate(_tuples(rows)):
+    for i, row in enumerate(_tuples(rows.drop(columns="_order"))):
         y = top + i * line + 4
         small = bool(row.small)
         name = _shorten(str(row.group_name), 22)
@@ -133,6 +151,13 @@ def _sequence_bar(row, x, y: float) -> str:
     )
 
 
+@functools.lru_cache(maxsize=64)
+def _spark_xs(points: int) -> list[float]:
+    """A sparkline's x positions for a series of ``points`` runs (one row of a trend table after
+    another has the same number)."""
+    return np.linspace(4, 116, points).tolist()
+
+
 def sparkline(values: list[float], label: str) -> str:
     """A small SVG line of a series (oldest first) with its first and last points marked."""
     series = [v for v in values if not _missing(v)]
@@ -142,7 +167,7 @@ def sparkline(values: list[float], label: str) -> str:
     middle = (max(series) + min(series)) / 2
     span = max(max(series) - min(series), 0.05)
     bottom = middle - span / 2
-    xs = np.linspace(4, 116, len(values))
+    xs = _spark_xs(len(values))
     pts = [(xs[i], 24 - (v - bottom) / span * 20) for i, v in enumerate(values) if not _missing(v)]
     line = " ".join(f"{a:.1f},{b:.1f}" for a, b in pts)
     dots = "".join(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="2" fill="#1f4e79"/>' for a, b in pts)

@@ -4,6 +4,7 @@ markdown escaping."""
 
 from __future__ import annotations
 
+import functools
 import html
 import itertools
 import math
@@ -23,15 +24,29 @@ from biasaudit.schemas.names import printable
 from biasaudit.schemas.report import run_label
 
 
+def _values(series: pd.Series) -> list[Any]:
+    """A column's values as iterating it gives them, read at once: a numpy column's as Python
+    scalars (but timestamps), a text column's as its strings and its missing value."""
+    dtype = series.dtype
+    plain = isinstance(dtype, np.dtype) and dtype.kind not in "mM"
+    return series.to_numpy().tolist() if plain or isinstance(dtype, pd.StringDtype) else list(series)
+
+
+@functools.lru_cache(maxsize=256)
+def _row_type(fields: tuple[Any, ...]) -> Any:
+    """The named tuple of rows with these fields (made once: building the class is most of what
+    iterating a small frame costs)."""
+    return cast(Any, namedtuple)("Row", fields, rename=True)  # fields known at run time only
+
+
 def _tuples(frame: pd.DataFrame, index: bool = True) -> Iterator[Any]:
     """The rows of ``frame.itertuples(index=index)``, the same values, read a column at a time:
     itertuples selects every column through ``iloc`` on each call, most of the report's time."""
     fields = (["Index"] if index else []) + list(frame.columns)
     columns = [list(frame.index)] if index else []
     for _, series in frame.items():  # noqa: PERF102 (DataFrame.values is not the columns)
-        plain = isinstance(series.dtype, np.dtype) and series.dtype.kind not in "mM"
-        columns.append(series.to_numpy().tolist() if plain else list(series))
-    row = cast(Any, namedtuple)("Row", fields, rename=True)  # fields known at run time only
+        columns.append(_values(series))
+    row = _row_type(tuple(fields))
     return map(row._make, zip(*columns) if columns else itertools.repeat((), len(frame)))
 
 
@@ -117,6 +132,77 @@ def count(value) -> str:
         if abs(value) >= size:
             return f"{sig3(value / size)} {word}"
     return f"{value:,.0f}"
+
+
+# The same formats for a whole column at once (a report's detail tables hold tens of thousands of
+# numbers): each value's case is decided by array comparisons, and each value is then written by
+# one ``format`` call, as the function of one value above writes it, character for character.
+
+_FIXED = [f".{d}f" for d in range(7)]  # sig3's decimals: 0 to 6 (values from 1e-4 to 1000)
+
+
+def _exponents(magnitudes: np.ndarray) -> np.ndarray:
+    """``math.floor(math.log10(m))`` of each magnitude: numpy's log10, and Python's own where a
+    value lies so near a power of ten that the two might round to different sides of it."""
+    logs = np.log10(magnitudes)
+    exponents = np.floor(logs)
+    near = np.abs(logs - np.round(logs)) < 1e-9
+    exponents[near] = [math.floor(math.log10(m)) for m in magnitudes[near].tolist()]
+    return exponents.astype(np.int64)
+
+
+def sig3_cells(values: np.ndarray) -> np.ndarray:
+    """``sig3`` of every value of a float array (an object array of strings)."""
+    values = np.asarray(values, dtype=float)
+    out = np.full(values.shape, "–", dtype=object)
+    magnitude = np.abs(values)
+    out[values == 0] = "0"
+    large = magnitude >= 1000  # infinities too, as sig3 has them
+    middle = (magnitude >= 1e-4) & ~large
+    small = ~np.isnan(values) & (values != 0) & (magnitude < 1e-4)
+    decimals = np.maximum(0, 2 - _exponents(magnitude[middle]))
+    for mask, texts in (
+        (large, [format(v, ",.0f") for v in values[large].tolist()]),
+        (middle, [format(v, _FIXED[d]) for v, d in zip(values[middle].tolist(), decimals.tolist())]),
+        (small, [format(v, ".2g") for v in values[small].tolist()]),
+    ):
+        out[mask] = [t.replace("-", "−") for t in texts]
+    return out
+
+
+def percent_cells(values: np.ndarray) -> np.ndarray:
+    """``percent`` of every value of a float array."""
+    values = np.asarray(values, dtype=float)
+    with np.errstate(over="ignore"):  # beyond 1.8e306 the percentage is infinite, as in percent
+        hundred = 100 * values
+    out = np.array([t + "%" for t in sig3_cells(hundred).tolist()], dtype=object)
+    out[np.isnan(values)] = "–"
+    out[(values != 0) & (np.abs(values) < 1e-4)] = "<0.01%"
+    return out
+
+
+def count_cells(values: np.ndarray) -> np.ndarray:
+    """``count`` of every value of a float array."""
+    values = np.asarray(values, dtype=float)
+    out = np.full(values.shape, "–", dtype=object)
+    magnitude = np.abs(values)
+    billions, millions = magnitude >= 1e9, (magnitude >= 1e6) & (magnitude < 1e9)
+    plain = ~np.isnan(values) & (magnitude < 1e6)
+    out[plain] = [format(v, ",.0f") for v in values[plain].tolist()]
+    for mask, size, word in ((billions, 1e9, " billion"), (millions, 1e6, " million")):
+        out[mask] = [t + word for t in sig3_cells(values[mask] / size).tolist()]
+    return out
+
+
+def p_text_cells(values: np.ndarray) -> np.ndarray:
+    """``p_text`` of every value of a float array."""
+    values = np.asarray(values, dtype=float)
+    out = np.full(values.shape, "–", dtype=object)
+    low = values < 0.001
+    out[low] = "<0.001"
+    shown = ~np.isnan(values) & ~low
+    out[shown] = [format(v, ".2g") for v in values[shown].tolist()]
+    return out
 
 
 def needs_more(needed: float, available: float) -> str:
