@@ -30,6 +30,7 @@ score and a zoned timestamp that the push-down validates), then measures in one 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import resource
@@ -50,6 +51,12 @@ from sqlalchemy.engine import make_url
 
 from biasaudit.db.engine import make_engine
 from biasaudit.db.migrate import upgrade
+
+# an older checkout's processes run with start_cost.py's environment (its tree first on the path)
+_SPEC = importlib.util.spec_from_file_location("start_cost", Path(__file__).parent / "start_cost.py")
+assert _SPEC is not None and _SPEC.loader is not None
+start_cost = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(start_cost)
 
 TABLE = "bench_predictions"
 
@@ -208,18 +215,6 @@ def _result(args: list[str], env: dict | None = None) -> dict:
     return {**json.loads(lines[-1][7:]), "cpu": cpu}
 
 
-def tree_env(tree: Path | None, folder: Path) -> dict[str, str]:
-    """The environment of a process running ``tree``'s package (None: the installed one)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    if tree is not None:
-        link = folder / "trees" / tree.name / "biasaudit"
-        link.parent.mkdir(parents=True, exist_ok=True)
-        if not link.exists():
-            link.symlink_to(tree.resolve())
-        env["PYTHONPATH"] = str(link.parent)
-    return env
-
-
 def group_cpu(group: int) -> float:
     """CPU seconds so far of the live processes of a process group (Linux /proc; NaN elsewhere)."""
     if not Path("/proc").is_dir():
@@ -263,7 +258,7 @@ def nightly_marginal(
     runs: dict[tuple[str, int], list[dict]] = {}
     for _ in range(repeat):
         for label, tree in trees.items():
-            env = {**tree_env(tree, folder), "PREFECT_API_URL": api_url}
+            env = {**start_cost.tree_env(tree, folder), "PREFECT_API_URL": api_url}
             for audits in (names[:1], names):
                 served = group_cpu(server.pid)
                 result = _result([sys.executable, "-c", NIGHTLY, url, str(config), *audits], env)
