@@ -21,8 +21,8 @@ the Bonferroni credibility c = 1 − α/m (and the simple rule at the same mass)
 their differences jointly with posterior probability at least 1 − α, and a fair model draws a
 'biased' anywhere in the audit in at most about α of audits (0.040 ± 0.010 at most over 2-30
 groups), where c = 1 − α on every row gave up to 0.81 at t = 0.05 and 0.17-1.00 at t = 0
-(benchmarks/bayes_words.py). Only tested comparisons are decided: a group below ``min_group_size``, a zero
-denominator or a repeated hypothesis gets no word. At t = 0 the ROPE is the point 0: 'biased' when
+(benchmarks/bayes_words.py). Only tested comparisons are decided: a group below
+``min_group_size``, a zero denominator or a repeated hypothesis gets no word. At t = 0 the ROPE is the point 0: 'biased' when
 the HDI excludes 0, never 'fair' (P(|T| > 0) is 1 there and decides nothing).
 
 The frequentist test is the audit tutorial's ("A Brief Tutorial on Sample Size Calculations for

@@ -72,7 +72,8 @@ renormalised over the larger family does not rise; joining at 1 would refresh S 
 (eight fair, always-betting e-processes joining 150 nights apart, each with ten times the weight of
 the one before: any alarm in 0.28 of 4,000 years joining at 1, 0.10 with equal weights; 0.042 and
 0.033 joining at min(1, S); tests/test_monitor.py checks the monitor's own bets). So S is a test
-supermartingale, and P(any alarm in the whole sequence) ≤ α (Ville). Each M_k is still an e-process for its own null (its start is at most 1), and at each
+supermartingale, and P(any alarm in the whole sequence) ≤ α (Ville). Each M_k is still an
+e-process for its own null (its start is at most 1), and at each
 night e-BH controls the FDR at α·Σ_null w_k/K ≤ α under arbitrary dependence.
 
 **Confidence sequence for U** (constant U; Waudby-Smith and Ramdas 2024, hedged capital process,
