@@ -1,7 +1,7 @@
-"""The audit flow: one Prefect flow run audits one model. Wiring only: the
-body is flows.pipeline.execute_audit, run here with every stage as a Prefect task
-(flows.stages.as_task; database steps retried). ``run_audit``, the same body as plain calls, lives
-in flows.pipeline (importing it does not import Prefect) and is re-exported here.
+"""The audit flow: one Prefect flow run audits one model. Wiring only: the body is
+flows.pipeline.execute_audit, run here with each database step as a Prefect task that retries and
+the pure stages as plain calls (flows.stages.as_task). ``run_audit``, the same body as plain calls
+throughout, lives in flows.pipeline (importing it does not import Prefect) and is re-exported here.
 """
 
 from __future__ import annotations

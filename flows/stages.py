@@ -1,10 +1,13 @@
-"""The audit's stages as Prefect tasks: the pipeline's database steps with the retry policy, the
-pure stages as they are.
+"""The audit's database steps as Prefect tasks with the retry policy; the pure stages as plain calls.
 
 Database steps (flows.pipeline.DATABASE_STEPS: begin, scan, previous run, identical run,
-monitor, persist, failure, report) retry on transient database errors with exponential backoff
-(db.retry); the pure stages of tasks.core run once. ``as_task`` is the ``run`` hook with which
-flows.audit runs the pipeline's one body (flows.pipeline.execute_audit) as a Prefect flow.
+monitor, persist, failure, report) are Prefect tasks that retry on transient database errors with
+exponential backoff (db.retry). The pure stages of tasks.core (counts, metrics, MATCH, planning,
+detection, ...) run as plain calls inside the flow: deterministic, they have nothing to retry, and
+a task run each cost the flow's process and the Prefect server about 1 s of CPU per audit
+(benchmarks/README.md, start-up). Their times are the run's stored ``timings``; a stage that
+raises fails the flow run with its error. ``as_task`` is the ``run`` hook with which flows.audit
+runs the pipeline's one body (flows.pipeline.execute_audit) as a Prefect flow.
 """
 
 from __future__ import annotations
@@ -41,13 +44,9 @@ def database_task(name: str, function: Callable[..., Any]) -> Task:
     )(function)
 
 
-@cache
-def stage_task(name: str, function: Callable[..., Any]) -> Task:
-    """The pure stage ``function`` as a Prefect task named ``name`` (no retries: it is pure)."""
-    return task(name=name, cache_policy=NO_CACHE)(function)
-
-
 def as_task(name: str, function: Callable[P, R], /, *args: P.args, **options: P.kwargs) -> R:
-    """The pipeline's ``run`` hook inside a flow: the stage as its own Prefect task run."""
-    make = database_task if name in DATABASE_STEPS else stage_task
-    return cast(R, make(name, function)(*args, **options))  # a sync task returns its value
+    """The pipeline's ``run`` hook inside a flow: a database step as its own Prefect task run, a
+    pure stage as a plain call."""
+    if name not in DATABASE_STEPS:
+        return function(*args, **options)
+    return cast(R, database_task(name, function)(*args, **options))  # a sync task returns its value

@@ -1,2 +1,2 @@
 """The statistics: one module per audit stage, pure vectorised functions of frames (no database,
-no Prefect; flows.stages runs them as Prefect tasks)."""
+no Prefect; the audit flow calls them as they are)."""

@@ -6,8 +6,8 @@ on the counts frame (schemas.results.GROUP_COUNTS) in order:
     comparison pairs and their metrics (once) -> metrics and two-group metrics -> compare
     -> MATCH -> planning -> detection -> smoothing -> meta-metrics -> summary
 
-The audit flow runs the very same function, each stage as a Prefect task, by passing a ``run``
-hook; ``biasaudit.audit_frame`` runs it on a DataFrame. Each result frame has the columns of its
+The audit flow runs the very same function through a ``run`` hook (its pure stages plain calls,
+timed); ``biasaudit.audit_frame`` runs it on a DataFrame. Each result frame has the columns of its
 result table (db.results maps them), so a notebook and the database see the same numbers.
 """
 
