@@ -1,4 +1,4 @@
-"""The audit's database steps as Prefect tasks with the retry policy; the pure stages as plain calls.
+"""The audit's database steps as Prefect tasks with the retry policy; pure stages as plain calls.
 
 Database steps (flows.pipeline.DATABASE_STEPS: begin, scan, previous run, identical run,
 monitor, persist, failure, report) are Prefect tasks that retry on transient database errors with
