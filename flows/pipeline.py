@@ -6,11 +6,11 @@
 
 ``execute_audit`` runs every stage through a ``run(stage, function, *args)`` hook, the same hook
 tasks.core takes: ``run_audit`` calls the functions (tests, benchmarks, embedding; Prefect is
-never imported), ``flows.audit.audit_flow`` runs the DATABASE_STEPS as Prefect tasks with retries and the
-pure stages as plain calls (flows.stages). ``begin`` commits a ``running`` row; a failure at any stage marks
-it failed with the error (and any quarantined rows) and re-raises; only a complete run commits,
-with all its results, as succeeded. A run whose input and configuration equal a succeeded run's
-returns that run before the statistics (unless forced).
+never imported), ``flows.audit.audit_flow`` runs the DATABASE_STEPS as Prefect tasks with
+retries and the pure stages as plain calls (flows.stages). ``begin`` commits a ``running`` row; a
+failure at any stage marks it failed with the error (and any quarantined rows) and re-raises;
+only a complete run commits, with all its results, as succeeded. A run whose input and
+configuration equal a succeeded run's returns that run before the statistics (unless forced).
 """
 
 from __future__ import annotations

@@ -179,7 +179,7 @@ def audit_counts(
 
     ``previous`` is the previous run's id and per-group metrics for the compare stage (none by
     default). ``run(stage, function, *args)`` runs each stage: the default calls it; the audit flow
-    runs it as a Prefect task.
+    also times it.
     """
     keep_freed_memory()  # the stages' arrays reuse freed memory from the first audit on
     counts = validate_result("counts", counts)

@@ -71,8 +71,10 @@ arriving late, a new group) at the wealth min(1, S_{t−1}) (family_entry), not 
 renormalised over the larger family does not rise; joining at 1 would refresh S toward 1 each time
 (eight fair, always-betting e-processes joining 150 nights apart, each with ten times the weight of
 the one before: any alarm in 0.28 of 4,000 years joining at 1, 0.10 with equal weights; 0.042 and
-0.033 joining at min(1, S); tests/test_monitor.py checks the monitor's own bets). So S is a test
-supermartingale, and P(any alarm in the whole sequence) ≤ α (Ville). Each M_k is still an
+0.033 joining at min(1, S); tests/test_monitor.py checks the monitor's own bets). A mirror
+(``mirrors``: B vs rest of a two-valued attribute, kept out of the family) that joins when its
+attribute gains a third group has its wealth, its twin's, scaled down to that entry too. So S is a
+test supermartingale, and P(any alarm in the whole sequence) ≤ α (Ville). Each M_k is still an
 e-process for its own null (its start is at most 1), and at each
 night e-BH controls the FDR at α·Σ_null w_k/K ≤ α under arbitrary dependence.
 
@@ -559,13 +561,29 @@ def mirrors(keys: pd.DataFrame) -> np.ndarray:
     return (rest & (size == 2) & (keys["group_name"] != first)).to_numpy()
 
 
-def advance(arrays: dict, counts: np.ndarray, active: np.ndarray, settings: Settings, mirror=None):
+def advance(
+    arrays: dict,
+    counts: np.ndarray,
+    active: np.ndarray,
+    settings: Settings,
+    mirror=None,
+    members=None,
+):
     """One increment on arrays: ``counts`` (rows × x_g, n_g, x_r, n_r), ``active`` the rows
     monitored so far (others stay in their initial state and out of the e-BH family),
-    ``mirror`` the rows kept out of the family (``mirrors``)."""
+    ``mirror`` the rows kept out of the family tonight (``mirrors``), ``members`` the rows in it
+    last night (default: tonight's). Joiners start at min(1, S) of last night's members
+    (family_entry): new comparisons, and a mirror that enters the family when its attribute
+    gains a third group, whose wealth (its twin's) is scaled down to that entry."""
     x_g, n_g, x_r, n_r = counts[:, :4].T
     family = active if mirror is None else active & ~mirror
-    entry = family_entry(arrays, family)
+    members = family if members is None else np.asarray(members, bool)
+    entry = family_entry(arrays, members)
+    rejoining = family & ~members & (np.asarray(arrays["ebh_weight"], dtype=float) > 0)
+    if rejoining.any():
+        log_m = np.logaddexp(arrays["log_m_up"], arrays["log_m_down"]) - np.log(2)
+        shift = np.where(rejoining, entry - log_m, 0.0)
+        arrays = {**arrays, **{c: arrays[c] + shift for c in ("log_m_up", "log_m_down")}}
     new, out = step(arrays, x_g, n_g, x_r, n_r, settings, entry=entry)
     start = initial_state(len(active))
     new = {c: np.where(active, new[c], start[c]) for c in MONITOR_STATE}
@@ -588,15 +606,17 @@ def monitor_update(
     and ``alarm`` (e-BH across all the run's comparisons and metrics at level α).
     """
     increment = increment[COMPARISON_KEY + RATE_COUNTS + UNLABELLED_FIELDS]
-    merged = state[COMPARISON_KEY + MONITOR_STATE].merge(
-        increment, on=COMPARISON_KEY, how="outer", sort=True
-    )
+    before = state[COMPARISON_KEY + MONITOR_STATE].reset_index(drop=True)
+    before["_mirror"] = mirrors(before[COMPARISON_KEY])  # last night's family left these out
+    merged = before.merge(increment, on=COMPARISON_KEY, how="outer", sort=True)
     fresh = merged["nights"].isna().to_numpy()
+    members = ~fresh & ~merged["_mirror"].fillna(True).to_numpy(dtype=bool)
     start = initial_state(len(merged))
     arrays = {c: np.where(fresh, start[c], merged[c].to_numpy(dtype=float)) for c in MONITOR_STATE}
     counts = merged[RATE_COUNTS + UNLABELLED_FIELDS].fillna(0).to_numpy(dtype=float)
     keys = merged[COMPARISON_KEY].reset_index(drop=True)
-    new, out = advance(arrays, counts, np.ones(len(merged), bool), settings, mirrors(keys))
+    everyone = np.ones(len(merged), bool)
+    new, out = advance(arrays, counts, everyone, settings, mirrors(keys), members)
     fields_ = RATE_COUNTS + UNLABELLED_FIELDS
     rows = keys.assign(**{c: counts[:, i] for i, c in enumerate(fields_)}, **out)
     return keys.assign(**new), rows

@@ -126,12 +126,14 @@ def replay_counts(counts: pd.DataFrame, schedule, settings: Settings) -> pd.Data
     state = initial_state(size)
     outputs = {c: np.zeros((nights, size)) for c in OUTPUT_FIELDS}
     mirror = np.zeros(size, bool)
+    members = np.zeros(size, bool)  # last night's e-BH family
     for t in range(nights):
         if t == 0 or (active[t] != active[t - 1]).any():  # the comparisons seen so far changed
             seen = keys[active[t]]
             mirror = np.zeros(size, bool)
             mirror[seen.index[mirrors(seen)]] = True
-        state, out = advance(state, table[t], active[t], settings, mirror)
+        state, out = advance(state, table[t], active[t], settings, mirror, members)
+        members = active[t] & ~mirror
         for c in OUTPUT_FIELDS:
             outputs[c][t] = out[c]
     when, k = np.nonzero(active)

@@ -26,6 +26,7 @@ from biasaudit.tasks.monitor import (
 from biasaudit.tasks.monitor_frame import monitor_frame, replay_increments
 
 DAY = pd.Timedelta("1D")
+SETTINGS = Settings(tolerance=0.0)
 T0 = pd.Timestamp("2025-01-01", tz="UTC")
 
 
@@ -180,10 +181,15 @@ def test_selection_rates_use_every_decision_and_error_rates_labelled_rows():
 
 
 @pytest.mark.parametrize("label_delay", ["0D", "4D"])
-def test_monitor_frame_equals_nightly_runs(label_delay):
+@pytest.mark.parametrize("third_sex", [False, True])
+def test_monitor_frame_equals_nightly_runs(label_delay, third_sex):
     """monitor_frame gives the same e-values, CS and alarms as nightly runs, each consuming its
-    increment (increment_masks) and updating the previous run's state (monitor_update)."""
+    increment (increment_masks) and updating the previous run's state (monitor_update); also
+    when a third sex appears on day 20 and m vs rest, a mirror until then, joins the family."""
     frame = _predictions(4)
+    if third_sex:
+        late = (frame["predicted_at"] >= T0 + 20 * DAY) & (np.arange(len(frame)) % 10 == 0)
+        frame.loc[late, "sex"] = "x"
     options = {
         "attributes": ["race", "sex"],
         "intersections": [["race", "sex"]],
@@ -236,6 +242,34 @@ def test_two_valued_attribute_is_one_comparison():
     assert sexes.loc["f", "alarm"] and not sexes.loc["m", "alarm"]
     race = rows[rows["attribute"] == "race"]
     assert len(race) == 3  # three groups: three different hypotheses
+
+
+def test_a_mirror_enters_the_family_at_its_entry_wealth():
+    """When a two-valued attribute gains a third group, m vs rest stops mirroring f vs rest and
+    joins the e-BH family: at min(1, S) of last night's family (tasks.monitor.family_entry), not
+    at its twin's wealth, which would raise S by the joining alone."""
+    frame = _predictions(5, days=2)
+    frame.loc[frame["sex"] == "f", "y_pred"] = 1  # f's e-process (and m's, its mirror) grows
+    state = empty_state()
+    options = {"attributes": ["race", "sex"], "metrics": ["ppr"]}
+    for _ in range(3):
+        state, rows = monitor_update(state, increment_counts(frame, frame, **options), SETTINGS)
+    before = rows.set_index(["attribute", "group_name"])
+    twin = before.loc[("sex", "m"), "e_process"]
+    family = rows[~((rows["attribute"] == "sex") & (rows["group_name"] == "m"))]
+    weights = state.set_index(["attribute", "group_name"]).loc[
+        list(zip(family["attribute"], family["group_name"], strict=True)), "ebh_weight"
+    ]
+    mean = float(np.sum(weights.to_numpy() * family["e_process"].to_numpy()) / weights.sum())
+    assert twin > 1e3 and mean < twin  # the mirror's wealth is far above the family's mean
+    third = frame.head(300).assign(sex="x")
+    night = pd.concat([frame, third], ignore_index=True)
+    state, rows = monitor_update(state, increment_counts(night, night, **options), SETTINGS)
+    after = rows.set_index(["attribute", "group_name"])
+    m = after.loc[("sex", "m")]
+    assert m["e_process"] / m["e_value"] == pytest.approx(min(1.0, mean), rel=1e-9)
+    f = after.loc[("sex", "f")]
+    assert f["e_process"] / f["e_value"] == pytest.approx(before.loc[("sex", "f"), "e_process"])
 
 
 def test_lone_group_has_no_comparison():
