@@ -178,8 +178,8 @@ def audit_counts(
     """Run every statistical stage of ``audit`` on validated ``counts`` (schemas.results.GROUP_COUNTS).
 
     ``previous`` is the previous run's id and per-group metrics for the compare stage (none by
-    default). ``run(stage, function, *args)`` runs each stage: the default calls it; the audit flow
-    also times it.
+    default). ``run(stage, function, *args)`` runs each stage: the default calls it; the pipeline's
+    hook (flows.pipeline) also times it.
     """
     keep_freed_memory()  # the stages' arrays reuse freed memory from the first audit on
     counts = validate_result("counts", counts)

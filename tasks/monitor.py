@@ -73,7 +73,7 @@ renormalised over the larger family does not rise; joining at 1 would refresh S 
 the one before: any alarm in 0.28 of 4,000 years joining at 1, 0.10 with equal weights; 0.042 and
 0.033 joining at min(1, S); tests/test_monitor.py checks the monitor's own bets). A mirror
 (``mirrors``: B vs rest of a two-valued attribute, kept out of the family) that joins when its
-attribute gains a third group has its wealth, its twin's, scaled down to that entry too. So S is a
+attribute gains a third group has its wealth, its twin's, set to that entry too. So S is a
 test supermartingale, and P(any alarm in the whole sequence) ≤ α (Ville). Each M_k is still an
 e-process for its own null (its start is at most 1), and at each
 night e-BH controls the FDR at α·Σ_null w_k/K ≤ α under arbitrary dependence.
@@ -566,18 +566,20 @@ def advance(
     counts: np.ndarray,
     active: np.ndarray,
     settings: Settings,
-    mirror=None,
-    members=None,
+    *,
+    mirror: np.ndarray,
+    members: np.ndarray,
 ):
     """One increment on arrays: ``counts`` (rows × x_g, n_g, x_r, n_r), ``active`` the rows
     monitored so far (others stay in their initial state and out of the e-BH family),
     ``mirror`` the rows kept out of the family tonight (``mirrors``), ``members`` the rows in it
-    last night (default: tonight's). Joiners start at min(1, S) of last night's members
-    (family_entry): new comparisons, and a mirror that enters the family when its attribute
-    gains a third group, whose wealth (its twin's) is scaled down to that entry."""
+    last night. Joiners start at min(1, S) of last night's members (family_entry): new
+    comparisons, and a mirror that enters the family when its attribute gains a third group,
+    whose wealth (its twin's) is set to that entry: its e-process drops there, and a ``crossed``
+    it showed as a mirror may end."""
     x_g, n_g, x_r, n_r = counts[:, :4].T
-    family = active if mirror is None else active & ~mirror
-    members = family if members is None else np.asarray(members, bool)
+    family = active & ~np.asarray(mirror, bool)
+    members = np.asarray(members, bool)
     entry = family_entry(arrays, members)
     rejoining = family & ~members & (np.asarray(arrays["ebh_weight"], dtype=float) > 0)
     if rejoining.any():
@@ -616,7 +618,7 @@ def monitor_update(
     counts = merged[RATE_COUNTS + UNLABELLED_FIELDS].fillna(0).to_numpy(dtype=float)
     keys = merged[COMPARISON_KEY].reset_index(drop=True)
     everyone = np.ones(len(merged), bool)
-    new, out = advance(arrays, counts, everyone, settings, mirrors(keys), members)
+    new, out = advance(arrays, counts, everyone, settings, mirror=mirrors(keys), members=members)
     fields_ = RATE_COUNTS + UNLABELLED_FIELDS
     rows = keys.assign(**{c: counts[:, i] for i, c in enumerate(fields_)}, **out)
     return keys.assign(**new), rows

@@ -132,7 +132,7 @@ def replay_counts(counts: pd.DataFrame, schedule, settings: Settings) -> pd.Data
             seen = keys[active[t]]
             mirror = np.zeros(size, bool)
             mirror[seen.index[mirrors(seen)]] = True
-        state, out = advance(state, table[t], active[t], settings, mirror, members)
+        state, out = advance(state, table[t], active[t], settings, mirror=mirror, members=members)
         members = active[t] & ~mirror
         for c in OUTPUT_FIELDS:
             outputs[c][t] = out[c]

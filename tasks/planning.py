@@ -161,7 +161,7 @@ def detection_power(
     the same test at every size ('exact'; power 0 where a denominator is zero), all comparisons
     at once, its critical statistics to PRECISION and each group's counts beyond its binomial
     quantiles at OUTSIDE left out (the power low by at most the mass of tables within PRECISION
-    above a critical statistic, plus 4·OUTSIDE: against 1e-6 and 1e-13, at most 1.0e-7 on
+    above a critical statistic, plus 4·OUTSIDE: against 1e-6 and 1e-13, at most 2.0e-7 on
     COMPAS and 8.7e-5 on an audit of 642 groups; a power within 1e-6 of one is its lower bound
     from the tables whose intervals lie in H1, low by at most 1e-6), below the two decimals the
     report shows. The side whose null holds at the true rates is left out: it adds at most

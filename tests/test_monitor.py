@@ -12,6 +12,7 @@ from biasaudit.tasks.detection import unfairness_test
 from biasaudit.tasks.monitor import (
     GRID,
     Settings,
+    advance,
     cs_log_capital,
     e_bh,
     family_entry,
@@ -372,3 +373,35 @@ def test_e_bh_controls_fdr_of_monitor_alarms_under_dependence():
     fdr = fdp.mean(axis=1)
     assert fdr.max() <= alpha + 3 * np.sqrt(alpha / replays)
     assert alarm[:, 4].mean() > 0.8  # the 0.15 shift is found
+
+
+def test_a_rejoining_mirror_enters_at_last_nights_family_mean():
+    """advance: a row kept out of the family last night (a mirror) that is in it tonight starts
+    from min(1, S), S the weighted mean of last night's members' wealth, whatever its own wealth
+    (here e³): with members of wealth e⁻¹ and e⁻², weights 0.5 and 0.25, S = 0.290."""
+    state = initial_state(3)
+    state["ebh_weight"] = np.array([0.5, 0.25, 0.25])
+    for side in ("up", "down"):
+        state[f"log_m_{side}"] = np.array([-1.0, -2.0, 3.0])
+    counts = np.zeros((3, 4))  # no pairs tonight: every e-value is 1
+    everyone = np.ones(3, bool)
+    _, out = advance(
+        state,
+        counts,
+        everyone,
+        Settings(),
+        mirror=np.zeros(3, bool),
+        members=np.array([True, True, False]),
+    )
+    mean = (0.5 * np.exp(-1) + 0.25 * np.exp(-2)) / 0.75
+    np.testing.assert_allclose(out["e_process"], [np.exp(-1), np.exp(-2), mean], rtol=1e-12)
+    # still a mirror tonight: out of the family (no alarm), its wealth its own
+    _, out = advance(
+        state,
+        counts,
+        everyone,
+        Settings(),
+        mirror=np.array([False, False, True]),
+        members=np.array([True, True, False]),
+    )
+    assert out["e_process"][2] == pytest.approx(np.exp(3.0)) and not out["alarm"][2]
