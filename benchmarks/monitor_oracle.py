@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from biasaudit.tasks.monitor import Settings, initial_state, log_e_value, step
+from biasaudit.tasks.monitor import Settings, initial_state, log_e_value, log_wealth, step
 
 _PATH = Path(__file__).resolve().parent / "monitor_power.py"
 _SPEC = importlib.util.spec_from_file_location("monitor_power", _PATH)
@@ -124,7 +124,7 @@ def simulate(volume: int, replays: int, seed: int) -> dict:
         state, _ = step(state, x_g, n_g, x_r, n_r, settings, grid=GRID)
         if t < power.CHANGE:
             continue
-        log_m = np.logaddexp(state["log_m_up"], state["log_m_down"]) - np.log(2)
+        log_m = log_wealth(state["log_m_up"], state["log_m_down"])
         sup["product"] = np.maximum(sup["product"], log_m)
         crossed_20 |= log_m >= np.log(1 / power.ALPHA)
         b = closest_null(n_g, n_r, P_G, P_R)

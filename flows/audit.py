@@ -1,6 +1,6 @@
 """The audit flow: one Prefect flow run audits one model. Wiring only: the body is
 flows.pipeline.execute_audit, run here with each database step as a Prefect task that retries and
-the pure stages as plain calls (flows.stages.as_task). ``run_audit``, the same body as plain calls
+the pure stages as plain calls (flows.stages.in_flow). ``run_audit``, the same body as plain calls
 throughout, lives in flows.pipeline (importing it does not import Prefect) and is re-exported here.
 """
 
@@ -27,7 +27,7 @@ def audit_flow(
     """Audit one configured model as of ``as_of`` (default now); returns the run's identity."""
     flow_run_id = str(runtime.flow_run.id) if runtime.flow_run.id else None
     return execute_audit(
-        audit_name, config_path, db_url, as_of, force, run=stages.as_task, flow_run_id=flow_run_id
+        audit_name, config_path, db_url, as_of, force, run=stages.in_flow, flow_run_id=flow_run_id
     )
 
 

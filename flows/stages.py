@@ -6,7 +6,7 @@ exponential backoff (db.retry). The pure stages of tasks.core (counts, metrics, 
 detection, ...) run as plain calls inside the flow: deterministic, they have nothing to retry, and
 their task runs cost the flow's process and the Prefect server 0.6-0.8 s of CPU per audit
 together (benchmarks/README.md, scale section: three audits at 10M). Their times are the run's
-stored ``timings``; a stage that raises fails the flow run with its error. ``as_task`` is the
+stored ``timings``; a stage that raises fails the flow run with its error. ``in_flow`` is the
 ``run`` hook with which flows.audit runs the pipeline's one body (flows.pipeline.execute_audit)
 as a Prefect flow.
 """
@@ -45,7 +45,7 @@ def database_task(name: str, function: Callable[..., Any]) -> Task:
     )(function)
 
 
-def as_task(name: str, function: Callable[P, R], /, *args: P.args, **options: P.kwargs) -> R:
+def in_flow(name: str, function: Callable[P, R], /, *args: P.args, **options: P.kwargs) -> R:
     """The pipeline's ``run`` hook inside a flow: a database step as its own Prefect task run, a
     pure stage as a plain call."""
     if name not in DATABASE_STEPS:

@@ -250,21 +250,26 @@ class Settings:
         return [f.name for f in fields(cls)]
 
 
-def step(state: dict, x_g, n_g, x_r, n_r, settings: Settings, grid=GRID, entry=0.0):
+def log_wealth(log_up, log_down):
+    """log M = log((M⁺ + M⁻)/2), the e-process of a comparison from its two sides' log wealth."""
+    return np.logaddexp(log_up, log_down) - np.log(2)
+
+
+def step(state: dict, x_g, n_g, x_r, n_r, settings: Settings, grid=GRID, entry=0.0, rejoining=None):
     """One increment for every comparison (arrays aligned with the state's rows).
 
-    ``entry``: the log wealth a comparison joining the e-BH family tonight (its first night with
-    pairs) starts from (family_entry; 0 keeps 1). Returns the new state and the night's outputs:
-    pairs, difference, per-side and combined e-values, the e-process M_t and whether it crossed
-    1/α. Pure: the state is not modified.
+    ``entry``: the log wealth a comparison joining the e-BH family tonight starts from
+    (family_entry; 0 keeps 1): one with its first pairs, and the ``rejoining`` rows (a mirror
+    whose attribute gained a third group: ``advance``), whose wealth is set to it. Returns the new
+    state and the night's outputs: pairs, difference, per-side and combined e-values, the
+    e-process M_t and whether it crossed 1/α. Pure: the state is not modified.
     """
     tol, alpha = settings.tolerance, settings.alpha
     k, d, var = pair_moments(x_g, n_g, x_r, n_r)
     joining = (state["ebh_weight"] <= 0) & (k > 0)  # e-BH's weight: fixed at the first pairs
-    start_up, start_down = (
-        np.where(joining, state[f"log_m_{side}"] + entry, state[f"log_m_{side}"])
-        for side in ("up", "down")
-    )
+    entering = joining if rejoining is None else joining | rejoining
+    shift = np.where(entering, entry - log_wealth(state["log_m_up"], state["log_m_down"]), 0.0)
+    start_up, start_down = (state[f"log_m_{side}"] + shift for side in ("up", "down"))
     new = {name: np.array(value, dtype=float) for name, value in state.items()}
     lams = {}
     for side, name in ((+1, "up"), (-1, "down")):
@@ -277,11 +282,11 @@ def step(state: dict, x_g, n_g, x_r, n_r, settings: Settings, grid=GRID, entry=0
             new[f"{c}_{name}"] = value
     log_e_up = log_e_value(x_g, n_g, x_r, n_r, lams["up"], tol, +1)
     log_e_down = log_e_value(x_g, n_g, x_r, n_r, lams["down"], tol, -1)
-    log_m_before = np.logaddexp(start_up, start_down) - np.log(2)
+    log_m_before = log_wealth(start_up, start_down)
     log_up, log_down = rebalance(start_up, start_down, lams["up"], lams["down"])
     new["log_m_up"] = log_up + log_e_up
     new["log_m_down"] = log_down + log_e_down
-    log_m = np.logaddexp(new["log_m_up"], new["log_m_down"]) - np.log(2)
+    log_m = log_wealth(new["log_m_up"], new["log_m_down"])
     rho = 2.0 ** (-1.0 / settings.half_life)
     new["w_k"] = rho * state["w_k"] + k
     new["w_d"] = rho * state["w_d"] + k * d
@@ -321,7 +326,7 @@ def family_entry(state: dict, members=None, families: int = 1) -> np.ndarray:
     renormalised over the larger family, does not rise by its joining (module docstring)."""
     weight = np.asarray(state["ebh_weight"], dtype=float)
     inside = weight > 0 if members is None else (weight > 0) & np.asarray(members, bool)
-    log_m = np.logaddexp(state["log_m_up"], state["log_m_down"]) - np.log(2)
+    log_m = log_wealth(state["log_m_up"], state["log_m_down"])
     with np.errstate(divide="ignore"):
         log_v = np.where(inside, np.log(np.where(inside, weight, 1.0)), -np.inf).reshape(
             families, -1
@@ -582,11 +587,7 @@ def advance(
     members = np.asarray(members, bool)
     entry = family_entry(arrays, members)
     rejoining = family & ~members & (np.asarray(arrays["ebh_weight"], dtype=float) > 0)
-    if rejoining.any():
-        log_m = np.logaddexp(arrays["log_m_up"], arrays["log_m_down"]) - np.log(2)
-        shift = np.where(rejoining, entry - log_m, 0.0)
-        arrays = {**arrays, **{c: arrays[c] + shift for c in ("log_m_up", "log_m_down")}}
-    new, out = step(arrays, x_g, n_g, x_r, n_r, settings, entry=entry)
+    new, out = step(arrays, x_g, n_g, x_r, n_r, settings, entry=entry, rejoining=rejoining)
     start = initial_state(len(active))
     new = {c: np.where(active, new[c], start[c]) for c in MONITOR_STATE}
     e_process = np.where(family, out["e_process"], np.nan)
