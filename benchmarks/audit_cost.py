@@ -37,6 +37,16 @@ import pandas as pd
 COMPAS = Path(__file__).resolve().parents[2] / "shared" / "data" / "compas-two-years.csv"
 RATES = ["acc", "ppr", "err", "pnr", "tpr", "fnr", "fpr", "tnr", "ppv", "fdr", "npv", "for"]
 ROWS = 400_000
+NARROW = {"attributes": ["race", "sex"]}  # 18 count rows of predictions()
+WIDE = {  # 642 count rows of predictions()
+    "attributes": ["race", "sex", "age", "region"],
+    "intersections": [
+        ["race", "sex"],
+        ["race", "age"],
+        ["race", "region"],
+        ["race", "age", "region"],
+    ],
+}
 
 
 def predictions(rows: int = ROWS, seed: int = 3) -> pd.DataFrame:
@@ -127,20 +137,7 @@ def case(name: str) -> dict:
         out = {"seconds": seconds, "stages": stages, "count_rows": rows}
     else:
         frame = predictions()
-        options = (
-            {"attributes": ["race", "sex"]}
-            if name == "rows18"
-            else {
-                "attributes": ["race", "sex", "age", "region"],
-                "intersections": [
-                    ["race", "sex"],
-                    ["race", "age"],
-                    ["race", "region"],
-                    ["race", "age", "region"],
-                ],
-            }
-        )
-        seconds, stages, rows = timed_audit(frame, **options)
+        seconds, stages, rows = timed_audit(frame, **(NARROW if name == "rows18" else WIDE))
         out = {"seconds": seconds, "stages": stages, "count_rows": rows}
     out["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out

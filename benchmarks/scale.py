@@ -4,7 +4,8 @@ Generates N predictions in the database (3 sensitive attributes: race 6 groups, 
 96 intersectional groups; the prediction id is the table's primary key, as in production; a REAL
 score and a zoned timestamp that the push-down validates), then measures in one run:
 
-- floor: one bare ``GROUP BY race, sex, age, label, pred`` of the model's rows (best of --repeat);
+- floor: one bare ``GROUP BY race, sex, age, label, pred`` of the model's rows (best of --repeat),
+  and the CPU seconds the whole machine spent on it (the database's parallel workers);
 - scan: the push-down scan alone (db.scan.pushdown_cells) in this process (best of --repeat);
 - process: a fresh Python process running the whole audit as plain calls (imports, scan,
   statistics with the full metric catalogue and B = 1,000, persist, report), wall time and peak RSS;
@@ -16,7 +17,8 @@ score and a zoned timestamp that the push-down validates), then measures in one 
   copies of it (each its own name, the same table), alternated --repeat times against a running
   Prefect server (its own, as --prefect); an audit's marginal cost inside the flow is
   (median with K − median with one)/(K − 1), against the floor; with the CPU seconds of the flow's
-  process and of the Prefect server (read from /proc, Linux) per marginal audit. ``--before PATH``
+  process, of the Prefect server and of the whole machine (the database's backends and workers
+  too; read from /proc, Linux) per marginal audit. ``--before PATH``
   (an older checkout of the package, first on PYTHONPATH through a link named biasaudit) runs
   the same nightly processes of that code too, each process alternated with this code's.
 
@@ -230,6 +232,17 @@ def group_cpu(group: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def machine_cpu() -> float:
+    """Busy CPU seconds so far of the whole machine, every core (Linux /proc/stat; NaN elsewhere):
+    the flow's process, the Prefect server and the database's backends and parallel workers."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return float("nan")
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
 def process_run(url: str, config: Path, audit: str) -> dict:
     return _result([sys.executable, "-c", PROCESS, url, str(config), audit])
 
@@ -260,9 +273,10 @@ def nightly_marginal(
         for label, tree in trees.items():
             env = {**start_cost.tree_env(tree, folder), "PREFECT_API_URL": api_url}
             for audits in (names[:1], names):
-                served = group_cpu(server.pid)
+                served, busy = group_cpu(server.pid), machine_cpu()
                 result = _result([sys.executable, "-c", NIGHTLY, url, str(config), *audits], env)
                 result["server_cpu"] = group_cpu(server.pid) - served
+                result["machine_cpu"] = machine_cpu() - busy
                 runs.setdefault((label, len(audits)), []).append(result)
     rows = []
     for label in trees:
@@ -270,7 +284,7 @@ def nightly_marginal(
         one, many = runs[(label, 1)], runs[(label, copies)]
         medians = {
             key: (statistics.median(r[key] for r in one), statistics.median(r[key] for r in many))
-            for key in ("seconds", "cpu", "server_cpu")
+            for key in ("seconds", "cpu", "server_cpu", "machine_cpu")
         }
         t_one, t_many = medians["seconds"]
         rows += [
@@ -373,9 +387,11 @@ def main() -> None:
     load = [os.getloadavg()[0]]
     folder = Path(tempfile.mkdtemp())
     config = config_file("pushdown", folder)
-    floors, scans = [], []
+    floors, scans, floor_cpu = [], [], []
     for _ in range(args.repeat):  # alternate, so that both see the same load
+        busy = machine_cpu()
         floors.append(floor_seconds(args.db))
+        floor_cpu.append(machine_cpu() - busy)
         scans.append(scan_seconds(args.db, config, "bench-pushdown"))
     floor = min(floors)
     rows = [{"what": "floor: GROUP BY", "seconds": floor, "peak RSS MB": None}]
@@ -406,7 +422,8 @@ def main() -> None:
     backend = make_url(args.db).get_backend_name()
     key = "no key on the prediction id" if args.no_key else "prediction id as primary key"
     load.append(os.getloadavg()[0])
-    print(f"\n{args.rows:,} rows on {backend} ({key}); floors {floors}, scans {scans}; load "
+    print(f"\n{args.rows:,} rows on {backend} ({key}); floors {floors} (the machine's CPU seconds "
+          f"{floor_cpu}), scans {scans}; load "
           f"average {load[0]:.1f} at the start, {load[1]:.1f} at the end:\n")
     print(table.to_markdown(index=False, floatfmt=".2f"))
 
