@@ -38,6 +38,7 @@ COMPAS = Path(__file__).resolve().parents[2] / "shared" / "data" / "compas-two-y
 RATES = ["acc", "ppr", "err", "pnr", "tpr", "fnr", "fpr", "tnr", "ppv", "fdr", "npv", "for"]
 ROWS = 400_000
 NARROW = {"attributes": ["race", "sex"]}  # 18 count rows of predictions()
+BY_RACE_SEX = {"attributes": ["race", "sex"], "intersections": [["race", "sex"]]}  # COMPAS
 WIDE = {  # 642 count rows of predictions()
     "attributes": ["race", "sex", "age", "region"],
     "intersections": [
@@ -125,10 +126,9 @@ def case(name: str) -> dict:
 
     if name.startswith("compas"):
         frame = compas()
-        options = {"attributes": ["race", "sex"], "intersections": [["race", "sex"]]}
-        cold, stages, rows = timed_audit(frame, **options)
+        cold, stages, rows = timed_audit(frame, **BY_RACE_SEX)
         cold = time.perf_counter() - start
-        warm, stages, rows = timed_audit(frame, **options)
+        warm, stages, rows = timed_audit(frame, **BY_RACE_SEX)
         out = {"cold": cold, "seconds": warm, "stages": stages, "count_rows": rows}
         out["fairlearn"] = fairlearn_seconds(frame)
     elif name.startswith("groups"):

@@ -1,16 +1,23 @@
-"""Planning's floor: what the exact power of detection's test costs on the 642-row audit, however
-well its critical statistics are guessed, beside a goal of 2.5x the 18-row audit.
+"""Planning's floor: what the exact power of detection's test costs, computed as planning computes
+it, however well its critical statistics were guessed, beside the goal for the audit.
 
-In one process, on audit_cost.py's 400,000 predictions: the 18-row and the 642-row audits
-(``audit_frame``, every stage, timed per stage as audit_cost.py does), then the critical-statistic
-searches planning made on the 642-row audit, run again twice: as planning runs them, and each
-started half a precision below its own answer with a bracket one precision wide (the fewest
-evaluations a search can close in: it must see P(S >= t) on both sides of c). Cold rows whose c
-is infinite start as planning's cold rows do. The second is a floor for any faster guess of c
-within this computation: a row's probability tables and the smaller group's pmf are built
-either way. Medians of ``--repeat`` rounds.
+In one process, ``--case rows642``: audit_cost.py's 400,000 predictions audited with 18 and with
+642 count rows (``audit_frame``, every stage, timed per stage as audit_cost.py does); ``--case
+compas``: ProPublica's COMPAS (race, sex, race x sex) and Fairlearn's MetricFrame with six metrics
+on race x sex. Planning's critical-statistic searches (tasks.twosample._critical_statistics) on
+the larger audit are recorded, then run again twice:
 
-    python benchmarks/planning_floor.py [--repeat 3]
+- as planning runs them;
+- at the floor: each row's P(S >= t) evaluated at two points only, c − precision and c (where c is
+  planning's answer), the fewest any search needs to place c within its precision (it must see
+  the probability on both sides); in the batches planning's searches use (_searched_batches), in
+  one pass instead of planning's two (cold rows, then warm ones). A row's smaller-group pmf and
+  the larger group's tails are computed either way: this is the floor of planning's present
+  structure, one search per size pair and nuisance value, not of every possible computation.
+
+Medians of ``--repeat`` rounds.
+
+    python benchmarks/planning_floor.py [--case rows642|compas] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -28,102 +35,115 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import audit_cost  # this folder's benchmark: the same predictions and timing hook
 
-from biasaudit.tasks import distributions, twosample
+from biasaudit.tasks import twosample
+
+FAIRLEARN = "Fairlearn MetricFrame, six metrics"
 
 
-def recorded_searches(frame) -> tuple[float, dict[str, float], list[tuple]]:
-    """The 642-row audit's time and stage times, and the inputs and answers of every
+def recorded_searches(frame, options: dict) -> tuple[float, dict[str, float], list[tuple]]:
+    """The audit's time and stage times, and the arguments and answers of every
     _critical_statistics call its planning made."""
     calls: list[tuple] = []
     original = twosample._critical_statistics
 
-    def recording(n_a, n_b, p_b, u_tol, budget, precision=1e-6):
-        out = original(n_a, n_b, p_b, u_tol, budget, precision)
-        calls.append((n_a, n_b, p_b, u_tol, budget, precision, out))
+    def recording(*args):
+        out = original(*args)
+        calls.append((*args, out))
         return out
 
     twosample._critical_statistics = recording
     try:
-        seconds, stages, _ = audit_cost.timed_audit(frame, **audit_cost.WIDE)
+        seconds, stages, _ = audit_cost.timed_audit(frame, **options)
     finally:
         twosample._critical_statistics = original
     return seconds, stages, calls
 
 
-def searches(calls: list[tuple], *, at_answer: bool) -> tuple[float, int, float]:
-    """Seconds, evaluations of P(S >= t) and the largest |c − planning's c| of the recorded
-    searches, as planning runs them or started at their answers."""
+def _two_points(n_a, n_b, p_b, u_tol, budget, precision, answer, bracket):
+    """_searched_critical's stand-in at the floor: P(S >= t) of every row at c − precision and
+    at c (``answer``, passed as the first t), then c itself."""
+    _, _, _, probability = twosample._row_probabilities(n_a, n_b, p_b, u_tol)
+    rows = np.arange(len(p_b))
+    t = np.where(np.isfinite(answer), answer, 2e6)  # c infinite: one t beyond the search's 1e6
+    probability(t - precision, rows)
+    probability(t, rows)
+    return answer
+
+
+def searches(calls: list[tuple], *, floor: bool) -> tuple[float, int]:
+    """Seconds and evaluations (rows times points) of the recorded searches, as planning runs
+    them or at the floor; the answers checked against planning's."""
     evaluations = 0
-    counted = twosample._Zoned.__call__
+    zoned = twosample._Zoned.__call__
+    searched = twosample._searched_critical
 
     def counting(self, t, rows):
         nonlocal evaluations
         evaluations += len(rows)
-        return counted(self, t, rows)
+        return zoned(self, t, rows)
 
     twosample._Zoned.__call__ = counting  # type: ignore[method-assign]
-    worst, start = 0.0, time.perf_counter()
+    if floor:
+        twosample._searched_critical = _two_points
+    start = time.perf_counter()
     try:
         for n_a, n_b, p_b, u_tol, budget, precision, answer in calls:
-            if at_answer:
-                known = np.isfinite(answer)
-                z = float(distributions.norm_isf(budget))
+            if floor:
                 got = twosample._searched_batches(
-                    n_a,
-                    n_b,
-                    p_b,
-                    u_tol,
-                    budget,
-                    precision,
-                    np.where(known, answer - precision / 2, z),
-                    np.where(known, precision, twosample._BRACKET),
+                    n_a, n_b, p_b, u_tol, budget, precision, answer, np.full(len(p_b), precision)
                 )
             else:
                 got = twosample._critical_statistics(n_a, n_b, p_b, u_tol, budget, precision)
-            both = np.isfinite(got) & np.isfinite(answer)
-            worst = max(worst, float(np.max(np.abs(got - answer)[both], initial=0.0)))
+            assert np.array_equal(np.isfinite(got), np.isfinite(answer))
+            known = np.isfinite(answer)
+            assert np.abs(got - answer)[known].max(initial=0.0) <= precision
     finally:
-        twosample._Zoned.__call__ = counted  # type: ignore[method-assign]
-    return time.perf_counter() - start, evaluations, worst
+        twosample._Zoned.__call__ = zoned  # type: ignore[method-assign]
+        twosample._searched_critical = searched
+    return time.perf_counter() - start, evaluations
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", choices=["rows642", "compas"], default="rows642")
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    frame = audit_cost.predictions()
-    audit_cost.timed_audit(frame, **audit_cost.NARROW)  # warm: imports, caches
+    if args.case == "rows642":
+        frame = audit_cost.predictions()
+        small, large = ("18-row audit", audit_cost.NARROW), ("642-row audit", audit_cost.WIDE)
+    else:
+        frame = audit_cost.compas()
+        large = ("COMPAS audit", audit_cost.BY_RACE_SEX)
+    audit_cost.timed_audit(frame, **large[1])  # warm: imports, caches
     rounds: dict[str, list[float]] = {}
     for _ in range(args.repeat):
-        small, _, _ = audit_cost.timed_audit(frame, **audit_cost.NARROW)
-        wide, stages, calls = recorded_searches(frame)
-        run, evaluations, _ = searches(calls, at_answer=False)
-        floor, floor_evaluations, worst = searches(calls, at_answer=True)
+        if args.case == "rows642":
+            rounds.setdefault(small[0], []).append(audit_cost.timed_audit(frame, **small[1])[0])
+        else:
+            rounds.setdefault(FAIRLEARN, []).append(audit_cost.fairlearn_seconds(frame))
+        seconds, stages, calls = recorded_searches(frame, large[1])
+        run, evaluations = searches(calls, floor=False)
+        floor, floor_evaluations = searches(calls, floor=True)
         for key, value in {
-            "18-row audit": small,
-            "642-row audit": wide,
-            "642-row planning": stages["planning"],
-            "642-row audit without planning": wide - stages["planning"],
-            "searches as planning runs them": run,
-            "searches started at their answers": floor,
+            large[0]: seconds,
+            "its planning": stages["planning"],
+            "the audit without planning": seconds - stages["planning"],
+            "planning's searches, as planning runs them": run,
+            "the same searches at the floor": floor,
         }.items():
             rounds.setdefault(key, []).append(value)
-    rows = sum(len(call[2]) for call in calls)
+    rows = np.concatenate([call[2] for call in calls])
+    sizes = np.concatenate([np.stack([call[0], call[1]], axis=1) for call in calls])
+    infinite = sum(int(np.isinf(call[-1]).sum()) for call in calls)
     print(
-        f"critical statistics: {rows:,}; evaluations {evaluations:,} as run, "
-        f"{floor_evaluations:,} started at the answers (c within {worst:.1e} of planning's)"
+        f"{large[0]}: {len(rows):,} critical statistics ({infinite} infinite) over "
+        f"{len(np.unique(sizes, axis=0)):,} size pairs; {evaluations:,} evaluations of "
+        f"P(S >= t) as planning runs them, {floor_evaluations:,} at the floor"
     )
     print(f"\nmedians of {args.repeat} rounds, load average {os.getloadavg()[0]:.2f}")
     print("| seconds | median | range |\n| --- | ---: | ---: |")
     for key, values in rounds.items():
         print(f"| {key} | {statistics.median(values):.2f} | {min(values):.2f}-{max(values):.2f} |")
-    goal = 2.5 * statistics.median(rounds["18-row audit"])
-    rest = statistics.median(rounds["642-row audit without planning"])
-    print(
-        f"\nthe goal (2.5x the 18-row audit): {goal:.2f} s; the 642-row audit without planning: "
-        f"{rest:.2f} s; planning's searches alone, started at their answers: "
-        f"{statistics.median(rounds['searches started at their answers']):.2f} s"
-    )
 
 
 if __name__ == "__main__":

@@ -695,8 +695,8 @@ def _searched_critical(
     n_a, n_b, p_b, u_tol: float, budget: float, precision: float, first_t, bracket
 ) -> np.ndarray:
     """_critical_statistics of rows with the same group the smaller, all rows' searches at once.
-    Each row sums over the smaller group's counts that matter at its nuisance value (_window),
-    padded.
+    Each row sums over the smaller group's counts that matter at its nuisance value
+    (_row_probabilities).
 
     A bracket [low, high] with P(S >= low) > budget >= P(S >= high) (low = 0 at first: T > 0
     only; the first t tried: ``first_t``) narrows by Illinois steps on the gap
@@ -709,15 +709,7 @@ def _searched_critical(
     statistics, the one _first_excluded finds from their probabilities: t = T* (plus the tie
     margin) is tried next, and where it holds, the row is done with c exact (small groups,
     whose statistics are far apart, end there in a few steps)."""
-    a_small = bool(n_a[0] <= n_b[0])
-    n_s = n_a if a_small else n_b
-    p_s = np.minimum(p_b + u_tol, 1.0) if a_small else p_b
-    start, width = _windows(n_s, p_s, p_s)
-    columns = np.arange(int(width.max()))[None, :]
-    kept = columns < width[:, None]
-    xs = start[:, None] + np.minimum(columns, width[:, None] - 1)
-    probability = _Zoned(n_a, n_b, xs, p_b, u_tol, width)
-
+    a_small, xs, kept, probability = _row_probabilities(n_a, n_b, p_b, u_tol)
     z = float(distributions.norm_isf(budget))
     rows = len(p_b)
     low, high = np.zeros(rows), np.full(rows, np.inf)
@@ -785,6 +777,20 @@ def _searched_critical(
             t[placed[fits]], pending[placed[fits]] = above[fits], True
     high[high > 1e6] = np.inf
     return high
+
+
+def _row_probabilities(n_a, n_b, p_b, u_tol: float) -> tuple[bool, np.ndarray, np.ndarray, _Zoned]:
+    """For rows with the same group the smaller: whether it is A, each row's counts of the
+    smaller group that matter at its nuisance value (_window, padded to the widest), which of
+    them are kept (not padding), and P(S >= t) of the rows (_Zoned)."""
+    a_small = bool(n_a[0] <= n_b[0])
+    n_s = n_a if a_small else n_b
+    p_s = np.minimum(p_b + u_tol, 1.0) if a_small else p_b
+    start, width = _windows(n_s, p_s, p_s)
+    columns = np.arange(int(width.max()))[None, :]
+    kept = columns < width[:, None]
+    xs = start[:, None] + np.minimum(columns, width[:, None] - 1)
+    return a_small, xs, kept, _Zoned(n_a, n_b, xs, p_b, u_tol, width)
 
 
 def _first_excluded(
