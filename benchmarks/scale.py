@@ -6,7 +6,8 @@ score and a zoned timestamp that the push-down validates), then measures in one 
 
 - floor: one bare ``GROUP BY race, sex, age, label, pred`` of the model's rows (best of --repeat),
   and the CPU seconds the whole machine spent on it (the database's parallel workers);
-- scan: the push-down scan alone (db.scan.pushdown_cells) in this process (best of --repeat);
+- scan: the push-down scan alone (db.scan.pushdown_cells) in this process (best of --repeat),
+  and the machine's CPU seconds likewise; beforehand, the machine's CPU per second at rest (5 s);
 - process: a fresh Python process running the whole audit as plain calls (imports, scan,
   statistics with the full metric catalogue and B = 1,000, persist, report), wall time and peak RSS;
 - cli: ``biasaudit run`` against a running Prefect server (--prefect starts one), wall time and
@@ -17,8 +18,9 @@ score and a zoned timestamp that the push-down validates), then measures in one 
   copies of it (each its own name, the same table), alternated --repeat times against a running
   Prefect server (its own, as --prefect); an audit's marginal cost inside the flow is
   (median with K − median with one)/(K − 1), against the floor; with the CPU seconds of the flow's
-  process, of the Prefect server and of the whole machine (the database's backends and workers
-  too; read from /proc, Linux) per marginal audit. ``--before PATH``
+  process, of the Prefect server, of its database's PostgreSQL backends (when
+  $PREFECT_API_DATABASE_CONNECTION_URL names one) and of the whole machine (the audit database's
+  backends and workers too; read from /proc, Linux) per marginal audit. ``--before PATH``
   (an older checkout of the package, first on PYTHONPATH through a link named biasaudit) runs
   the same nightly processes of that code too, each process alternated with this code's.
 
@@ -217,30 +219,55 @@ def _result(args: list[str], env: dict | None = None) -> dict:
     return {**json.loads(lines[-1][7:]), "cpu": cpu}
 
 
+def _stat_fields(stat: Path) -> list[str] | None:
+    """A /proc/<pid>/stat line's fields after the command name (state first), None if gone."""
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def _cpu(fields: list[str]) -> float:
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
 def group_cpu(group: int) -> float:
     """CPU seconds so far of the live processes of a process group (Linux /proc; NaN elsewhere)."""
     if not Path("/proc").is_dir():
         return float("nan")
-    ticks = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == group:  # pgrp; utime and stime follow at 11 and 12
-            ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
+    stats = (_stat_fields(stat) for stat in Path("/proc").glob("[0-9]*/stat"))
+    return sum(_cpu(f) for f in stats if f is not None and int(f[2]) == group)  # f[2]: pgrp
+
+
+def database_cpu(url: str, database: str | None) -> float:
+    """CPU seconds so far of the PostgreSQL backends connected to ``database`` (the Prefect
+    server's pool: long-lived, so their CPU is still in /proc when read), 0 without one."""
+    if database is None or not Path("/proc").is_dir():
+        return 0.0
+    with make_engine(url).connect() as connection:
+        pids = connection.execute(
+            text("SELECT pid FROM pg_stat_activity WHERE datname = :d"), {"d": database}
+        ).scalars()
+        stats = [_stat_fields(Path(f"/proc/{pid}/stat")) for pid in pids]
+    return sum(_cpu(f) for f in stats if f is not None)
+
+
+def prefect_database() -> str | None:
+    """The Prefect server's PostgreSQL database ($PREFECT_API_DATABASE_CONNECTION_URL), if any."""
+    url = os.environ.get("PREFECT_API_DATABASE_CONNECTION_URL")
+    return make_url(url).database if url and url.startswith("postgresql") else None
 
 
 def machine_cpu() -> float:
     """Busy CPU seconds so far of the whole machine, every core (Linux /proc/stat; NaN elsewhere):
-    the flow's process, the Prefect server and the database's backends and parallel workers."""
+    the flow's process, the Prefect server and the database's backends and parallel workers
+    (time the hypervisor gave to other machines, "steal", left out)."""
     try:
         fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
     except OSError:
         return float("nan")
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    user, nice, system, _idle, _iowait, irq, softirq = (int(f) for f in fields[:7])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def process_run(url: str, config: Path, audit: str) -> dict:
@@ -273,10 +300,12 @@ def nightly_marginal(
         for label, tree in trees.items():
             env = {**start_cost.tree_env(tree, folder), "PREFECT_API_URL": api_url}
             for audits in (names[:1], names):
-                served, busy = group_cpu(server.pid), machine_cpu()
+                served, stored = group_cpu(server.pid), database_cpu(url, prefect_database())
+                busy = machine_cpu()
                 result = _result([sys.executable, "-c", NIGHTLY, url, str(config), *audits], env)
-                result["server_cpu"] = group_cpu(server.pid) - served
                 result["machine_cpu"] = machine_cpu() - busy
+                result["server_cpu"] = group_cpu(server.pid) - served
+                result["server_database_cpu"] = database_cpu(url, prefect_database()) - stored
                 runs.setdefault((label, len(audits)), []).append(result)
     rows = []
     for label in trees:
@@ -284,7 +313,7 @@ def nightly_marginal(
         one, many = runs[(label, 1)], runs[(label, copies)]
         medians = {
             key: (statistics.median(r[key] for r in one), statistics.median(r[key] for r in many))
-            for key in ("seconds", "cpu", "server_cpu", "machine_cpu")
+            for key in ("seconds", "cpu", "server_cpu", "server_database_cpu", "machine_cpu")
         }
         t_one, t_many = medians["seconds"]
         rows += [
@@ -387,12 +416,17 @@ def main() -> None:
     load = [os.getloadavg()[0]]
     folder = Path(tempfile.mkdtemp())
     config = config_file("pushdown", folder)
-    floors, scans, floor_cpu = [], [], []
+    busy = machine_cpu()
+    time.sleep(5)
+    idle = (machine_cpu() - busy) / 5  # the machine's CPU per second with no benchmark running
+    floors, scans, floor_cpu, scan_cpu = [], [], [], []
     for _ in range(args.repeat):  # alternate, so that both see the same load
         busy = machine_cpu()
         floors.append(floor_seconds(args.db))
         floor_cpu.append(machine_cpu() - busy)
+        busy = machine_cpu()
         scans.append(scan_seconds(args.db, config, "bench-pushdown"))
+        scan_cpu.append(machine_cpu() - busy)
     floor = min(floors)
     rows = [{"what": "floor: GROUP BY", "seconds": floor, "peak RSS MB": None}]
     rows.append({"what": "push-down scan", "seconds": min(scans), "peak RSS MB": None})
@@ -423,7 +457,8 @@ def main() -> None:
     key = "no key on the prediction id" if args.no_key else "prediction id as primary key"
     load.append(os.getloadavg()[0])
     print(f"\n{args.rows:,} rows on {backend} ({key}); floors {floors} (the machine's CPU seconds "
-          f"{floor_cpu}), scans {scans}; load "
+          f"{floor_cpu}), scans {scans} ({scan_cpu}); the machine's CPU at rest {idle:.3f} s per "
+          f"second; load "
           f"average {load[0]:.1f} at the start, {load[1]:.1f} at the end:\n")
     print(table.to_markdown(index=False, floatfmt=".2f"))
 
