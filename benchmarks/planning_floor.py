@@ -1,5 +1,7 @@
-"""Planning's floor: what the exact power of detection's test costs, computed as planning computes
-it, however well its critical statistics were guessed, beside the goal for the audit.
+"""Planning's floor: its exact power's cost were every critical statistic guessed, beside the goal.
+
+What the exact power of detection's test costs, computed as planning computes it, however well
+its critical statistics were guessed, beside the time the audit's goal allows.
 
 In one process, ``--case rows642``: audit_cost.py's 400,000 predictions audited with 18 and with
 642 count rows (``audit_frame``, every stage, timed per stage as audit_cost.py does); ``--case
@@ -61,7 +63,7 @@ def recorded_searches(frame, options: dict) -> tuple[float, dict[str, float], li
 
 def _two_points(n_a, n_b, p_b, u_tol, budget, precision, answer, bracket):
     """_searched_critical's stand-in at the floor: P(S >= t) of every row at c − precision and
-    at c (``answer``, passed as the first t), then c itself."""
+    at c (``answer``, passed as the first t); returns c."""
     _, _, _, probability = twosample._row_probabilities(n_a, n_b, p_b, u_tol)
     rows = np.arange(len(p_b))
     t = np.where(np.isfinite(answer), answer, 2e6)  # c infinite: one t beyond the search's 1e6
@@ -82,7 +84,7 @@ def searches(calls: list[tuple], *, floor: bool) -> tuple[float, int]:
         evaluations += len(rows)
         return zoned(self, t, rows)
 
-    twosample._Zoned.__call__ = counting  # type: ignore[method-assign]
+    twosample._Zoned.__call__ = counting
     if floor:
         twosample._searched_critical = _two_points
     start = time.perf_counter()
@@ -98,7 +100,7 @@ def searches(calls: list[tuple], *, floor: bool) -> tuple[float, int]:
             known = np.isfinite(answer)
             assert np.abs(got - answer)[known].max(initial=0.0) <= precision
     finally:
-        twosample._Zoned.__call__ = zoned  # type: ignore[method-assign]
+        twosample._Zoned.__call__ = zoned
         twosample._searched_critical = searched
     return time.perf_counter() - start, evaluations
 

@@ -239,23 +239,32 @@ def group_cpu(group: int) -> float:
     return sum(_cpu(f) for f in stats if f is not None and int(f[2]) == group)  # f[2]: pgrp
 
 
-def database_cpu(url: str, database: str | None) -> float:
-    """CPU seconds so far of the PostgreSQL backends connected to ``database`` (the Prefect
-    server's pool: long-lived, so their CPU is still in /proc when read), 0 without one."""
-    if database is None or not Path("/proc").is_dir():
+def database_cpu(url: str | None) -> float:
+    """CPU seconds so far of the other PostgreSQL backends connected to the database at ``url``
+    on this machine (the Prefect server's pool: long-lived, so their CPU is still in /proc when
+    read), 0 without one."""
+    if url is None or not Path("/proc").is_dir():
         return 0.0
-    with make_engine(url).connect() as connection:
+    engine = make_engine(url)
+    with engine.connect() as connection:
         pids = connection.execute(
-            text("SELECT pid FROM pg_stat_activity WHERE datname = :d"), {"d": database}
+            text(
+                "SELECT pid FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
         ).scalars()
         stats = [_stat_fields(Path(f"/proc/{pid}/stat")) for pid in pids]
+    engine.dispose()
     return sum(_cpu(f) for f in stats if f is not None)
 
 
 def prefect_database() -> str | None:
-    """The Prefect server's PostgreSQL database ($PREFECT_API_DATABASE_CONNECTION_URL), if any."""
+    """The URL of the Prefect server's PostgreSQL database ($PREFECT_API_DATABASE_CONNECTION_URL,
+    with SQLAlchemy's default driver), if it has one."""
     url = os.environ.get("PREFECT_API_DATABASE_CONNECTION_URL")
-    return make_url(url).database if url and url.startswith("postgresql") else None
+    if not url or not url.startswith("postgresql"):
+        return None
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 def machine_cpu() -> float:
@@ -300,12 +309,12 @@ def nightly_marginal(
         for label, tree in trees.items():
             env = {**start_cost.tree_env(tree, folder), "PREFECT_API_URL": api_url}
             for audits in (names[:1], names):
-                served, stored = group_cpu(server.pid), database_cpu(url, prefect_database())
+                served, stored = group_cpu(server.pid), database_cpu(prefect_database())
                 busy = machine_cpu()
                 result = _result([sys.executable, "-c", NIGHTLY, url, str(config), *audits], env)
                 result["machine_cpu"] = machine_cpu() - busy
                 result["server_cpu"] = group_cpu(server.pid) - served
-                result["server_database_cpu"] = database_cpu(url, prefect_database()) - stored
+                result["server_database_cpu"] = database_cpu(prefect_database()) - stored
                 runs.setdefault((label, len(audits)), []).append(result)
     rows = []
     for label in trees:
