@@ -89,7 +89,7 @@ def size(reps: int, rng) -> None:
             auc.append(S.auc_difference_test(g_pos[i], g_neg[i], r_pos[i], r_neg[i]))
             group = (g_pos[i], g_neg[i], bins * (g_pos[i] + g_neg[i]))
             rest = (r_pos[i], r_neg[i], bins * (r_pos[i] + r_neg[i]))
-            score.append(S.calibration_test(bins, group, rest, False)[2])
+            score.append(S.equal_calibration_test(bins, group, rest, False)[2])
             lr.append(likelihood_ratio(bins, (g_pos[i], g_neg[i]), (r_pos[i], r_neg[i])))
         cells = [np.nanmean(np.array(p, float) < 0.05) for p in (auc, score, lr)]
         print(f"| {small} | " + " | ".join(f"{c:.3f}" for c in cells) + " |")

@@ -14,8 +14,11 @@ from biasaudit.db.source import Window, duckdb_unique_keys, parsed_number, windo
 from biasaudit.schemas.config import Audit
 from biasaudit.schemas.score_bins import (
     MAX_DISTINCT,
+    ScoreBins,
+    cell_of,
     median_positions,
     quantile_positions,
+    score_bins,
     score_counts,
 )
 
@@ -32,10 +35,11 @@ class Scanned:
     rows_valid: int
     rows_unlabelled: int
     fingerprint: str
-    # Counts per (group, score bin, label) of the decision's score (schemas.score_bins), where
-    # the audit derives its decision from a score, and the median of the window's finite scores
-    # (db.cells.window_score_median) with their number.
+    # Counts per (group, score value or cell, label) of the decision's score and the window's
+    # score bins (schemas.score_bins), where the audit derives its decision from a score, and
+    # the median of the window's finite scores (db.cells.window_score_median) with their number.
     score_counts: pd.DataFrame | None = None
+    score_bins: ScoreBins | None = None
     score_median: float = np.nan
     scores_in_window: int = 0
 
@@ -109,10 +113,10 @@ def score_expression(window: Window):
     return parsed_number(window.raw["decision_score"], window.dialect)
 
 
-def window_score_edges(connection, window: Window, start, end, now: datetime) -> np.ndarray:
-    """The score bins' lower edges (schemas.score_bins.score_edges) of the window's numeric
-    decision scores, found in the database: its distinct values where it has few, else order
-    statistics by ORDER BY ... OFFSET."""
+def window_score_bins(connection, window: Window, start, end, now: datetime) -> ScoreBins:
+    """The score bins (schemas.score_bins.ScoreBins) of the window's numeric decision scores,
+    found in the database: its distinct values where it has few, else order statistics by
+    ORDER BY ... OFFSET, with the lowest and highest score."""
     score = score_expression(window).label("s")
     inner = select(score).where(window.where(start, end, now)).subquery()
     known = inner.c.s.is_not(None)
@@ -121,14 +125,18 @@ def window_score_edges(connection, window: Window, start, end, now: datetime) ->
     ).scalars()
     values = np.array([float(v) for v in distinct], dtype="float64")
     if len(values) <= MAX_DISTINCT:
-        return values
-    n = connection.execute(select(func.count()).select_from(inner).where(known)).scalar_one()
+        ends = (values[0], values[-1]) if len(values) else (np.nan, np.nan)
+        return score_bins(values, *ends, by_value=True)
+    n, top = connection.execute(
+        select(func.count(), func.max(inner.c.s)).select_from(inner).where(known)
+    ).one()
     sorted_scores = select(inner.c.s).where(known).order_by(inner.c.s)
     edges = [
         float(connection.execute(sorted_scores.limit(1).offset(int(k))).scalar_one())
         for k in quantile_positions(int(n))
     ]
-    return np.unique(np.array(edges, dtype="float64"))
+    unique = np.unique(np.array(edges, dtype="float64"))
+    return score_bins(unique, unique[0], float(top), by_value=False)
 
 
 def window_score_median(connection, window: Window, start, end, now: datetime) -> tuple[float, int]:
@@ -153,12 +161,18 @@ def score_columns(audit: Audit) -> list[list[str]]:
 
 
 def valid_score_counts(
-    valid: pd.DataFrame, audit: Audit, edges: np.ndarray, median: float
+    valid: pd.DataFrame, audit: Audit, bins: ScoreBins, median: float, *, cells: bool = False
 ) -> pd.DataFrame:
-    """Score counts of valid rows (with ``decision_score``) in the window's bins, with the rows
-    above the window's ``median``."""
+    """Score counts of valid rows (with ``decision_score``) per distinct score value, or per
+    cell of the window's ``bins`` (the push-down's resolution), with the rows above the
+    window's ``median``."""
+    scores = valid["decision_score"].astype("float64")
     rows = valid.assign(
         y_true=valid["y_true"].astype("float64"),
-        decision_score=valid["decision_score"].astype("float64"),
+        decision_score=cell_of(scores.to_numpy(), bins) if cells else scores,
     )
-    return score_counts(rows, score_columns(audit), edges, median, score="decision_score")
+    if cells:  # the score's sum stays the scores' own, for the cells' mean scores
+        rows = rows.assign(score_sum=scores.where(rows["y_true"].notna(), 0.0))
+        rows = rows.assign(above_median=(scores > median).astype("int64"))
+    values = np.unique(rows["decision_score"].to_numpy())
+    return score_counts(rows, score_columns(audit), values, median, score="decision_score")

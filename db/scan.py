@@ -27,8 +27,9 @@ MariaDB and DuckDB, and on ClickHouse and Spark SQL with typed timestamps and sc
 
 With a ``decision`` from a score, y_pred is whether the score reaches the audit's threshold
 (decided in SQL by the push-down, in pandas otherwise), and the scan also counts the score per
-(group, score bin, label) for the score audit (tasks.scores): the bins are the window's
-(db.cells.window_score_edges, the same in every mode), the push-down adds the bin to its GROUP BY
+(group, score value, label) for the score audit (tasks.scores): per distinct value in memory and
+stream modes; the push-down adds the window's bin (db.cells.window_score_bins, the same in every
+mode) and the score's cell in it (schemas.score_bins.cell_index) to its GROUP BY
 and sums the score of the rows that pass and how many score above the window's median
 (db.cells.window_score_median, for the Local Law 144 scoring rate). A floating-point score is read
 as a double in every mode (db.source.exact_number): a single-precision one (PostgreSQL real,
@@ -54,7 +55,7 @@ from biasaudit.db.cells import (
     score_expression,
     valid_score_counts,
     window_and_duplicates,
-    window_score_edges,
+    window_score_bins,
     window_score_median,
 )
 from biasaudit.db.engine import one_snapshot
@@ -62,6 +63,7 @@ from biasaudit.db.source import (
     EmptyWindow,
     Window,
     empty_window_message,
+    floor_of,
     read_predictions,
     rows_frame,
     window_of,
@@ -72,7 +74,7 @@ from biasaudit.schemas.config import Audit
 from biasaudit.schemas.frames import as_binary, canonical_text, non_empty_text
 from biasaudit.schemas.names import StoreLimits
 from biasaudit.schemas.quarantine import QUARANTINE_COLUMNS, split_valid, store_failures
-from biasaudit.schemas.score_bins import bin_of, score_counts, summed
+from biasaudit.schemas.score_bins import ScoreBins, bin_of, score_counts, summed
 
 # Where the push-down enforces each rule of the predictions schema (schemas.frames, the one judge):
 # "row" in the per-row condition (db.source.Window.row_ok, left out where the catalogue or the
@@ -116,13 +118,13 @@ def memory_cells(
     with a group name it cannot hold quarantined: schemas.quarantine.store_failures)."""
     frame = read_predictions(engine, audit, start, end, now)
     valid, quarantine = _split(frame, audit, now, store)
-    scores, median, sample = None, np.nan, 0
+    scores, bins, median, sample = None, None, np.nan, 0
     if audit.decision:
         with one_snapshot(engine) as connection:
             window = window_of(connection, audit)
-            edges = window_score_edges(connection, window, start, end, now)
+            bins = window_score_bins(connection, window, start, end, now)
             median, sample = window_score_median(connection, window, start, end, now)
-        scores = valid_score_counts(valid, audit, edges, median)
+        scores = valid_score_counts(valid, audit, bins, median)
     return Scanned(
         cells_of(valid, audit),
         quarantine,
@@ -131,6 +133,7 @@ def memory_cells(
         rows_unlabelled=int(valid["y_true"].isna().sum()),
         fingerprint=frame_fingerprint(frame),
         score_counts=scores,
+        score_bins=bins,
         score_median=median,
         scores_in_window=sample,
     )
@@ -152,6 +155,21 @@ def _bin_expression(window: Window, edges):
         return literal(float(edges[0]) if len(edges) else 0.0)
     whens = [(score >= literal(float(e)), literal(float(e))) for e in edges[:0:-1]]
     return case(*whens, else_=literal(float(edges[0])))
+
+
+def _cell_expression(window: Window, bins: ScoreBins):
+    """The score's cell in its bin (schemas.score_bins.cell_index) in SQL: floor((score - edge)
+    / step) with the bin's edge and step, in the same order of operations; 0 by value."""
+    score = score_expression(window)
+    pairs = [(float(e), float(w)) for e, w in zip(bins.edges, bins.steps)]
+    if not any(w > 0 for _, w in pairs):
+        return literal(0)
+    whens = [
+        (score >= literal(e), floor_of((score - literal(e)) / literal(w)))
+        for e, w in pairs[:0:-1]
+    ]
+    first, width = pairs[0]
+    return case(*whens, else_=floor_of((score - literal(first)) / literal(width)))
 
 
 def _valid_keys(grouped: pd.DataFrame, audit: Audit, store: StoreLimits | None) -> pd.Series:
@@ -195,7 +213,7 @@ def pushdown_cells(
     statistics and quarantine. A change that leaves them equal (a valid row's prediction id,
     timestamp or score changed, or moved to another valid row) is unchanged input; a row hash in
     the GROUP BY would see it, at 20-90% of the scan's time (benchmarks/README.md)."""
-    names = [*audit.attributes, *OUTCOMES] + (["score_bin"] if audit.decision else [])
+    names = [*audit.attributes, *OUTCOMES] + (["score_bin", "score_cell"] if audit.decision else [])
     with one_snapshot(engine) as connection:
         window, duplicated = window_and_duplicates(connection, audit, start, end, now)
         ok, in_window = window.row_ok(now), window.where(start, end, now)
@@ -210,11 +228,12 @@ def pushdown_cells(
         # With a decision, the score's bin is a key; the score of the rows that pass, and
         # whether it is above the window's median, are summed.
         per_row = {}
-        median, sample = np.nan, 0
+        median, sample, bins = np.nan, 0, None
         if audit.decision:
-            edges = window_score_edges(connection, window, start, end, now)
+            bins = window_score_bins(connection, window, start, end, now)
             median, sample = window_score_median(connection, window, start, end, now)
-            expressions["score_bin"] = _bin_expression(window, edges)
+            expressions["score_bin"] = _bin_expression(window, bins.edges)
+            expressions["score_cell"] = _cell_expression(window, bins)
             score = score_expression(window)
             per_row = {
                 "score_sum": case((ok, score), else_=0.0),
@@ -274,7 +293,7 @@ def pushdown_cells(
         accepted, quarantine = _split(rest.reset_index(drop=True), audit, now, store)
         parts.append(cells_of(accepted, audit))
         if audit.decision:
-            score_parts.append(valid_score_counts(accepted, audit, edges, median))
+            score_parts.append(valid_score_counts(accepted, audit, bins, median, cells=True))
         accepted_rows, accepted_unlabelled = len(accepted), int(accepted["y_true"].isna().sum())
     counted_cells = grouped[good_keys].rename(columns={f"k_{n}": n for n in names})
     counted_cells = counted_cells.assign(
@@ -290,16 +309,24 @@ def pushdown_cells(
     )
     scores = None
     if audit.decision:
+        assert bins is not None
+        edge = bin_of(counted_cells["score_bin"].astype("float64").to_numpy(), bins.edges)
+        step = bins.steps[np.searchsorted(bins.edges, edge)] if len(bins.edges) else 0.0
+        cell = edge + counted_cells["score_cell"].astype("float64").to_numpy() * step
         binned = counted_cells.assign(
-            score_bin=bin_of(counted_cells["score_bin"].astype("float64").to_numpy(), edges),
+            score_bin=cell,
             score_sum=counted_cells["score_sum"].astype("float64").where(
                 counted_cells["y_true"].notna(), 0.0
             ),
             above_median=counted_cells["above_median"].astype("int64"),
         )
-        counted = score_counts(binned, score_columns(audit), edges, median, score="score_bin")
+        counted = score_counts(
+            binned, score_columns(audit), np.unique(cell), median, score="score_bin"
+        )
         scores = summed([counted, *score_parts])
-        counted_cells = counted_cells.drop(columns=["score_bin", "score_sum", "above_median"])
+        counted_cells = counted_cells.drop(
+            columns=["score_bin", "score_cell", "score_sum", "above_median"]
+        )
     cells = cells_of(counted_cells, audit)
     if parts:  # the rows read again, summed into the counted cells
         cells = pd.concat([cells, *parts], ignore_index=True)
@@ -318,6 +345,7 @@ def pushdown_cells(
         + accepted_unlabelled,
         fingerprint=digest.hexdigest(),
         score_counts=scores,
+        score_bins=bins,
         score_median=median,
         scores_in_window=sample,
     )

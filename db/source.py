@@ -151,6 +151,23 @@ def _to_double_clickhouse(element, compiler, **kw):
     return f"toFloat64({compiler.process(element.clauses, **kw)})"
 
 
+class floor_of(FunctionElement):
+    """FLOOR(x) as a whole number; on SQLite, whose FLOOR needs its math functions compiled in,
+    CAST(x AS INTEGER), which truncates: the same for the x >= 0 it is used on (db.scan)."""
+
+    inherit_cache = True
+
+
+@compiles(floor_of)
+def _floor_of(element, compiler, **kw):
+    return f"FLOOR({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(floor_of, "sqlite")
+def _floor_of_sqlite(element, compiler, **kw):
+    return f"CAST({compiler.process(element.clauses, **kw)} AS INTEGER)"
+
+
 def source_url(audit: Audit, store_url: str) -> str:
     """The URL of the database holding the audit's source: ``audit.source_db`` (its password
     from the environment variable ``audit.source_db_password_env``, if set), else the store's."""

@@ -19,7 +19,9 @@ aside and judged together at the end, so the first occurrence in read order is k
 The duplicate check and the rows read one snapshot (db.engine.one_snapshot; ADBC's connection
 imports the scan's), so rows written meanwhile reach neither.
 
-Memory holds one batch, the counts, the quarantine and the rows of repeated ids.
+Memory holds one batch, the counts, the quarantine and the rows of repeated ids; with a decision
+score, its counts per distinct value too (for the AUC of the score itself), as many rows as the
+window has distinct scores per group.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from biasaudit.db.cells import (
     cells_of,
     valid_score_counts,
     window_and_duplicates,
-    window_score_edges,
+    window_score_bins,
     window_score_median,
 )
 from biasaudit.db.engine import STATEMENT_TIMEOUT_ENV, answer_deadline, libpq_options, one_snapshot
@@ -63,6 +65,9 @@ from biasaudit.schemas.names import StoreLimits
 from biasaudit.schemas.quarantine import QUARANTINE_COLUMNS, failures, split_valid
 from biasaudit.schemas.score_bins import summed
 
+# Batches' score counts (one row per group and distinct score value: as many as the window's
+# distinct scores) are summed into one frame every this many batches.
+SCORE_FOLD = 16
 SNAPSHOT_ID = re.compile(r"[0-9A-F]+-[0-9A-F]+-[0-9]+")  # pg_export_snapshot's form
 log = logging.getLogger(__name__)
 Chunk: TypeAlias = "pa.RecordBatch | pd.DataFrame"  # Arrow, or driver values (cursor)
@@ -333,15 +338,17 @@ def stream_cells(
     rows = hash_sum = 0
     with one_snapshot(engine) as connection:
         window, duplicated = window_and_duplicates(connection, audit, start, end, now)
-        edges = window_score_edges(connection, window, start, end, now) if decision else None
+        bins = window_score_bins(connection, window, start, end, now) if decision else None
         median, sample = (
             window_score_median(connection, window, start, end, now) if decision else (np.nan, 0)
         )
 
         def count(valid: pd.DataFrame) -> None:
             parts.append(cells_of(valid, audit))
-            if edges is not None:
-                scores.append(valid_score_counts(valid, audit, edges, median))
+            if bins is not None:  # per distinct value, folded as they come (SCORE_FOLD)
+                scores.append(valid_score_counts(valid, audit, bins, median))
+                if len(scores) >= SCORE_FOLD:
+                    scores[:] = [summed(scores)]
 
         for chunk in read_batches(connection, window.query(start, end, now), chunk_rows):
             typed = typed_frame(chunk)
@@ -402,6 +409,7 @@ def stream_cells(
         rows_unlabelled=int(cells.loc[cells["y_true"].isna(), "n"].sum()),
         fingerprint=fingerprint(None, hash_sum, rows),
         score_counts=summed(scores) if decision else None,
+        score_bins=bins,
         score_median=median,
         scores_in_window=sample,
     )

@@ -340,6 +340,7 @@ def _audit_and_persist(
             "scores",
             score_audit,
             scanned.score_counts,
+            scanned.score_bins,
             audit.reference_groups,
             confidence=1 - audit.thresholds.alpha,
         )

@@ -24,7 +24,7 @@ from biasaudit.schemas.quarantine import split_valid, unusable_columns
 from biasaudit.tasks.core import AuditResult, audit_counts
 from biasaudit.tasks.counts import group_counts
 from biasaudit.tasks.ll144 import scoring_rates
-from biasaudit.tasks.scores import numeric_scores, score_audit, score_counts, score_edges
+from biasaudit.tasks.scores import bins_of_scores, numeric_scores, score_audit, score_counts
 
 
 def audit_frame(
@@ -86,9 +86,14 @@ def audit_frame(
             raise ValueError(f"score column {score!r} is not in the frame")
         rows = valid.assign(_score=numeric_scores(valid[score], score))
         columns = [[a] for a in audit.attributes] + audit.intersections
-        edges = score_edges(rows["_score"].to_numpy())
+        values = rows["_score"].to_numpy()
         median = float(rows["_score"].median())
-        counted = score_counts(rows, columns, edges, median, score="_score")
-        frames = score_audit(counted, audit.reference_groups, confidence=1 - audit.thresholds.alpha)
+        counted = score_counts(rows, columns, np.unique(values), median, score="_score")
+        frames = score_audit(
+            counted,
+            bins_of_scores(values),
+            audit.reference_groups,
+            confidence=1 - audit.thresholds.alpha,
+        )
         frames["scoring"] = scoring_rates(counted, median, len(rows))
     return AuditResult(**{**result.__dict__, "quarantine": quarantine, **frames})

@@ -1,10 +1,13 @@
 """Audits of a score: discrimination, calibration within groups and the threshold sweep.
 
-Every statistic here is computed from counts per (group, score bin, label), never from rows, so
-the scan can push the counting down into the database. A bin is one distinct score value where
-the score has few (COMPAS's deciles) or a quantile bin of the window's scores otherwise
-(:func:`score_edges`); bins are identified by their lower edge ``score_bin``, and the bins of an
-attribute's groups are the same, so a reference's counts are a sum of its groups' counts.
+Every statistic here is computed from counts per (group, score value, label), never from rows, so
+the scan can push the counting down into the database (schemas.score_bins): per distinct score
+value in memory and stream modes, where the AUC is the score's own; pushed down, per cell of
+1/SUBCELLS of a bin, where it is within half the share of (positive, negative) pairs that share a
+cell. The calibration curves and the threshold sweep sum the counts into the window's bins: one
+distinct score value where the score has few (COMPAS's deciles), else a decile bin of the window's
+scores, identified by its lower edge ``score_bin``. The values of an attribute's groups are
+counted alike, so a reference's counts are a sum of its groups' counts.
 
 What the results can and cannot say together: when base rates differ between groups, a score
 cannot be calibrated within groups and have equal false positive and false negative rates
@@ -22,7 +25,10 @@ from scipy import special
 from biasaudit.schemas.results import validate_result
 from biasaudit.schemas.score_bins import (  # noqa: F401 (the bins are the stages' too)
     SCORE_COUNT_COLUMNS,
+    ScoreBins,
     bin_of,
+    bins_of_scores,
+    rebinned,
     score_counts,
     score_edges,
 )
@@ -232,10 +238,13 @@ def recalibration(mean_scores, positives, negatives, probability: bool):
     return float(large), float(slope)
 
 
-def calibration_test(
+def equal_calibration_test(
     bins: np.ndarray, group: tuple, reference: tuple, probability: bool
 ) -> tuple[float, int, float]:
-    """Test of equal calibration of a group and its reference: (statistic, df, p-value).
+    """Test of equal calibration of a group and its reference: (statistic, df, p-value), for a
+    score binned by value (each bin one score: within a bin a group and its reference share it,
+    so equal rates there is equal calibration; in a wider bin, two calibrated groups whose scores
+    lie differently inside it differ in rate, and the test would reject them).
 
     The model is the binomial GLM logit P(y=1) = bin_k + c g + d g x (x as in
     :func:`recalibration`, at the bin's pooled mean score): each bin has its own rate, so the
@@ -270,8 +279,55 @@ def calibration_test(
     return statistic, df, float(distributions.chi2_sf(statistic, df))
 
 
+# Below this many labelled rows the test of a group's own calibration takes its p-value from
+# MONTE_CARLO draws of the outcomes its scores predict, not from the chi-squared limit.
+MONTE_CARLO = 9999
+_SEED = 20261201
+
+
+def own_calibration_test(mean_scores, positives, negatives) -> tuple[float, int, float]:
+    """Test that a group's outcomes follow its own scores: (statistic, df, p-value).
+
+    Cox (1958) recalibration, logit P(y=1) = a + b logit(p), tested at a = 0, b = 1 (the score
+    is the outcome's probability) by the score (Rao) test: U = sum (y - p) (1, l), with l =
+    logit(p), information I = sum p (1 - p) (1, l)(1, l)', U' I^-1 U on rank(I) degrees of
+    freedom (1 where the group has one score). Under the null each outcome is Bernoulli(p) given
+    its score, whatever the scores' distribution, so the test keeps its size where the group's
+    scores differ from its reference's. A count per value (or cell) of m rows with mean score p
+    and y positives adds (y - m p)(1, l) to U and m p (1 - p)(1, l)(1, l)' to I; p is clipped to
+    [1e-12, 1 - 1e-12], so an outcome at a score of 0 or 1 rejects. With fewer than
+    SMALL_SAMPLE labelled rows the p-value is (1 + #{T* >= T}) / (B + 1) over B = MONTE_CARLO
+    draws of y ~ Binomial(m, p) per value (exact in distribution for rows at one score), where
+    the chi-squared limit is not yet reached (benchmarks/README.md, "Score audits")."""
+    s, pos, neg = (np.asarray(v, dtype="float64") for v in (mean_scores, positives, negatives))
+    m = pos + neg
+    keep = m > 0
+    s, pos, m = s[keep], pos[keep], m[keep]
+    if not len(m):
+        return np.nan, 0, np.nan
+    p = np.clip(s, 1e-12, 1 - 1e-12)
+    z = np.column_stack([np.ones_like(p), special.logit(p)])
+    information = (z * (m * p * (1 - p))[:, None]).T @ z
+    scale = np.sqrt(np.diag(information))
+    normed = information / np.outer(scale, scale)
+    df = int(np.linalg.matrix_rank(normed, tol=1e-9))
+    inverse = np.linalg.pinv(normed, rcond=1e-9) / np.outer(scale, scale)
+
+    def statistic(outcomes: np.ndarray) -> np.ndarray:
+        u = (outcomes - m * p) @ z
+        return np.einsum("...i,ij,...j->...", u, inverse, u)
+
+    observed = float(statistic(pos))
+    if m.sum() >= SMALL_SAMPLE:
+        return observed, df, float(distributions.chi2_sf(observed, df))
+    draws = np.random.default_rng(_SEED).binomial(m.astype("int64"), p, (MONTE_CARLO, len(m)))
+    beyond = int((statistic(draws.astype("float64")) >= observed * (1 - 1e-12)).sum())
+    return observed, df, (1 + beyond) / (MONTE_CARLO + 1)
+
+
 def _matrices(counts: pd.DataFrame):
-    """Per attribute: its groups, its bins (ascending) and each count as a groups x bins matrix."""
+    """Per attribute: its groups, its score values (ascending) and each count as a groups x
+    values matrix."""
     for attribute, part in counts.groupby("attribute", sort=True):
         wide = part.pivot_table(
             index="group_name",
@@ -280,11 +336,11 @@ def _matrices(counts: pd.DataFrame):
             aggfunc="sum",
             fill_value=0,
         ).sort_index(axis=1)
-        bins = np.asarray(wide["positives"].columns, dtype="float64")
+        values = np.asarray(wide["positives"].columns, dtype="float64")
         yield (
             attribute,
             wide.index.astype(str).to_numpy(),
-            bins,
+            values,
             {c: wide[c].to_numpy(dtype="float64") for c in wide.columns.levels[0]},
         )
 
@@ -295,22 +351,24 @@ def _mean_scores(score_sum: np.ndarray, labelled: np.ndarray, bins: np.ndarray) 
         return np.where(labelled > 0, score_sum / labelled, bins)
 
 
-def is_probability(counts: pd.DataFrame) -> bool:
-    """Whether the score lies in [0, 1] (then calibration compares it with observed rates)."""
-    return bool(counts["score_bin"].between(0, 1).all())
-
-
 def score_comparisons(
-    counts: pd.DataFrame, reference_groups: dict[str, str], *, confidence: float = 0.95
+    counts: pd.DataFrame,
+    bins: ScoreBins,
+    reference_groups: dict[str, str],
+    *,
+    confidence: float = 0.95,
 ) -> pd.DataFrame:
     """One row per (attribute, group, reference): AUC with intervals (:func:`auc_interval`) and
-    the test of equal AUC, calibration-in-the-large and slope (:func:`recalibration`) and the
-    test of equal calibration (:func:`calibration_test`), of the group and of its reference (the
-    rest of the attribute, and the named reference group where there is one). Benjamini-Hochberg
-    adjusts each kind of p-value across every comparison of the audit."""
-    probability = is_probability(counts)
+    the test of equal AUC, calibration-in-the-large and slope (:func:`recalibration`) of the
+    group and of its reference (the rest of the attribute, and the named reference group where
+    there is one), and the calibration test: for a probability, the group's own
+    (:func:`own_calibration_test`, the same on each of its rows); for another score binned by
+    value, equal calibration with its reference (:func:`equal_calibration_test`); none (NaN) for
+    another score binned by quantiles, where no test from counts keeps its size. Each kind of
+    p-value is adjusted by Benjamini-Hochberg across the audit's distinct tests."""
+    probability, by_value = bins.probability, not bins.steps.any()
     rows = []
-    for attribute, groups, bins, m in _matrices(counts):
+    for attribute, groups, values, m in _matrices(counts):
         total = {c: v.sum(0) for c, v in m.items()}
         pairs = [
             (i, "rest", {c: total[c] - v[i] for c, v in m.items()}) for i in range(len(groups))
@@ -321,12 +379,13 @@ def score_comparisons(
             pairs += [
                 (i, named, {c: v[j] for c, v in m.items()}) for i in range(len(groups)) if i != j
             ]
+        own = {}
         for i, reference, other in pairs:
             row = {"attribute": attribute, "group_name": groups[i], "reference": reference}
             for side, c in (("group", {k: v[i] for k, v in m.items()}), ("reference", other)):
                 labelled = c["positives"] + c["negatives"]
                 auc, variance, low, high = auc_interval(c["positives"], c["negatives"], confidence)
-                mean = _mean_scores(c["score_sum"], labelled, bins)
+                mean = _mean_scores(c["score_sum"], labelled, values)
                 large, slope = recalibration(mean, c["positives"], c["negatives"], probability)
                 row |= {
                     f"n_{side}": int(labelled.sum() + c["unlabelled"].sum()),
@@ -344,14 +403,32 @@ def score_comparisons(
                 (other["positives"], other["negatives"], other["score_sum"]),
             ]
             row["auc_p_value"] = auc_difference_test(*sides[0][:2], *sides[1][:2])
-            statistic, _, p_value = calibration_test(bins, sides[0], sides[1], probability)
+            statistic, p_value = np.nan, np.nan
+            if probability:
+                if i not in own:
+                    labelled = sides[0][0] + sides[0][1]
+                    mean = _mean_scores(sides[0][2], labelled, values)
+                    own[i] = own_calibration_test(mean, *sides[0][:2])
+                statistic, _, p_value = own[i]
+            elif by_value:
+                statistic, _, p_value = equal_calibration_test(values, *sides, probability)
             row |= {"calibration_statistic": statistic, "calibration_p_value": p_value}
             rows.append(row)
     adjusted = ["auc_p_adjusted", "calibration_p_adjusted", "confidence"]
     frame = pd.DataFrame(rows, columns=[c for c in SCORE_RESULT_COLUMNS if c not in adjusted])
+    calibration = frame["calibration_p_value"].to_numpy(dtype=float)
+    if probability and len(frame):  # one test per group, however many rows show it
+        first = ~frame.duplicated(["attribute", "group_name"]).to_numpy()
+        once = np.where(first, calibration, np.nan)
+        by_group = pd.Series(bh_adjust(once), index=frame.index)[first]
+        keys = pd.MultiIndex.from_frame(frame[["attribute", "group_name"]])
+        table = pd.Series(by_group.to_numpy(), index=keys[first])
+        calibration_adjusted = table.reindex(keys).to_numpy(dtype=float)
+    else:
+        calibration_adjusted = bh_adjust(calibration)
     return frame.assign(
         auc_p_adjusted=bh_adjust(frame["auc_p_value"].to_numpy(dtype=float)),
-        calibration_p_adjusted=bh_adjust(frame["calibration_p_value"].to_numpy(dtype=float)),
+        calibration_p_adjusted=calibration_adjusted,
         confidence=confidence,
     )[SCORE_RESULT_COLUMNS]
 
@@ -409,18 +486,23 @@ def threshold_sweep(counts: pd.DataFrame) -> pd.DataFrame:
 
 
 def score_audit(
-    counts: pd.DataFrame, reference_groups: dict[str, str], *, confidence: float = 0.95
+    counts: pd.DataFrame,
+    bins: ScoreBins,
+    reference_groups: dict[str, str],
+    *,
+    confidence: float = 0.95,
 ) -> dict[str, pd.DataFrame]:
-    """The score results of ``counts`` (SCORE_COUNT_COLUMNS), each checked by its contract
-    (schemas.results): comparisons (``scores``), calibration curves and the threshold sweep."""
+    """The score results of ``counts`` (SCORE_COUNT_COLUMNS per value or cell) in the window's
+    ``bins``, each checked by its contract (schemas.results): comparisons (``scores``, from the
+    counts as they are), calibration curves and the threshold sweep (summed into the bins)."""
+    binned = rebinned(counts, bins.edges)
+    comparisons = score_comparisons(counts, bins, reference_groups, confidence=confidence)
     return {
-        "scores": validate_result(
-            "scores", score_comparisons(counts, reference_groups, confidence=confidence)
-        ),
+        "scores": validate_result("scores", comparisons),
         "calibration": validate_result(
-            "calibration", calibration_curves(counts, confidence=confidence)
+            "calibration", calibration_curves(binned, confidence=confidence)
         ),
-        "thresholds": validate_result("thresholds", threshold_sweep(counts)),
+        "thresholds": validate_result("thresholds", threshold_sweep(binned)),
     }
 
 

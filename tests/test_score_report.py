@@ -219,7 +219,10 @@ def test_calibrated_groups_with_different_error_rates(calibrated_apart):
     error = frames.detection[frames.detection["metric"].isin(["fpr", "fnr"])]
     assert error["flagged"].any()
     sentence = _sentence(frames)
-    assert "equal calibration across groups holds as far as the data tell (none of 1 " in sentence
+    assert (
+        "calibration within groups holds as far as the data tell (no group's outcomes depart "
+        "from its scores at α = 0.05, 2 tested)"
+    ) in sentence
     assert "equal error rates (FPR, FNR) do not hold (" in sentence
     assert "cannot all hold when base rates differ (Chouldechova 2017; Kleinberg" in sentence
     counts = frames.counts[frames.counts["subset"] == "group"].set_index("group_name")
@@ -230,11 +233,13 @@ def test_calibrated_groups_with_different_error_rates(calibrated_apart):
 
 def test_balanced_error_rates_with_different_calibration(balanced_miscalibrated):
     frames = balanced_miscalibrated
-    assert (frames.scores["calibration_p_adjusted"] < 0.05).all()
+    own = frames.scores[frames.scores["reference"] == "rest"].set_index("group_name")
+    assert own.loc["a", "calibration_p_adjusted"] >= 0.05  # a's scores are its outcomes' chances
+    assert own.loc["b", "calibration_p_adjusted"] < 0.05  # b's, shuffled, are not
     tested = frames.detection[frames.detection["p_adjusted"].notna()]
     assert not tested["flagged"].any() and (tested["decision"] == "fair").all()
     sentence = _sentence(frames)
-    assert "equal calibration across groups does not hold (1 of 1 calibration tests" in sentence
+    assert "calibration within groups does not hold (1 of 2 groups' outcomes depart" in sentence
     assert "equal error rates (FPR, FNR) hold within ±5.00 pp (all 2 intervals inside)" in sentence
     assert "equal selection rates (PPR) hold within ±5.00 pp (all 1 intervals inside)" in sentence
     prev = frames.counts.loc[frames.counts["subset"] == "group", ["tp", "fn"]].sum(axis=1)
@@ -259,7 +264,7 @@ def test_the_sentence_follows_the_stored_verdicts_not_the_data(calibrated_apart)
         "fails", "holds", "untested",
     )  # fmt: skip
     sentence = _sentence(changed)
-    assert "equal calibration across groups does not hold" in sentence
+    assert "calibration within groups does not hold (2 of 2 groups'" in sentence
     assert "equal error rates (FPR, FNR) hold within" in sentence
     assert "equal selection rates were not tested" in sentence
 
@@ -278,7 +283,7 @@ def test_the_markdown_artifact_states_the_sentence(calibrated_apart, balanced_mi
     verdicts either way (calibrated with unequal error rates, and the reverse)."""
     for frames in (calibrated_apart, balanced_miscalibrated):
         assert _markdown_sentences(frames) == [_sentence(frames)]
-    assert "equal calibration across groups holds" in _markdown_sentences(calibrated_apart)[0]
+    assert "calibration within groups holds" in _markdown_sentences(calibrated_apart)[0]
     assert "error rates (FPR, FNR) hold" in _markdown_sentences(balanced_miscalibrated)[0]
 
 

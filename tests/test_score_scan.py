@@ -14,7 +14,7 @@ from biasaudit.db.scan import memory_cells, pushdown_cells, stream_cells
 from biasaudit.db.source import read_predictions
 from biasaudit.schemas.config import parse_config
 from biasaudit.schemas.quarantine import split_valid
-from biasaudit.schemas.score_bins import score_counts, score_edges
+from biasaudit.schemas.score_bins import rebinned, score_counts, score_edges
 
 from .conftest import COMPAS
 from .test_scan import NOW, write_source
@@ -72,21 +72,40 @@ def test_every_scan_mode_counts_the_score_as_pandas_does(db_url, table):
         y_true=valid["y_true"].astype(float), s=valid["decision_score"].astype(float)
     )
     keys = ["attribute", "group_name", "score_bin"]
-    expected = score_counts(rows, [["race"], ["sex"], ["race", "sex"]], edges, median, score="s")
+    columns = [["race"], ["sex"], ["race", "sex"]]
+    expected = score_counts(rows, columns, edges, median, score="s")
     expected = expected.sort_values(keys, ignore_index=True)
     above = (rows["s"] > median).groupby(rows["race"]).sum()
     above_race = expected[expected["attribute"] == "race"].groupby("group_name")["above_median"]
     pd.testing.assert_series_equal(above_race.sum(), above, check_names=False)
-    for scanned in (
-        memory_cells(engine, audit, None, NOW, NOW),
-        stream_cells(engine, audit, None, NOW, NOW, chunk_rows=700),
-        pushdown_cells(engine, audit, None, NOW, NOW),
+    # per distinct value (memory, stream); per cell of 1/1024 of a decile bin (push-down)
+    per_value = score_counts(rows, columns, np.unique(rows["s"]), median, score="s")
+    upper = np.append(edges[1:], read.max())
+    k = np.searchsorted(edges, rows["s"], side="right") - 1
+    step = ((upper - edges) / 1024)[k]
+    by_value = table == "deciles"
+    cell = rows["s"] if by_value else edges[k] + np.floor((rows["s"] - edges[k]) / step) * step
+    per_cell = score_counts(
+        rows.assign(c=cell, score_sum=rows["s"].where(rows["y_true"].notna(), 0.0),
+                    above_median=(rows["s"] > median).astype(int)),
+        columns, np.unique(cell), median, score="c",
+    )  # fmt: skip
+    for mode, scanned, finest in (
+        ("memory", memory_cells(engine, audit, None, NOW, NOW), per_value),
+        ("stream", stream_cells(engine, audit, None, NOW, NOW, chunk_rows=700), per_value),
+        ("pushdown", pushdown_cells(engine, audit, None, NOW, NOW), per_cell),
     ):
-        got = scanned.score_counts.sort_values(keys, ignore_index=True)
-        pd.testing.assert_frame_equal(
-            got.drop(columns="score_sum"), expected.drop(columns="score_sum"), check_dtype=False
-        )
-        np.testing.assert_allclose(got["score_sum"], expected["score_sum"], rtol=1e-9)
+        assert np.array_equal(scanned.score_bins.edges, edges), mode
+        assert (scanned.score_bins.bottom, scanned.score_bins.top) == (read.min(), read.max())
+        binned = rebinned(scanned.score_counts, edges)
+        for got, want in ((binned, expected), (scanned.score_counts, finest)):
+            got = got.sort_values(keys, ignore_index=True)
+            want = want.sort_values(keys, ignore_index=True)
+            pd.testing.assert_frame_equal(
+                got.drop(columns="score_sum"), want.drop(columns="score_sum"), check_dtype=False,
+                obj=mode,
+            )  # fmt: skip
+            np.testing.assert_allclose(got["score_sum"], want["score_sum"], rtol=1e-9)
         assert scanned.score_median == median and scanned.scores_in_window == read.notna().sum()
     engine.dispose()
 
@@ -225,7 +244,8 @@ def test_single_precision_scores_fall_in_the_same_bins_in_every_mode(db_url):
         ("stream", stream_cells(engine, audit, None, NOW, NOW, chunk_rows=40)),
         ("pushdown", pushdown_cells(engine, audit, None, NOW, NOW)),
     ):
-        got = scanned.score_counts.sort_values(keys, ignore_index=True)
+        got = rebinned(scanned.score_counts, scanned.score_bins.edges)
+        got = got.sort_values(keys, ignore_index=True)
         pd.testing.assert_frame_equal(
             got[expected.columns], expected, check_dtype=False, obj=mode
         )

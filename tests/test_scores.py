@@ -146,7 +146,7 @@ def test_calibration_test_equals_the_score_test_on_rows():
     y = (rng.random(n) < 0.1 + 0.07 * s - 0.05 * g).astype(float)
     rows = pd.DataFrame({"y_true": y, "score": s, "g": np.where(g, "b", "a")})
     counts = S.score_counts(rows, [["g"]], np.unique(s), np.median(s))
-    mine = S.score_comparisons(counts, {}).set_index("group_name").loc["b"]
+    mine = S.score_comparisons(counts, S.bins_of_scores(s), {}).set_index("group_name").loc["b"]
     u, v, tables = np.zeros(2), np.zeros((2, 2)), []
     x_centre = s.mean()
     for value, part in rows.groupby("score"):
@@ -282,7 +282,7 @@ def test_auc_difference_and_calibration_tests_keep_their_size(small):
         auc_p.append(S.auc_difference_test(g_pos[i], g_neg[i], r_pos[i], r_neg[i]))
         group = (g_pos[i], g_neg[i], bins * (g_pos[i] + g_neg[i]))  # score sums
         rest = (r_pos[i], r_neg[i], bins * (r_pos[i] + r_neg[i]))
-        calibration_p.append(S.calibration_test(bins, group, rest, False)[2])
+        calibration_p.append(S.equal_calibration_test(bins, group, rest, False)[2])
     for p_values in (np.array(auc_p, float), np.array(calibration_p, float)):
         made = p_values[~np.isnan(p_values)]
         assert (made < 0.05).mean() <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / len(made))

@@ -434,13 +434,27 @@ def score_groups(frames: ReportFrames) -> pd.DataFrame:
     return own[columns].sort_values(["attribute", "group_name"]).reset_index(drop=True)
 
 
-def _calibration_p(scores: pd.DataFrame, attribute: str) -> pd.Series:
-    """The adjusted p-values of an attribute's calibration tests; one for a two-valued attribute,
-    whose comparisons (each group against the rest, and against the other) are one test."""
+def probability_score(calibration: pd.DataFrame) -> bool:
+    """Whether the audited score is a probability, as the stored curves show it (every bin's
+    lower edge and mean score in [0, 1]; the scan decided it from every score,
+    schemas.score_bins.ScoreBins.probability)."""
+    return bool(
+        calibration["score_bin"].between(0, 1).all()
+        and calibration["mean_score"].dropna().between(0, 1).all()
+    )
+
+
+def _calibration_p(scores: pd.DataFrame, probability: bool, attribute: str) -> pd.Series:
+    """The adjusted p-values of an attribute's calibration tests, one per test: for a
+    probability one per group (its own calibration, on its row against the rest); else one per
+    comparison, and one for a two-valued attribute (each group against the rest, and against the
+    other, is one test)."""
     if scores.empty:
         return pd.Series(dtype=float)
     mine = scores[scores["attribute"] == attribute]
-    if mine["group_name"].nunique() == 2:
+    if probability:
+        mine = mine[mine["reference"] == "rest"]
+    elif mine["group_name"].nunique() == 2:
         mine = mine.head(1)
     return mine["calibration_p_adjusted"].dropna()
 
@@ -455,9 +469,10 @@ def _state(tested: int, failed: int, settled: int) -> str:
 @per_frames
 def definitions(frames: ReportFrames) -> pd.DataFrame:
     """Per attribute the run audited a score for: which definitions of fairness hold, each from
-    the run's own tests. Equal calibration across groups (tasks.scores.calibration_test,
-    Benjamini-Hochberg adjusted): fails where a comparison's adjusted p is below α, holds (no
-    difference found) where none is. Equal error rates (FPR, FNR) and equal selection rates
+    the run's own tests. Calibration (tasks.scores.score_comparisons, Benjamini-Hochberg
+    adjusted): for a probability, calibration within groups (each group's outcomes against its
+    own scores), else equal calibration across groups; fails where a test's adjusted p is below
+    α, holds (no departure found) where none is, untested where no test was valid. Equal error rates (FPR, FNR) and equal selection rates
     (PPR), from detection: fail where a comparison is flagged, hold where every tested
     comparison's HDI lies inside the tolerance, open otherwise; untested where the audit did not
     test them. With the lowest and highest base rate (prevalence) among the groups of at least
@@ -471,11 +486,13 @@ def definitions(frames: ReportFrames) -> pd.DataFrame:
     rows = []
     for attribute in score_attributes(frames):
         row: dict[str, Any] = {"attribute": attribute}
-        p = _calibration_p(frames.scores, attribute)
+        probability = probability_score(frames.calibration)
+        p = _calibration_p(frames.scores, probability, attribute)
         rejected = int((p < alpha).sum())
         row |= {
             "calibration": _state(len(p), rejected, len(p) - rejected),
             "calibration_tested": len(p),
+            "calibration_own": probability,
             "calibration_rejected": rejected,
         }
         for name, metrics in (("error", ERROR_RATES), ("selection", SELECTION_RATES)):

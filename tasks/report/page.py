@@ -29,6 +29,7 @@ from biasaudit.tasks.report.derive import (
     groups,
     hdi_mass,
     points_plain,
+    probability_score,
     ranked_findings,
     rate_table,
     references,
@@ -72,7 +73,7 @@ from biasaudit.tasks.report.text import (
     sig3,
     sig3_cells,
 )
-from biasaudit.tasks.scores import clopper_pearson, is_probability
+from biasaudit.tasks.scores import clopper_pearson
 
 CHIPS = 16  # groups shown per attribute on the first screen
 
@@ -492,7 +493,7 @@ def score_block(frames: ReportFrames, attribute: str, kept: dict) -> str:
     sizes = groups(frames)
     small = frozenset(sizes.loc[(sizes["attribute"] == attribute) & sizes["small"], "group_name"])
     order = sorted({*mine["group_name"], *roc["group_name"]})  # a group's colour in both plots
-    probability = is_probability(frames.calibration)
+    probability = probability_score(frames.calibration)
     figures = [reliability_plot(mine, f"{attribute}: reliability", probability, order, small)]
     for metric in ERROR_RATES:
         rows = kept.get((attribute, metric))
@@ -517,7 +518,8 @@ def score_block(frames: ReportFrames, attribute: str, kept: dict) -> str:
 
 def _score_table(frames: ReportFrames, attribute: str) -> str:
     """Each group's labelled positives and negatives, AUC [interval] and its calibration test
-    against the rest (Benjamini-Hochberg adjusted p)."""
+    (Benjamini-Hochberg adjusted p): its own calibration for a probability, else against the
+    rest."""
     aucs = score_groups(frames)
     aucs = aucs[aucs["attribute"] == attribute]
     if aucs.empty:
@@ -540,7 +542,9 @@ def _score_table(frames: ReportFrames, attribute: str) -> str:
         for row in _tuples(aucs)
     ]
     header = ["group", "positives", "negatives", f"AUC [{percent_confident}% interval]"]
-    return _table([*header, "calibration vs rest: adjusted p"], rows)
+    own = probability_score(frames.calibration)
+    tested = "calibration: adjusted p" if own else "calibration vs rest: adjusted p"
+    return _table([*header, tested], rows)
 
 
 def _context_table(part: pd.DataFrame, confidence: float) -> str:

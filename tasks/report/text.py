@@ -285,11 +285,24 @@ def _rates_clause(kind: str, row: Any, tolerance: str) -> str:
 
 def definitions_sentence(row: Any, alpha: float, tolerance: str) -> str:
     """One plain sentence (no markup: callers escape it) saying which definitions of fairness
-    hold for one attribute, worded from its row of tasks.report.derive.definitions: equal
-    calibration across groups, equal error rates, equal selection rates, the impossibility of all
+    hold for one attribute, worded from its row of tasks.report.derive.definitions: calibration
+    within groups (a probability) or equal calibration across groups (another score), equal error rates, equal selection rates, the impossibility of all
     three where base rates differ, and the base rates' range."""
     tested, rejected = row.calibration_tested, row.calibration_rejected
-    if row.calibration == "untested":
+    if row.calibration_own:  # each group's outcomes against its own scores
+        if row.calibration == "untested":
+            calibration = "calibration within groups was not tested"
+        elif row.calibration == "fails":
+            calibration = (
+                f"calibration within groups does not hold ({rejected} of {tested} groups' "
+                f"outcomes depart from their scores at α = {alpha:g})"
+            )
+        else:
+            calibration = (
+                f"calibration within groups holds as far as the data tell (no group's outcomes "
+                f"depart from its scores at α = {alpha:g}, {tested} tested)"
+            )
+    elif row.calibration == "untested":
         calibration = "equal calibration across groups was not tested"
     elif row.calibration == "fails":
         calibration = (
