@@ -40,7 +40,7 @@ QUANTILES = np.linspace(0, 1, QUANTILE_BINS + 1)[:-1]
 # Push-down: cells per quantile bin. Pairs of a positive and a negative in one cell count 1/2 in
 # the AUC, so the AUC from cells is within half the share of such pairs of the scores' own
 # (tasks.scores.auc_cell_error); benchmarks/README.md ("Score audits") measures it.
-SUBCELLS = 1024
+SUBCELLS = 4096
 
 
 def quantile_positions(n: int) -> np.ndarray:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy import special
+from scipy import sparse, special
 
 from biasaudit.schemas.results import validate_result
 from biasaudit.schemas.score_bins import (  # noqa: F401 (the bins are the stages' too)
@@ -41,6 +41,11 @@ from biasaudit.tasks.twosample import exact_interval_end
 # of equal AUC floors DeLong's variance by Hanley & McNeil's: benchmarks/README.md ("Score
 # audits") measures the coverage and size of both rules.
 SMALL_SAMPLE = 50
+# From this many positives and negatives on, the AUC's interval is Wald's on the logit scale with
+# DeLong's variance; below, Newcombe's. At an AUC of 0.96 Wald's covered 0.916-0.952 of 2,000
+# samples with 50-500 positives and Newcombe's 0.979-0.983; at 1,000 Wald's 0.949
+# (benchmarks/README.md, "Score audits").
+WALD_FROM = 1000
 
 
 def auc_and_variance(positives: np.ndarray, negatives: np.ndarray):
@@ -102,7 +107,7 @@ def newcombe_interval(auc, positives, negatives, confidence: float = 0.95):
 def auc_interval(positives: np.ndarray, negatives: np.ndarray, confidence: float = 0.95):
     """AUC, DeLong's variance and a ``confidence`` interval of each row of binned counts.
 
-    From SMALL_SAMPLE positives and negatives on, the interval is Wald's on the logit scale around
+    From WALD_FROM positives and negatives on, the interval is Wald's on the logit scale around
     the AUC with DeLong's variance (it stays in (0, 1) and is not symmetric near 1). Below, or
     where that interval does not exist (an AUC of 0 or 1, a variance of 0), it is Newcombe's
     score-type interval (:func:`newcombe_interval`), which exists at 0 and 1 and is not built on
@@ -115,7 +120,7 @@ def auc_interval(positives: np.ndarray, negatives: np.ndarray, confidence: float
         half = distributions.norm_ppf(0.5 + confidence / 2) * np.sqrt(variance) / (auc * (1 - auc))
         centre = special.logit(auc)
         score_low, score_high = newcombe_interval(auc, p, q, confidence)
-    wald = (np.minimum(p, q) >= SMALL_SAMPLE) & (half > 0) & np.isfinite(half)
+    wald = (np.minimum(p, q) >= WALD_FROM) & (half > 0) & np.isfinite(half)
     low = np.where(wald, special.expit(centre - half), score_low)
     high = np.where(wald, special.expit(centre + half), score_high)
     return auc, variance, low, high
@@ -325,24 +330,30 @@ def own_calibration_test(mean_scores, positives, negatives) -> tuple[float, int,
     return observed, df, (1 + beyond) / (MONTE_CARLO + 1)
 
 
+_COUNTED = ["positives", "negatives", "unlabelled", "score_sum"]
+
+
 def _matrices(counts: pd.DataFrame):
     """Per attribute: its groups, its score values (ascending) and each count as a groups x
-    values matrix."""
+    values matrix (scipy.sparse CSR: a continuous score has as many values as rows)."""
     for attribute, part in counts.groupby("attribute", sort=True):
-        wide = part.pivot_table(
-            index="group_name",
-            columns="score_bin",
-            values=["positives", "negatives", "unlabelled", "score_sum"],
-            aggfunc="sum",
-            fill_value=0,
-        ).sort_index(axis=1)
-        values = np.asarray(wide["positives"].columns, dtype="float64")
+        groups, g = np.unique(part["group_name"].astype(str).to_numpy(), return_inverse=True)
+        values, v = np.unique(part["score_bin"].to_numpy(dtype="float64"), return_inverse=True)
+        shape = (len(groups), len(values))
         yield (
             attribute,
-            wide.index.astype(str).to_numpy(),
+            groups,
             values,
-            {c: wide[c].to_numpy(dtype="float64") for c in wide.columns.levels[0]},
+            {
+                c: sparse.csr_matrix((part[c].to_numpy(dtype="float64"), (g, v)), shape=shape)
+                for c in _COUNTED
+            },
         )
+
+
+def _row(m: dict, i: int) -> dict[str, np.ndarray]:
+    """Group ``i``'s counts per value, dense."""
+    return {c: v[i].toarray().ravel() for c, v in m.items()}
 
 
 def _mean_scores(score_sum: np.ndarray, labelled: np.ndarray, bins: np.ndarray) -> np.ndarray:
@@ -369,20 +380,20 @@ def score_comparisons(
     probability, by_value = bins.probability, not bins.steps.any()
     rows = []
     for attribute, groups, values, m in _matrices(counts):
-        total = {c: v.sum(0) for c, v in m.items()}
-        pairs = [
-            (i, "rest", {c: total[c] - v[i] for c, v in m.items()}) for i in range(len(groups))
-        ]
+        total = {c: np.asarray(v.sum(0)).ravel() for c, v in m.items()}
+        pairs = [(i, "rest") for i in range(len(groups))]
         named = reference_groups.get(attribute)
+        named_row: dict[str, np.ndarray] = {}
         if named is not None and named in groups:
             j = int(np.flatnonzero(groups == named)[0])
-            pairs += [
-                (i, named, {c: v[j] for c, v in m.items()}) for i in range(len(groups)) if i != j
-            ]
+            named_row = _row(m, j)
+            pairs += [(i, named) for i in range(len(groups)) if i != j]
         own = {}
-        for i, reference, other in pairs:
+        for i, reference in pairs:
+            mine = _row(m, i)
+            other = named_row if reference != "rest" else {c: total[c] - mine[c] for c in mine}
             row = {"attribute": attribute, "group_name": groups[i], "reference": reference}
-            for side, c in (("group", {k: v[i] for k, v in m.items()}), ("reference", other)):
+            for side, c in (("group", mine), ("reference", other)):
                 labelled = c["positives"] + c["negatives"]
                 auc, variance, low, high = auc_interval(c["positives"], c["negatives"], confidence)
                 mean = _mean_scores(c["score_sum"], labelled, values)
@@ -399,7 +410,7 @@ def score_comparisons(
                     f"slope_{side}": slope,
                 }
             sides = [
-                (m["positives"][i], m["negatives"][i], m["score_sum"][i]),
+                (mine["positives"], mine["negatives"], mine["score_sum"]),
                 (other["positives"], other["negatives"], other["score_sum"]),
             ]
             row["auc_p_value"] = auc_difference_test(*sides[0][:2], *sides[1][:2])
@@ -454,7 +465,8 @@ def threshold_sweep(counts: pd.DataFrame) -> pd.DataFrame:
     """Error and selection rates of the decision ``score >= threshold`` at every bin edge of each
     group: selected rows (labelled or not), tp, fp, fn, tn and their rates."""
     parts = []
-    for attribute, groups, bins, m in _matrices(counts):
+    for attribute, groups, bins, sparse_counts in _matrices(counts):
+        m = {c: v.toarray() for c, v in sparse_counts.items()}  # a few bins per group
         above = {c: np.cumsum(v[:, ::-1], 1)[:, ::-1] for c, v in m.items()}  # bins >= edge
         p, q = m["positives"].sum(1, keepdims=True), m["negatives"].sum(1, keepdims=True)
         n = p + q + m["unlabelled"].sum(1, keepdims=True)

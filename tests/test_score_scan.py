@@ -78,11 +78,11 @@ def test_every_scan_mode_counts_the_score_as_pandas_does(db_url, table):
     above = (rows["s"] > median).groupby(rows["race"]).sum()
     above_race = expected[expected["attribute"] == "race"].groupby("group_name")["above_median"]
     pd.testing.assert_series_equal(above_race.sum(), above, check_names=False)
-    # per distinct value (memory, stream); per cell of 1/1024 of a decile bin (push-down)
+    # per distinct value (memory, stream); per cell of 1/4096 of a decile bin (push-down)
     per_value = score_counts(rows, columns, np.unique(rows["s"]), median, score="s")
     upper = np.append(edges[1:], read.max())
     k = np.searchsorted(edges, rows["s"], side="right") - 1
-    step = ((upper - edges) / 1024)[k]
+    step = ((upper - edges) / 4096)[k]
     by_value = table == "deciles"
     cell = rows["s"] if by_value else edges[k] + np.floor((rows["s"] - edges[k]) / step) * step
     per_cell = score_counts(

@@ -362,3 +362,119 @@ def test_calibration_counts_the_labelled_and_the_sweep_every_prediction():
     assert {g: list(n) for g, n in sweep.items()} == {
         g: [n] for g, n in rows.groupby("g").size().items()
     }
+
+
+def _value_counts(scores: np.ndarray, y: np.ndarray):
+    """(values, positives, negatives) per distinct score, by numpy."""
+    values, index = np.unique(scores, return_inverse=True)
+    positives = np.bincount(index, weights=y, minlength=len(values))
+    return values, positives, np.bincount(index, minlength=len(values)) - positives
+
+
+def test_own_calibration_test_equals_statsmodels_score_test_on_rows():
+    """Counts per distinct score (ties: scores in hundredths) give statsmodels' score test of
+    a = 0, b = 1 in the GLM logit P(y) = logit(p) + a + (b - 1) logit(p), fitted on the rows."""
+    rng = np.random.default_rng(40)
+    n = 800
+    p = np.round(rng.beta(2, 4, n), 2).clip(0.01, 0.99)
+    y = (rng.random(n) < np.clip(1.15 * p, 0, 1)).astype(float)
+    logit = np.log(p / (1 - p))
+    model = sm.GLM(y, np.column_stack([np.ones(n), logit]), family=sm.families.Binomial(),
+                   offset=logit)  # fmt: skip
+    statistic, p_value, df = model.score_test(np.zeros(2), k_constraints=2)
+    got = S.own_calibration_test(*_value_counts(p, y))
+    assert got[0] == pytest.approx(float(statistic[0]), rel=1e-9)
+    assert (got[1], got[2]) == (2, pytest.approx(float(p_value[0]), rel=1e-9))
+    one = S.own_calibration_test(np.array([0.3]), np.array([40.0]), np.array([60.0]))
+    expected = (40 - 100 * 0.3) ** 2 / (100 * 0.3 * 0.7)  # one score: in-the-large only
+    assert one[:2] == (pytest.approx(expected, rel=1e-9), 1)
+
+
+def _calibrated_pairs(n: int, m: int, reps: int, rng):
+    """Calibrated group (Beta(4, 2) scores) and reference (Beta(2, 4)): outcomes Bernoulli(score)."""
+    for _ in range(reps):
+        g, r = rng.beta(4, 2, n), rng.beta(2, 4, m)
+        yield g, (rng.random(n) < g).astype(float), r, (rng.random(m) < r).astype(float)
+
+
+def _limit(reps: int) -> float:
+    return 0.05 + 2 * np.sqrt(0.05 * 0.95 / reps)
+
+
+def test_calibrated_groups_with_different_scores_are_not_called_miscalibrated():
+    """Both groups calibrated, their scores distributed differently: the product's test (each
+    group's outcomes against its own scores, through score_comparisons on counts per value)
+    rejects at most alpha + 2 standard errors of 200 samples; the test it replaced (equal outcome
+    rates within the window's decile bins) rejects over 20% of the same samples."""
+    rng = np.random.default_rng(41)
+    product, replaced = [], []
+    for g, gy, r, ry in _calibrated_pairs(500, 5000, 200, rng):
+        rows = pd.DataFrame({"score": np.concatenate([g, r]), "y_true": np.concatenate([gy, ry]),
+                             "a": ["g"] * len(g) + ["r"] * len(r)})  # fmt: skip
+        counts = S.score_counts(rows, [["a"]], np.unique(rows["score"]), 0.5)
+        bins = S.bins_of_scores(rows["score"].to_numpy())
+        found = S.score_comparisons(counts, bins, {}).set_index("group_name")
+        product.append(found.loc["g", "calibration_p_value"] < 0.05)
+        binned = S.rebinned(counts, bins.edges)
+        numbers = ["positives", "negatives", "score_sum"]
+        sides = [binned[binned["group_name"] == name].set_index("score_bin")[numbers]
+                 .reindex(bins.edges, fill_value=0) for name in ("g", "r")]  # fmt: skip
+        triples = [tuple(s[c].to_numpy(float) for c in numbers) for s in sides]
+        replaced.append(S.equal_calibration_test(bins.edges, *triples, True)[2] < 0.05)
+    assert np.mean(product) <= _limit(200)
+    assert np.mean(replaced) > 0.2
+
+
+@pytest.mark.parametrize("a, b", [(4, 2), (20, 1), (0.5, 5)])
+def test_own_calibration_keeps_its_size_in_small_groups(a, b):
+    """5-49 labelled rows: the Monte Carlo p-value rejects a calibrated group at most alpha + 2
+    standard errors of 1,000 samples, whatever its scores (Beta(20, 1): most near 1)."""
+    rng = np.random.default_rng(int(a * 100 + b))
+    for n in (5, 20, 49):
+        rejected = []
+        for _ in range(1000):
+            s = rng.beta(a, b, n)
+            rejected.append(S.own_calibration_test(*_value_counts(s, (rng.random(n) < s) * 1.0))[2]
+                            < 0.05)  # fmt: skip
+        assert np.mean(rejected) <= _limit(1000), n
+
+
+def test_own_calibration_finds_a_miscalibrated_group():
+    """Outcomes Bernoulli(score + 0.1) in 2,000 rows: rejected in at least 95% of 200 samples;
+    an outcome at a score of 0 rejects at once."""
+    rng = np.random.default_rng(43)
+    found = []
+    for _ in range(200):
+        s = rng.beta(2, 4, 2000)
+        found.append(S.own_calibration_test(*_value_counts(s, (rng.random(2000) < s + 0.1) * 1.0))[2]
+                     < 0.05)  # fmt: skip
+    assert np.mean(found) >= 0.95
+    assert S.own_calibration_test(np.array([0.0, 0.5]), np.array([1.0, 30]), np.array([60.0, 30]))[
+        2
+    ] < 1e-6
+
+
+def test_a_continuous_scores_auc_is_the_scores_own():
+    """Through audit_frame, a continuous score's stored AUC per group (and its rest) equals
+    scikit-learn's roc_auc_score on the rows to 1e-9, not the AUC of its decile bins."""
+    from biasaudit.tasks.api import audit_frame
+
+    rng = np.random.default_rng(44)
+    n = 6000
+    y = (rng.random(n) < 0.3).astype(float)
+    rows = pd.DataFrame({"g": rng.choice(["a", "b", "c"], n), "y_true": y,
+                         "s": rng.beta(2 + 2 * y, 4 - y)})  # fmt: skip
+    rows["y_pred"] = (rows["s"] >= 0.5).astype(int)
+    scores = audit_frame(rows, attributes=["g"], score="s", metrics=["fpr"]).scores
+    rest = scores[scores["reference"] == "rest"].set_index("group_name")
+    for name, part in rows.groupby("g"):
+        other = rows[rows["g"] != name]
+        assert rest.loc[name, "auc_group"] == pytest.approx(
+            roc_auc_score(part["y_true"], part["s"]), abs=1e-9
+        )
+        assert rest.loc[name, "auc_reference"] == pytest.approx(
+            roc_auc_score(other["y_true"], other["s"]), abs=1e-9
+        )
+        edges = S.score_edges(rows["s"].to_numpy())
+        binned = roc_auc_score(part["y_true"], S.bin_of(part["s"].to_numpy(), edges))
+        assert abs(rest.loc[name, "auc_group"] - binned) > 1e-4  # the binned score's differs
