@@ -125,8 +125,8 @@ def window_score_bins(connection, window: Window, start, end, now: datetime) -> 
     ).scalars()
     values = np.array([float(v) for v in distinct], dtype="float64")
     if len(values) <= MAX_DISTINCT:
-        ends = (values[0], values[-1]) if len(values) else (np.nan, np.nan)
-        return score_bins(values, *ends, by_value=True)
+        bottom, top = (values[0], values[-1]) if len(values) else (np.nan, np.nan)
+        return score_bins(values, bottom, top, by_value=True)
     n, top = connection.execute(
         select(func.count(), func.max(inner.c.s)).select_from(inner).where(known)
     ).one()

@@ -292,7 +292,7 @@ def pushdown_cells(
         rest = rest[suspect_rows].drop(columns=[*[f"k_{n}" for n in names], "ok"])
         accepted, quarantine = _split(rest.reset_index(drop=True), audit, now, store)
         parts.append(cells_of(accepted, audit))
-        if audit.decision:
+        if bins is not None:
             score_parts.append(valid_score_counts(accepted, audit, bins, median, cells=True))
         accepted_rows, accepted_unlabelled = len(accepted), int(accepted["y_true"].isna().sum())
     counted_cells = grouped[good_keys].rename(columns={f"k_{n}": n for n in names})

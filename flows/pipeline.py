@@ -335,7 +335,7 @@ def _audit_and_persist(
         record.window_start,
     )
     result = audit_counts(counts, audit, previous=previous, run=_timed_stages(run, timings))
-    if scanned.score_counts is not None:  # the decision's score audited whole (tasks.scores)
+    if scanned.score_counts is not None and scanned.score_bins is not None:  # the score whole
         scores = run(
             "scores",
             score_audit,

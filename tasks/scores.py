@@ -422,7 +422,7 @@ def score_comparisons(
                     own[i] = own_calibration_test(mean, *sides[0][:2])
                 statistic, _, p_value = own[i]
             elif by_value:
-                statistic, _, p_value = equal_calibration_test(values, *sides, probability)
+                statistic, _, p_value = equal_calibration_test(values, sides[0], sides[1], probability)
             row |= {"calibration_statistic": statistic, "calibration_p_value": p_value}
             rows.append(row)
     adjusted = ["auc_p_adjusted", "calibration_p_adjusted", "confidence"]

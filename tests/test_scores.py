@@ -382,6 +382,7 @@ def test_own_calibration_test_equals_statsmodels_score_test_on_rows():
     model = sm.GLM(y, np.column_stack([np.ones(n), logit]), family=sm.families.Binomial(),
                    offset=logit)  # fmt: skip
     statistic, p_value, df = model.score_test(np.zeros(2), k_constraints=2)
+    assert df == 2
     got = S.own_calibration_test(*_value_counts(p, y))
     assert got[0] == pytest.approx(float(statistic[0]), rel=1e-9)
     assert (got[1], got[2]) == (2, pytest.approx(float(p_value[0]), rel=1e-9))
