@@ -344,7 +344,7 @@ def _print_stage_tables(
         _print_frame(
             scores[list(SCORE_COLUMNS)].rename(columns=SCORE_COLUMNS),
             title="score: AUC [interval] and calibration slope per group against its reference "
-            "(BH-adjusted p of equal AUC, of equal calibration)",
+            "(BH-adjusted p of equal AUC, of the calibration test)",
         )
 
 

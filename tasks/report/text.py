@@ -286,8 +286,9 @@ def _rates_clause(kind: str, row: Any, tolerance: str) -> str:
 def definitions_sentence(row: Any, alpha: float, tolerance: str) -> str:
     """One plain sentence (no markup: callers escape it) saying which definitions of fairness
     hold for one attribute, worded from its row of tasks.report.derive.definitions: calibration
-    within groups (a probability) or equal calibration across groups (another score), equal error rates, equal selection rates, the impossibility of all
-    three where base rates differ, and the base rates' range."""
+    within groups (a probability) or equal calibration across groups (another score), equal
+    error rates, equal selection rates, the impossibility of all three where base rates differ,
+    and the base rates' range."""
     tested, rejected = row.calibration_tested, row.calibration_rejected
     if row.calibration_own:  # each group's outcomes against its own scores
         if row.calibration == "untested":
