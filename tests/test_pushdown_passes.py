@@ -69,7 +69,12 @@ def source_reads(engine) -> list[str]:
 
 
 AUDIT = audit_of(
-    columns={"prediction_id": "pid", "predicted_at": "made_at", "y_true": "label", "y_pred": "pred"},
+    columns={
+        "prediction_id": "pid",
+        "predicted_at": "made_at",
+        "y_true": "label",
+        "y_pred": "pred",
+    },
     attributes=["grp"],
     scan={"mode": "pushdown"},
 )
@@ -182,11 +187,14 @@ class _CountingConnection(sqlite3.Connection):
         return super().cursor(factory)
 
 
-def test_scored_pushdown_never_fetches_prediction_rows(tmp_path):
+@pytest.mark.parametrize("values", [10, None])
+def test_scored_pushdown_never_fetches_prediction_rows(tmp_path, values):
     """On a clean scored SQLite table of 5,000 rows, every statement of the push-down returns at
-    most one row per (group, score bin, label, decision), and all together far fewer rows than
-    the table holds; the memory scan, counted the same way, fetches every row (the counter
-    sees rows)."""
+    most one row per (group, score value, label, decision) for a score of 10 values, and all
+    together far fewer rows than the table holds; for a continuous score at most one row per
+    (group, score cell, label, decision), cells of 1/4096 of a decile bin (40,960 per group,
+    label and decision, whatever the table's size). The memory scan, counted the same way,
+    fetches every row (the counter sees rows)."""
     engine = make_engine(f"sqlite:///{tmp_path / 'src.db'}")
 
     @event.listens_for(engine, "do_connect")
@@ -194,6 +202,8 @@ def test_scored_pushdown_never_fetches_prediction_rows(tmp_path):
         return sqlite3.connect(*cargs, **cparams, factory=_CountingConnection)
 
     table, rows = table_and_rows("sqlite", n=5000)
+    if values:
+        rows = [{**row, "score": (int(row["score"] * values) + 0.5) / values} for row in rows]
     create(engine, table, rows)
     audit = audit_of(
         columns={"prediction_id": "pid", "predicted_at": "made_at", "y_true": "label"},
@@ -207,9 +217,23 @@ def test_scored_pushdown_never_fetches_prediction_rows(tmp_path):
     assert scanned.rows_valid == len(rows) and scanned.quarantine.empty  # no re-read of rows
     counted = scanned.score_counts[["positives", "negatives", "unlabelled"]].to_numpy().sum()
     assert counted == len(rows)  # every row is in the score counts, none was fetched
-    cells = 3 * 10 * 2 * 2  # groups x decile bins x labels x decisions
-    assert max(n for _, n in fetched) <= cells, fetched
-    assert sum(n for _, n in fetched) < len(rows) / 10, fetched
+    if values:
+        cells = 3 * 10 * 2 * 2  # groups x score values x labels x decisions
+        assert max(n for _, n in fetched) <= cells, fetched
+        assert sum(n for _, n in fetched) < len(rows) / 10, fetched
+    else:  # one row per distinct (group, cell, label, decision), cells computed here
+        frame = pd.DataFrame(rows)
+        scores = frame["score"].to_numpy()
+        edges = np.unique(
+            np.sort(scores)[np.floor(np.arange(10) / 10 * (len(scores) - 1)).astype(int)]
+        )
+        upper = np.append(edges[1:], scores.max())
+        k = np.searchsorted(edges, scores, side="right") - 1
+        cell = np.floor((scores - edges[k]) / ((upper[k] - edges[k]) / 4096))
+        keys = frame.assign(k=k, cell=cell, chosen=scores >= 0.5)[
+            ["grp", "k", "cell", "label", "chosen"]
+        ]
+        assert max(n for _, n in fetched) == len(keys.drop_duplicates()), fetched
     fetched.clear()
     memory_cells(engine, audit, None, NOW, NOW)
     assert max(n for _, n in fetched) >= len(rows)
