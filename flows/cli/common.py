@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from biasaudit.schemas.names import printable
+from biasaudit.schemas.names import printable, spreadsheet_frame
 from biasaudit.schemas.urls import redact
 
 DEBUG = {"on": False}
@@ -308,8 +308,10 @@ def _check_format(format_: str) -> None:
 
 
 def _emit(frame: Any, format_: str) -> None:
-    """Write a frame to standard output as CSV or JSON records (for other tools)."""
+    """Write a frame to standard output as CSV or JSON records (for other tools). CSV cells of
+    text are spreadsheet-safe (schemas.names.spreadsheet_frame: no formula, no control or
+    bidirectional character); JSON escapes them itself."""
     if format_ == "csv":
-        sys.stdout.write(frame.to_csv(index=False))
+        sys.stdout.write(spreadsheet_frame(frame).to_csv(index=False))
     else:
         sys.stdout.write(frame.to_json(orient="records", date_format="iso", indent=1) + "\n")
