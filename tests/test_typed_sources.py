@@ -551,6 +551,13 @@ def test_bigint_boolean_integer_table_audits_in_pushdown_through_the_flow(db_url
         ({"source": "mysql.user"}, "system catalogue"),
         ({"source": "sys.x"}, "system catalogue"),
         ({"source": "sqlite_master"}, "system catalogue"),
+        ({"source": "system.users"}, "system catalogue"),  # ClickHouse
+        ({"source": "SYSTEM.tables"}, "system catalogue"),
+        ({"source": "INFORMATION_SCHEMA.COLUMNS"}, "system catalogue"),
+        ({"source": "system.information_schema.tables"}, "system catalogue"),  # Databricks
+        ({"source": "spark_catalog.information_schema.columns"}, "system catalogue"),  # Spark
+        ({"source": "hive.sys.tbls"}, "system catalogue"),  # Hive's metastore database
+        ({"source": "pg_toast.pg_toast_1255"}, "system catalogue"),
         ({"attributes": ["x" * 64]}, "longer than 63 bytes"),
         (
             {"decision": {"score": "s", "threshold": 0.5}, "columns": {"y_pred": "p"}},
