@@ -210,9 +210,16 @@ def _engine(db: str | None, *, migrated: bool = True) -> Any:
     try:
         with engine.connect() as connection:
             if migrated:
-                from biasaudit.db.revision import head_revision, store_revision
+                from biasaudit.db.revision import (
+                    head_revision,
+                    is_newer,
+                    newer_store,
+                    store_revision,
+                )
 
                 current, head = store_revision(connection), head_revision()
+                if is_newer(current, head):
+                    raise Mistake(newer_store(f"database {shown}", str(current), head))
                 if current != head:
                     state = "not migrated" if current is None else f"at revision {current}"
                     raise Mistake(
