@@ -131,12 +131,25 @@ def as_number(series: pd.Series, finite: bool = True) -> pd.Series:
     """Finite numbers of ``series`` as float (NaN where a value is no finite number; with
     ``finite`` false infinities kept): numbers as they are, booleans, NaN and missing values not
     numbers, text only in the DECIMAL_TEXT grammar."""
+    if finite:
+        values = _numbers(series)
+        return values.where(np.isfinite(values))
+    if _LAST_NUMBER[0] is not series:  # the score's checks ask of one column in turn
+        _LAST_NUMBER[:] = [series, _numbers(series)]
+    values = _LAST_NUMBER[1]
+    return values.where(values.notna())
+
+
+def _numbers(series: pd.Series) -> pd.Series:
+    """as_number's values, infinities kept."""
     if pd.api.types.is_bool_dtype(series.dtype):
         return pd.Series(np.nan, index=series.index)
     if pd.api.types.is_numeric_dtype(series.dtype):
         values = _as_float(series)
     elif _is_text_dtype(series):
         values = _decimal_text(series.astype("string"))
+    elif pd.api.types.infer_dtype(series, skipna=True) in _NUMBERS_ONLY:  # a driver's numbers
+        values = pd.to_numeric(series.astype(object), errors="coerce").astype("float64")
     else:
         objects = series.astype(object)
         is_text = objects.map(lambda v: isinstance(v, str))
@@ -149,7 +162,7 @@ def as_number(series: pd.Series, finite: bool = True) -> pd.Series:
         parsed = _decimal_text(objects.where(is_text, None).astype("string"))
         numbers = pd.to_numeric(objects.where(is_number, None), errors="coerce")
         values = parsed.where(is_text, numbers.astype("float64"))
-    return values.where(np.isfinite(values) if finite else values.notna())
+    return values
 
 
 def as_binary(series: pd.Series) -> pd.Series:
@@ -247,17 +260,39 @@ def is_nan(series: pd.Series) -> pd.Series:
     if _is_text_dtype(series):
         text = series.astype("string")
         return text.str.fullmatch(NAN_TEXT).fillna(False).astype(bool)
+    if _LAST_NAN[0] is series:  # the score's checks ask of one column in turn
+        return _LAST_NAN[1]
     objects = series.astype(object)
     values = objects.to_numpy()
-    # pandas counts None, pd.NA, float NaN and Decimal NaN missing: the last two are NaN
-    is_text = objects.map(lambda v: isinstance(v, str)).to_numpy(dtype=bool)
     found = np.zeros(len(objects), dtype=bool)
-    if is_text.any():
-        text = objects[is_text].astype("string")
-        found[is_text] = text.str.fullmatch(NAN_TEXT).fillna(False).to_numpy(dtype=bool)
+    kind = pd.api.types.infer_dtype(objects, skipna=True)
+    if kind not in _NO_TEXT:  # a driver's numbers hold no text: no per-value look
+        is_text = np.fromiter((isinstance(v, str) for v in values), bool, len(values))
+        if is_text.any():
+            text = objects[is_text].astype("string")
+            found[is_text] = text.str.fullmatch(NAN_TEXT).fillna(False).to_numpy(dtype=bool)
+    # pandas counts None, pd.NA, float NaN and Decimal NaN missing: the last two are NaN
     for i in np.flatnonzero(objects.isna().to_numpy()):
         found[i] = isinstance(values[i], (float, np.floating, Decimal))
-    return pd.Series(found, index=series.index)
+    result = pd.Series(found, index=series.index)
+    _LAST_NAN[:] = [series, result]
+    return result
+
+
+# Kinds (pandas.api.types.infer_dtype) of object columns of numbers (and missing values) only.
+_NUMBERS_ONLY = {"floating", "integer", "mixed-integer-float", "decimal", "empty"}
+# Kinds (pandas.api.types.infer_dtype) of object columns that hold no text.
+_NO_TEXT = {"floating", "integer", "mixed-integer-float", "decimal", "empty", "boolean"}
+# The last column is_nan judged and its answer (compared by identity: never another column's),
+# forgotten after each validation (forget_columns); as_number's the same way.
+_LAST_NAN: list = [None, None]
+_LAST_NUMBER: list = [None, None]
+
+
+def forget_columns() -> None:
+    """Forget the last column judged (schemas.quarantine calls it around each validation)."""
+    _LAST_NAN[:] = [None, None]
+    _LAST_NUMBER[:] = [None, None]
 
 
 def _present(series: pd.Series) -> pd.Series:

@@ -22,6 +22,7 @@ from biasaudit.schemas.frames import (
     as_binary,
     as_number,
     canonical_text,
+    forget_columns,
     listed,
     parse_timestamps,
     predictions_schema,
@@ -149,6 +150,7 @@ def _schema_failures(
     """Pandera's row-level failure cases of ``frame`` under the predictions schema."""
     schema = predictions_schema(attributes, now, decision)
     try:
+        forget_columns()
         schema.validate(frame, lazy=True)
     except pa.errors.SchemaErrors as exc:
         found = exc.failure_cases
@@ -166,6 +168,8 @@ def _schema_failures(
                 f"({len(frame_level)} frame-level failure(s))"
             ) from None
         return found
+    finally:
+        forget_columns()
     return pd.DataFrame(columns=FAILURE_COLUMNS)
 
 
