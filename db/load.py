@@ -27,7 +27,7 @@ import pandas as pd
 from sqlalchemy import Engine, Table, bindparam, insert, select, update
 
 from biasaudit.db.models import Prediction, QuarantinedRow
-from biasaudit.schemas.frames import canonical_text
+from biasaudit.schemas.frames import as_number, canonical_text
 from biasaudit.schemas.quarantine import NO_NUL, QUARANTINE_COLUMNS, split_valid, storable
 
 CHUNK_ROWS = 20_000
@@ -137,7 +137,7 @@ def _prediction_rows(valid: pd.DataFrame, attributes: list[str], naive: bool) ->
     moments = times.dt.to_pydatetime()
     truth = valid["y_true"].to_numpy()
     attrs = valid[attributes].astype(str).to_dict(orient="records")
-    scores = pd.to_numeric(valid["score"], errors="coerce").astype("float64").to_numpy()
+    scores = as_number(valid["score"]).to_numpy()
     versions = canonical_text(valid["model_version"])
     return [
         {

@@ -27,6 +27,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 
 from biasaudit.db.engine import database_url, make_engine, parse_url
+from biasaudit.db.revision import is_newer, newer_store
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 NON_TRANSACTIONAL = {"mysql", "mariadb"}
@@ -118,6 +119,9 @@ def upgrade(url: str | None = None, revision: str = "head") -> None:
     script = ScriptDirectory.from_config(config)
     head = script.get_current_head()
     foreign = sorted(recorded - {revision.revision for revision in script.walk_revisions()})
+    newer = [r for r in foreign if is_newer(r, str(head))]
+    if newer:
+        raise UpgradeError(newer_store("the store", newer[-1], str(head)) + "; nothing was changed")
     if foreign:
         raise UpgradeError(
             f"the migration record alembic_version holds {foreign}, none of biasaudit's "

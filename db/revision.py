@@ -24,3 +24,18 @@ def store_revision(connection: Connection) -> str | None:
     if not inspect(connection).has_table("alembic_version"):
         return None
     return connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+
+
+def is_newer(revision: str | None, head: str) -> bool:
+    """Whether ``revision`` is one of biasaudit's (four digits, db.revision.head_revision) beyond
+    ``head``: a newer biasaudit's migration upgraded the store."""
+    return revision is not None and len(revision) == 4 and revision.isdigit() and revision > head
+
+
+def newer_store(where: str, revision: str, head: str) -> str:
+    """What a store newer than this program is, and the fix (this biasaudit cannot downgrade it,
+    and reading it would misread tables it does not know)."""
+    return (
+        f"{where} is at revision {revision}, newer than this biasaudit's {head} (a newer biasaudit "
+        "upgraded it): upgrade biasaudit (pip install --upgrade biasaudit) to use it"
+    )

@@ -92,8 +92,8 @@ PUSHDOWN_RULES = {
     },
     "y_true": {"binary": "key"},
     "y_pred": {"not_nullable": "key", "binary": "key"},
-    "score": {"in_unit_interval": "row"},
-    "decision_score": {"not_nullable": "row", "finite_number": "row"},
+    "score": {"not_nan": "row", "is_number": "row", "in_unit_interval": "row"},
+    "decision_score": {"not_nullable": "row", "not_nan": "row", "finite_number": "row"},
     "attribute": {"not_nullable": "key", "non_empty": "key"},
 }
 # Bad key groups fetched per query (an OR of this many conjunctions).

@@ -29,6 +29,7 @@ import os
 from collections.abc import Iterator
 from contextlib import nullcontext
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -576,7 +577,8 @@ def exact_number(column, dialect: str):
 
 
 def parsed_number(column, dialect: str):
-    """The column as a double where it holds a number (text in DECIMAL_TEXT); NULL otherwise."""
+    """The column as a double where it holds a number (text in DECIMAL_TEXT); NULL otherwise
+    (a typed column's NaN stays NaN, which fails every comparison the rules make but ``>=``)."""
     if isinstance(column, to_double):
         return column
     kind = underlying_type(column)
@@ -585,15 +587,18 @@ def parsed_number(column, dialect: str):
     if dialect != "sqlite" and isinstance(kind, (Numeric, Float, Integer)):
         return to_double(column)
     text = _as_text(column, dialect)
+    # the grammar allows spaces around; they are trimmed before the cast, which every dialect
+    # then reads exactly (an exponent, a lone sign or point: schemas.grammar.DECIMAL_TEXT)
+    number = to_double(func.trim(text))
     if dialect == "sqlite":  # numbers stored as numbers; text only in the grammar
         is_number = func.typeof(column).in_(["integer", "real"])
         return case(
             (is_number, to_double(column)),
-            (_regex(text, DECIMAL_TEXT, dialect), to_double(text)),
+            (_regex(text, DECIMAL_TEXT, dialect), number),
             else_=null(),
         )
     if _is_text(column):
-        return case((_regex(text, DECIMAL_TEXT, dialect), to_double(text)), else_=null())
+        return case((_regex(text, DECIMAL_TEXT, dialect), number), else_=null())
     return null()
 
 
@@ -822,6 +827,8 @@ def empty_window_message(connection, window: Window, start, end, now: datetime) 
 
 # The hash of a missing value (None, NaN, NaT, NA), whatever the column's type.
 MISSING_HASH = np.uint64(0x9E3779B97F4A7C15)
+# The hash of a NaN: that of the text ``nan`` (column_hashes).
+NAN_HASH = pd.util.hash_array(np.array(["nan"], dtype=object), categorize=False)[0]
 ROW_PRIME = np.uint64(1099511628211)
 # Values sampled to tell a column of (mostly) distinct texts from one of few groups.
 SAMPLE = 1000
@@ -844,8 +851,16 @@ def _text_hashes(series: pd.Series, kind: str) -> np.ndarray:
 def column_hashes(series: pd.Series) -> np.ndarray:
     """A uint64 hash of each value by its meaning, equal for a driver's Python values (object
     columns) and the same values read as typed columns (db.stream): floats by their double,
-    timestamps by their UTC microsecond, every other value by its ``str``; missing values alike."""
+    timestamps by their UTC microsecond, every other value by its ``str``; missing values alike,
+    and a NaN (float or Decimal: no missing value) as the text ``nan`` (which ADBC gives for a
+    PostgreSQL numeric NaN)."""
     missing = series.isna().to_numpy(dtype=bool)
+    nan = np.zeros(len(series), dtype=bool)
+    if pd.api.types.is_object_dtype(series.dtype) and missing.any():
+        values = series.to_numpy(dtype=object)
+        for i in np.flatnonzero(missing):
+            nan[i] = isinstance(values[i], (float, np.floating, Decimal))
+        missing = missing & ~nan
     kind = pd.api.types.infer_dtype(series, skipna=True)
     if kind == "floating":
         hashes = pd.util.hash_array(series.to_numpy(dtype="float64", na_value=0.0))
@@ -854,7 +869,7 @@ def column_hashes(series: pd.Series) -> np.ndarray:
         hashes = pd.util.hash_array(moments.to_numpy(dtype="int64", na_value=0))
     else:
         hashes = _text_hashes(series, kind)
-    return np.where(missing, MISSING_HASH, hashes)
+    return np.where(missing, MISSING_HASH, np.where(nan, NAN_HASH, hashes))
 
 
 def row_hash_sum(frame: pd.DataFrame) -> int:

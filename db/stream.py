@@ -39,6 +39,7 @@ from typing import Any, TypeAlias
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 
@@ -60,7 +61,7 @@ from biasaudit.db.source import (
     row_hash_sum,
 )
 from biasaudit.schemas.config import Audit
-from biasaudit.schemas.frames import as_binary, as_number, text_of
+from biasaudit.schemas.frames import as_binary, as_number, is_nan, text_of
 from biasaudit.schemas.names import StoreLimits
 from biasaudit.schemas.quarantine import QUARANTINE_COLUMNS, failures, split_valid
 from biasaudit.schemas.score_bins import summed
@@ -255,6 +256,8 @@ def _typed_column(column: pa.Array) -> pd.Series:
     if pa.types.is_boolean(kind):
         return column.to_pandas(types_mapper={pa.bool_(): pd.BooleanDtype()}.get)
     if pa.types.is_floating(kind):
+        if pc.any(pc.is_nan(column)).as_py():  # pandas would read NaN as missing: keep it NaN
+            return pd.Series(_driver_values(column), dtype=object)
         return column.cast(pa.float64()).to_pandas()
     if pa.types.is_timestamp(kind):
         moments = column.cast(pa.timestamp("us", "UTC" if kind.tz else None))
@@ -275,7 +278,7 @@ def _typed_objects(column: pd.Series) -> pd.Series:
     """An object column of driver values as a typed column where all values are of one kind
     (Python ints beyond 64 bits, mixed and other kinds stay objects)."""
     dtype = HOMOGENEOUS.get(pd.api.types.infer_dtype(column, skipna=True))
-    if dtype is None:
+    if dtype is None or (dtype == np.float64 and is_nan(column).any()):  # NaN is not missing
         return column
     try:
         return column.astype(dtype)

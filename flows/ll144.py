@@ -8,6 +8,7 @@ from sqlalchemy import Engine, func, select
 
 from biasaudit.db.history import get_run, read_frame
 from biasaudit.db.models import GroupCount, QuarantinedRow, ScoringResult, ThresholdResult
+from biasaudit.schemas.names import spreadsheet_frame
 from biasaudit.tasks.ll144 import (
     binned_scoring_counts,
     binned_scoring_note,
@@ -80,4 +81,4 @@ def ll144_report(engine: Engine, run_id: int) -> tuple[str, str]:
         period=f"{start} to {run.window_end.date().isoformat()}",
         unknown=_unknown(engine, run_id, attributes),
     )
-    return page, ll144_csv(table)
+    return page, ll144_csv(spreadsheet_frame(table))  # no formula, no control character

@@ -15,6 +15,7 @@ configuration equal a succeeded run's returns that run before the statistics (un
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -57,6 +58,8 @@ from biasaudit.tasks.core import AuditResult, Runner, audit_counts, call
 from biasaudit.tasks.counts import group_counts
 from biasaudit.tasks.ll144 import scoring_rates
 from biasaudit.tasks.scores import score_audit
+
+log = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -252,7 +255,7 @@ def execute_audit(
     record = new_record(audit, as_of or datetime.now(UTC), flow_run_id)
     thresholds, timings = audit.thresholds, record.timings
     run_id = run("begin", begin, url, record, timedelta(hours=thresholds.stale_run_hours))
-    quarantine = None
+    quarantine = warning = None
     try:
         with _timed(timings, f"scan ({audit.scan.mode})"):
             scanned = run(
@@ -266,6 +269,7 @@ def execute_audit(
         check_invalid_fraction(
             record.rows_read, record.rows_quarantined, thresholds.max_invalid_fraction, quarantine
         )
+        warning = threshold_warning(audit, scanned)
         existing = None if force else run("identical_run", identical_run, url, run_id, record)
         completeness = None  # this run's label completeness, when it computed and stored it
         if existing is not None:
@@ -289,6 +293,9 @@ def execute_audit(
         release_run(run_id)
     run_id = saved.run_id
     _print_outcome(audit, saved, record)
+    if warning:
+        log.warning(warning)
+        print(f"  warning: {warning}")
     outcome = {
         "audit": audit.name,
         "model": audit.model_id,
@@ -362,6 +369,25 @@ def _audit_and_persist(
             "persist", persist, url, run_id, record, result, scanned.quarantine, force, monitoring
         )
     return saved, result.completeness if saved.new else None
+
+
+def threshold_warning(audit: Audit, scanned: Scanned) -> str | None:
+    """Where the audit decides from a score, a warning when its threshold lies outside the
+    valid scores' range, so that every valid prediction got the same decision (a 0-100 score
+    with ``threshold = 0.5``): the threshold is likely on another scale than the score's."""
+    if audit.decision is None or not scanned.rows_valid:
+        return None
+    decided = scanned.cells.loc[scanned.cells["n"] > 0, "y_pred"].unique()
+    if len(decided) != 1:
+        return None
+    where, what = ("at or below", "positive") if decided[0] == 1 else ("above", "negative")
+    median = scanned.score_median
+    middle = "" if pd.isna(median) else f", whose median is {median:.6g}"
+    return (
+        f"the threshold {audit.decision.threshold:g} lies {where} every valid score of "
+        f"{audit.decision.score!r}{middle}: all {scanned.rows_valid} predictions are decided "
+        f"{what}; is the threshold on the score's own scale ([audits.decision] threshold)?"
+    )
 
 
 def _print_outcome(audit: Audit, saved: SavedRun, record: RunRecord) -> None:

@@ -185,9 +185,13 @@ class Decision(BaseModel):
 # An identifier longer than this is cut or refused by PostgreSQL (63 bytes) and MariaDB (64).
 MAX_IDENTIFIER_BYTES = 63
 # The databases' own catalogues: never a source of predictions, and some hold credentials
-# (PostgreSQL's pg_shadow, MariaDB's mysql.user). Schemas compare without case; PostgreSQL
-# resolves an unqualified pg_* name to pg_catalog, SQLite keeps its own tables as sqlite_*.
-CATALOGUE_SCHEMAS = frozenset({"pg_catalog", "information_schema", "mysql", "sys", "performance_schema"})
+# (PostgreSQL's pg_shadow, MariaDB's mysql.user, ClickHouse's system.users, Databricks' system
+# catalogue). Schemas (every part of a dotted name but the last: a Spark catalogue, then its
+# database) compare without case; PostgreSQL resolves an unqualified pg_* name to pg_catalog and
+# keeps its own schemas as pg_* (pg_toast), SQLite keeps its own tables as sqlite_*.
+CATALOGUE_SCHEMAS = frozenset(
+    {"pg_catalog", "information_schema", "mysql", "sys", "performance_schema", "system"}
+)
 CATALOGUE_PREFIXES = ("pg_", "sqlite_")
 
 
@@ -260,8 +264,11 @@ class Audit(BaseModel):
     @field_validator("source")
     @classmethod
     def _not_a_catalogue(cls, value: str) -> str:
-        schema, _, table = value.rpartition(".")
-        if schema.lower() in CATALOGUE_SCHEMAS or table.lower().startswith(CATALOGUE_PREFIXES):
+        *schemas, table = value.lower().split(".")
+        if (
+            any(s in CATALOGUE_SCHEMAS or s.startswith("pg_") for s in schemas)
+            or table.startswith(CATALOGUE_PREFIXES)
+        ):
             raise ValueError(
                 f"source {value!r} is a system catalogue of the database; a source is a table or "
                 f"view of predictions (not in {sorted(CATALOGUE_SCHEMAS)}, not named "

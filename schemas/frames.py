@@ -14,7 +14,14 @@ import numpy as np
 import pandas as pd
 import pandera.pandas as pa
 
-from biasaudit.schemas.grammar import CLOCK_SKEW, DECIMAL_TEXT, EARLIEST, ISO_TIMESTAMP
+from biasaudit.schemas.grammar import (
+    CLOCK_SKEW,
+    DECIMAL_TEXT,
+    EARLIEST,
+    ISO_TIMESTAMP,
+    NAN_TEXT,
+    NUMBER_PAD,
+)
 from biasaudit.schemas.metric_ids import METRIC_IDS
 
 BINARY = [0, 1]
@@ -23,6 +30,8 @@ COUNT_COLUMNS = ["tp", "fp", "fn", "tn"]
 PAD = " "
 # The reason a label or decision is quarantined with: the rule and the values it accepts.
 BINARY_RULE = "binary: 0/1 or true/false"
+# The rule of a score that is NaN (kept apart from a missing score).
+NOT_NAN = "not_nan"
 # Names an error message lists; a frame may have hundreds of columns, an attribute thousands of
 # groups.
 SHOWN_NAMES = 20
@@ -115,18 +124,32 @@ def _as_float(series: pd.Series) -> pd.Series:
 def _decimal_text(text: pd.Series) -> pd.Series:
     """Text (a pandas string series) in the DECIMAL_TEXT grammar as float, else NaN."""
     matched = text.where(text.str.fullmatch(DECIMAL_TEXT).fillna(False).astype(bool))
-    return pd.to_numeric(matched, errors="coerce").astype("float64")
+    return pd.to_numeric(matched.str.strip(NUMBER_PAD), errors="coerce").astype("float64")
 
 
-def as_number(series: pd.Series) -> pd.Series:
-    """Finite numbers of ``series`` as float (NaN where a value is no finite number): numbers as
-    they are, booleans and missing values not numbers, text only in the DECIMAL_TEXT grammar."""
+def as_number(series: pd.Series, finite: bool = True) -> pd.Series:
+    """Finite numbers of ``series`` as float (NaN where a value is no finite number; with
+    ``finite`` false infinities kept): numbers as they are, booleans, NaN and missing values not
+    numbers, text only in the DECIMAL_TEXT grammar."""
+    if finite:
+        values = _numbers(series)
+        return values.where(np.isfinite(values))
+    if _LAST_NUMBER[0] is not series:  # the score's checks ask of one column in turn
+        _LAST_NUMBER[:] = [series, _numbers(series)]
+    values = _LAST_NUMBER[1]
+    return values.where(values.notna())
+
+
+def _numbers(series: pd.Series) -> pd.Series:
+    """as_number's values, infinities kept."""
     if pd.api.types.is_bool_dtype(series.dtype):
         return pd.Series(np.nan, index=series.index)
     if pd.api.types.is_numeric_dtype(series.dtype):
         values = _as_float(series)
     elif _is_text_dtype(series):
         values = _decimal_text(series.astype("string"))
+    elif pd.api.types.infer_dtype(series, skipna=True) in _NUMBERS_ONLY:  # a driver's numbers
+        values = pd.to_numeric(series.astype(object), errors="coerce").astype("float64")
     else:
         objects = series.astype(object)
         is_text = objects.map(lambda v: isinstance(v, str))
@@ -139,7 +162,7 @@ def as_number(series: pd.Series) -> pd.Series:
         parsed = _decimal_text(objects.where(is_text, None).astype("string"))
         numbers = pd.to_numeric(objects.where(is_number, None), errors="coerce")
         values = parsed.where(is_text, numbers.astype("float64"))
-    return values.where(np.isfinite(values))
+    return values
 
 
 def as_binary(series: pd.Series) -> pd.Series:
@@ -227,12 +250,78 @@ def _binary(series):
     return as_binary(series).notna()
 
 
+def is_nan(series: pd.Series) -> pd.Series:
+    """Values that are NaN, as distinct from missing ones: a float or Decimal NaN among a
+    driver's values (PostgreSQL ``'NaN'::float8`` and ``numeric``), text spelling NaN. In a
+    float64 column NaN is pandas' missing value, so none is NaN there (db.stream keeps a
+    source's NaN as the driver's values)."""
+    if pd.api.types.is_bool_dtype(series.dtype) or pd.api.types.is_numeric_dtype(series.dtype):
+        return pd.Series(False, index=series.index)
+    if _is_text_dtype(series):
+        text = series.astype("string")
+        return text.str.fullmatch(NAN_TEXT).fillna(False).astype(bool)
+    if _LAST_NAN[0] is series:  # the score's checks ask of one column in turn
+        return _LAST_NAN[1]
+    objects = series.astype(object)
+    values = objects.to_numpy()
+    found = np.zeros(len(objects), dtype=bool)
+    kind = pd.api.types.infer_dtype(objects, skipna=True)
+    if kind not in _NO_TEXT:  # a driver's numbers hold no text: no per-value look
+        is_text = np.fromiter((isinstance(v, str) for v in values), bool, len(values))
+        if is_text.any():
+            text = objects[is_text].astype("string")
+            found[is_text] = text.str.fullmatch(NAN_TEXT).fillna(False).to_numpy(dtype=bool)
+    # pandas counts None, pd.NA, float NaN and Decimal NaN missing: the last two are NaN
+    for i in np.flatnonzero(objects.isna().to_numpy()):
+        found[i] = isinstance(values[i], (float, np.floating, Decimal))
+    result = pd.Series(found, index=series.index)
+    _LAST_NAN[:] = [series, result]
+    return result
+
+
+# Kinds (pandas.api.types.infer_dtype) of object columns of numbers (and missing values) only.
+_NUMBERS_ONLY = {"floating", "integer", "mixed-integer-float", "decimal", "empty"}
+# Kinds (pandas.api.types.infer_dtype) of object columns that hold no text.
+_NO_TEXT = {"floating", "integer", "mixed-integer-float", "decimal", "empty", "boolean"}
+# The last column is_nan judged and its answer (compared by identity: never another column's),
+# forgotten after each validation (forget_columns); as_number's the same way.
+_LAST_NAN: list = [None, None]
+_LAST_NUMBER: list = [None, None]
+
+
+def forget_columns() -> None:
+    """Forget the last column judged (schemas.quarantine calls it around each validation)."""
+    _LAST_NAN[:] = [None, None]
+    _LAST_NUMBER[:] = [None, None]
+
+
+def _present(series: pd.Series) -> pd.Series:
+    """Values present: not missing, or NaN (which pandas counts as missing)."""
+    return series.notna() | is_nan(series)
+
+
+def _not_null(series):
+    return _present(series)
+
+
+def _not_nan(series):
+    return ~is_nan(series)
+
+
+def _is_number(series):
+    """Present values are numbers (finite or not); missing and NaN values are judged apart."""
+    return as_number(series, finite=False).notna() | ~_present(series) | is_nan(series)
+
+
 def _unit_interval(series):
-    return as_number(series).between(0.0, 1.0)
+    """Numbers lie in [0, 1]; values that are no number are judged by ``is_number``."""
+    number = as_number(series, finite=False)
+    return number.isna() | number.between(0.0, 1.0)
 
 
 def _finite_number(series):
-    return as_number(series).notna()
+    """Present values are finite numbers; NaN is judged by ``not_nan``."""
+    return as_number(series).notna() | is_nan(series)
 
 
 def predictions_schema(
@@ -270,11 +359,26 @@ def predictions_schema(
         "y_true": pa.Column(
             nullable=True, checks=pa.Check(_binary, name="binary", error=BINARY_RULE)
         ),
-        "score": pa.Column(nullable=True, checks=pa.Check(_unit_interval, name="in_unit_interval")),
+        # A NaN is no missing value: it fails ``not_nan`` (Pandera's own nullable check would
+        # count it missing), text that is no number ``is_number``, a number outside [0, 1]
+        # ``in_unit_interval``: one rule per value, the one it broke.
+        "score": pa.Column(
+            nullable=True,
+            checks=[
+                pa.Check(_not_nan, ignore_na=False, name=NOT_NAN),
+                pa.Check(_is_number, name="is_number"),
+                pa.Check(_unit_interval, name="in_unit_interval"),
+            ],
+        ),
     }
     if decision:
         columns["decision_score"] = pa.Column(
-            nullable=False, checks=pa.Check(_finite_number, name="finite_number")
+            nullable=True,  # a NULL fails the check named as Pandera's own, NaN ``not_nan``
+            checks=[
+                pa.Check(_not_null, ignore_na=False, name="not_nullable"),
+                pa.Check(_not_nan, ignore_na=False, name=NOT_NAN),
+                pa.Check(_finite_number, name="finite_number"),
+            ],
         )
     else:
         columns["y_pred"] = pa.Column(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from decimal import Decimal
 
 import numpy as np
 import pandas as pd
@@ -17,9 +18,11 @@ import pandera.pandas as pa
 
 from biasaudit.schemas.config import INTERSECTION_SEP
 from biasaudit.schemas.frames import (
+    NOT_NAN,
     as_binary,
     as_number,
     canonical_text,
+    forget_columns,
     listed,
     parse_timestamps,
     predictions_schema,
@@ -77,9 +80,12 @@ class SchemaFailure(ValueError):
 
 def _rows_as_json(frame: pd.DataFrame) -> list[dict]:
     """Rows as JSON records, every value kept (Decimal, UUID, bytes and dates as their text)."""
-    text = frame.astype(object).map(
-        lambda v: v if v is None or isinstance(v, (str, int, float, bool)) else str(v)
-    )
+    def kept(v):
+        if isinstance(v, (float, Decimal)) and pd.isna(v):  # NaN: no missing value, JSON has none
+            return "NaN"
+        return v if v is None or isinstance(v, (str, int, float, bool)) else str(v)
+
+    text = frame.astype(object).map(kept)
     return json.loads(text.to_json(orient="records", date_format="iso", default_handler=str))
 
 
@@ -144,6 +150,7 @@ def _schema_failures(
     """Pandera's row-level failure cases of ``frame`` under the predictions schema."""
     schema = predictions_schema(attributes, now, decision)
     try:
+        forget_columns()
         schema.validate(frame, lazy=True)
     except pa.errors.SchemaErrors as exc:
         found = exc.failure_cases
@@ -161,6 +168,8 @@ def _schema_failures(
                 f"({len(frame_level)} frame-level failure(s))"
             ) from None
         return found
+    finally:
+        forget_columns()
     return pd.DataFrame(columns=FAILURE_COLUMNS)
 
 
@@ -203,7 +212,10 @@ def split_valid(
                 for i, n in zip(positions, numbers)
             ],
             "column_name": found["column"].to_numpy(),
-            "value": [None if pd.isna(v) else str(v) for v in found["failure_case"]],
+            "value": [
+                "NaN" if rule == NOT_NAN else None if pd.isna(v) else str(v)  # NaN however spelt
+                for v, rule in zip(found["failure_case"], found["check"])
+            ],
             "rule": found["check"].astype(str).to_numpy(),
             "row": [row_json[i] for i in positions],
         },

@@ -390,6 +390,96 @@ def test_names_are_shown_as_data_never_obeyed(tmp_path):
     assert "\\u202eevil" in shown and "Jos\u00e9" in shown and "Jose\u0301" in shown
 
 
+# Cells a spreadsheet would run as a formula (OWASP's leading characters).
+FORMULA_NAMES = ['=HYPERLINK("http://x","y")', "+cmd|' /C calc'!A0", "@SUM(1+1)", "-2+3", "\tx"]
+
+
+def test_csv_exports_hold_no_formula_and_no_control_character(tmp_path):
+    """`quarantine`, `history RUN` and `compare` with `--format csv` write a text cell that starts
+    as a formula (= + - @ tab) with a leading single quote and control and bidirectional
+    characters as the terminal tables' visible escapes, while numbers (a negative difference,
+    text spelling a plain number such as -0.12) stay as they are."""
+    import csv
+    import io
+
+    import pandas as pd
+
+    from biasaudit.db.engine import make_engine
+    from biasaudit.db.load import load_predictions
+    from biasaudit.flows.pipeline import run_audit
+
+    url = f"sqlite:///{tmp_path / 'csv.db'}"
+    assert runner.invoke(app, ["db", "upgrade", "--db", url]).exit_code == 0
+    names = [*FORMULA_NAMES, *HOSTILE_NAMES[:5], "-0.12"]
+    rows = 40
+
+    def frame(day, shift):
+        n = rows * len(names)
+        return pd.DataFrame(
+            {
+                "prediction_id": [f"{day}-{i}" for i in range(n)],
+                "model_id": "m",
+                "model_version": "1",
+                "predicted_at": pd.Timestamp(f"2026-01-{day:02d}", tz="UTC"),
+                "race": [name for name in names for _ in range(rows)],
+                "y_true": [float(i % 2) for i in range(n)],
+                "y_pred": [int((i + shift * (i // rows)) % 3 == 0) for i in range(n)],
+            }
+        )
+
+    bad = frame(1, 0).head(1).assign(prediction_id="=1+1\x1b", y_pred=3)
+    engine = make_engine(url)
+    load_predictions(engine, pd.concat([frame(1, 0), bad]), ["race"], "test")
+    load_predictions(engine, frame(20, 1), ["race"], "test")
+    config = tmp_path / "csv.toml"
+    config.write_text(
+        '[[audits]]\nname = "c"\nmodel_id = "m"\nwindow = "last_7_days"\nattributes = ["race"]\n'
+        "[audits.thresholds]\nmax_invalid_fraction = 0.5\n"
+    )
+    first = run_audit("c", str(config), url, pd.Timestamp("2026-01-02", tz="UTC"))
+    second = run_audit("c", str(config), url, pd.Timestamp("2026-01-21", tz="UTC"))
+    outputs = {
+        "quarantine": ["quarantine", "--load", "--db", url, "--format", "csv"],
+        "history RUN": ["history", str(second["run_id"]), "--db", url, "--format", "csv"],
+        "compare": ["compare", str(second["run_id"]), str(first["run_id"]), "--all", "--db", url]
+        + ["--format", "csv"],
+    }
+    for command, arguments in outputs.items():
+        result = runner.invoke(app, arguments)
+        assert result.exit_code == 0, (command, result.output)
+        for character in [*UNSHOWABLE, "\t", "\r"]:
+            assert character not in result.output, (command, repr(character))
+        cells = [c for line in csv.reader(io.StringIO(result.output)) for c in line]
+        assert cells, command
+        formulas = [c for c in cells if c[:1] in ("=", "+", "@", "\t", "\r")]
+        formulas += [c for c in cells if c[:1] == "-" and not _plain_number(c)]
+        assert not formulas, (command, formulas)
+        if command != "quarantine":
+            assert "'=HYPERLINK(\"http://x\",\"y\")" in cells and "-0.12" in cells, command
+            assert "'-2+3" in cells and "'\\x09x" in cells and "\\u202eevil" in cells, command
+        else:
+            assert "'=1+1\\x1b" in cells, cells
+    page = tmp_path / "ll144.html"
+    result = runner.invoke(
+        app, ["report", str(second["run_id"]), "--db", url, "--format", "ll144", "--out", str(page)]
+    )
+    assert result.exit_code == 0, result.output
+    table = page.with_suffix(".csv").read_text(encoding="utf-8")
+    assert "\x1b" not in table and "\n=HYPERLINK" not in table and "'=HYPERLINK" in table
+    compared = runner.invoke(app, outputs["compare"]).output
+    changes = pd.read_csv(io.StringIO(compared))
+    numeric = changes.select_dtypes("number")
+    assert (numeric < 0).any().any(), "a negative change stays a number"
+
+
+def _plain_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def test_a_full_disk_leaves_no_partial_report_and_says_so(tmp_path, monkeypatch):
     """The disk fills while the report is written (the write stops halfway with ENOSPC): no
     report file is left, not even an empty or half one; `run` keeps the committed run, says in

@@ -203,3 +203,18 @@ def test_fingerprint_is_the_multiset_of_rows(rows, data):
     moved_rows = [tuple(row) for row in moved]
     same_rows = Counter(moved_rows) == Counter(rows)
     assert (fingerprint(_frame(moved_rows)) == fingerprint(_frame(rows))) == same_rows
+
+
+def test_a_nan_is_other_input_than_a_null():
+    """A score changed from NULL to NaN (float or Decimal, as drivers return them) is new input:
+    the two are judged apart (NaN is quarantined), so the fingerprint tells them apart too."""
+    from decimal import Decimal
+
+    def frame(first, score):
+        scores = pd.Series([first, score], dtype=object)
+        return pd.DataFrame({"prediction_id": ["a", "b"], "score": scores})
+
+    assert fingerprint(frame(0.5, float("nan"))) != fingerprint(frame(0.5, None))
+    assert fingerprint(frame(Decimal("0.5"), Decimal("NaN"))) != fingerprint(
+        frame(Decimal("0.5"), None)
+    )

@@ -254,3 +254,51 @@ def test_injection_in_source_name_is_only_a_missing_table(db_url, tmp_path):
         audit_flow("evil", config, db_url, END)
     with make_engine(db_url).connect() as connection:
         assert connection.execute(text("SELECT count(*) FROM audit_runs")).scalar() == 1
+
+
+@pytest.mark.parametrize("mode", ["memory", "pushdown"])
+def test_a_threshold_outside_the_scores_range_is_a_warning(db_url, tmp_path, mode, capsys):
+    """A decision from a 0-100 score with ``threshold = 0.5`` (a probability's threshold) decides
+    every prediction positive: the run says so in a warning line naming the threshold, the
+    score and its median, as does a threshold above every score; a threshold inside the
+    scores' range says nothing."""
+    from biasaudit.flows.pipeline import run_audit
+
+    engine = make_engine(db_url)
+    n = 60
+    pd.DataFrame(
+        {
+            "case_no": [f"c{i}" for i in range(n)],
+            "decided": pd.Timestamp("2026-10-01"),
+            "label": [i % 2 for i in range(n)],
+            "risk": [float(5 + i) for i in range(n)],  # 5 to 64, median 34.5
+            "region": ["north" if i % 3 else "south" for i in range(n)],
+        }
+    ).to_sql("decisions", engine, index=False)
+    engine.dispose()
+    config = tmp_path / "audits.toml"
+    audits = ""
+    for name, threshold in [("low", 0.5), ("high", 500), ("inside", 30)]:
+        audits += (
+            f'[[audits]]\nname = "{name}"\nmodel = "m"\nsource = "decisions"\n'
+            'attributes = ["region"]\ncolumns = { prediction_id = "case_no", '
+            'predicted_at = "decided", y_true = "label" }\n'
+            f'decision = {{ score = "risk", threshold = {threshold} }}\n'
+            f"scan = {{ mode = {mode!r} }}\n"
+        )
+    config.write_text(audits)
+    expected = {
+        "low": "warning: the threshold 0.5 lies at or below every valid score of 'risk', whose "
+        "median is 34.5: all 60 predictions are decided positive",
+        "high": "warning: the threshold 500 lies above every valid score of 'risk', whose median "
+        "is 34.5: all 60 predictions are decided negative",
+        "inside": None,
+    }
+    for name, line in expected.items():
+        capsys.readouterr()
+        run_audit(name, str(config), db_url, END)
+        out = capsys.readouterr().out
+        if line is None:
+            assert "warning" not in out, out
+        else:
+            assert line in out, out

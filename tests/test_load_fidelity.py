@@ -106,6 +106,34 @@ def test_scores_outside_the_unit_interval_and_yes_no_labels_are_quarantined(db_u
     ]
 
 
+def test_scores_in_every_writers_notation_load_as_their_numbers(db_url, tmp_path):
+    """It loads scores as SQL and CSV writers write them (``5e-05``, ``1E-3``, ``+.5``, ``1.``,
+    spaces around) as their numbers, and quarantines text that is no number as ``is_number``,
+    NaN as ``not_nan`` and a number outside [0, 1] as ``in_unit_interval``."""
+    path = tmp_path / "p.csv"
+    written = {"e": "5e-05", "E": "1E-3", "sign": "+.5", "point": "1.", "pad": " 0.25 "}
+    bad = {"word": ("n/a", "is_number"), "nan": ("NaN", "not_nan"), "big": ("2e0", "in_unit_interval")}
+    path.write_text(
+        HEADER.replace("\n", ",score\n")
+        + "".join(
+            f"{pid},m,1,2026-05-01,1,1,1,A,{score}\n"
+            for pid, score in [*written.items(), *((p, v) for p, (v, _) in bad.items())]
+        )
+    )
+    output = load(db_url, path)
+    assert f"inserted {len(written)}" in output and f"quarantined {len(bad)}" in output
+    engine = make_engine(db_url)
+    with engine.connect() as connection:
+        scores = dict(connection.execute(text("SELECT prediction_id, score FROM predictions")).all())
+    engine.dispose()
+    assert scores == {"e": 5e-05, "E": 1e-3, "sign": 0.5, "point": 1.0, "pad": 0.25}
+    _, quarantine = stored(db_url)
+    assert sorted(map(tuple, quarantine.to_numpy())) == sorted(
+        (pid, "score", "NaN" if rule == "not_nan" else value, rule)
+        for pid, (value, rule) in bad.items()
+    )
+
+
 def test_reloading_a_row_with_its_late_label_updates_it(db_url, tmp_path):
     """It updates the label of a stored prediction whose outcome became known, says so, and
     leaves known labels alone."""

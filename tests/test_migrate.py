@@ -156,6 +156,35 @@ def test_another_applications_migration_record_is_refused_and_left_alone(source_
     assert snapshot(url) == before
 
 
+def test_a_store_newer_than_the_program_says_so_and_names_the_fix(db_url):
+    """A store a newer biasaudit upgraded (its revision beyond this program's head) is named
+    newer, with the fix (upgrade biasaudit), by every command's check and by `db upgrade`, which
+    changes nothing; it said "run `biasaudit db upgrade` first", which cannot help."""
+    from typer.testing import CliRunner
+
+    from biasaudit.db.revision import head_revision
+    from biasaudit.flows.cli import app
+
+    head = head_revision()
+    newer = f"{int(head) + 8:04d}"
+    engine = make_engine(db_url)
+    with engine.begin() as connection:
+        connection.execute(text("UPDATE alembic_version SET version_num = :v"), {"v": newer})
+    engine.dispose()
+    message = f"at revision {newer}, newer than this biasaudit's {head}"
+    for command in (["history"], ["quarantine", "--load"], ["db", "upgrade"]):
+        result = CliRunner().invoke(app, [*command, "--db", db_url])
+        assert result.exit_code == 1, (command, result.output)
+        assert message in result.output and "upgrade biasaudit" in result.output, result.output
+        assert "run `biasaudit db upgrade`" not in result.output, result.output
+    with pytest.raises(UpgradeError, match=f"{message}.*nothing was changed"):
+        upgrade(db_url)
+    engine = make_engine(db_url)
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == newer
+    engine.dispose()
+
+
 def test_a_store_missing_one_of_its_tables_is_refused(db_url):
     """A store whose migration record says head but which lacks a table is named half-built."""
     engine = make_engine(db_url)

@@ -551,6 +551,13 @@ def test_bigint_boolean_integer_table_audits_in_pushdown_through_the_flow(db_url
         ({"source": "mysql.user"}, "system catalogue"),
         ({"source": "sys.x"}, "system catalogue"),
         ({"source": "sqlite_master"}, "system catalogue"),
+        ({"source": "system.users"}, "system catalogue"),  # ClickHouse
+        ({"source": "SYSTEM.tables"}, "system catalogue"),
+        ({"source": "INFORMATION_SCHEMA.COLUMNS"}, "system catalogue"),
+        ({"source": "system.information_schema.tables"}, "system catalogue"),  # Databricks
+        ({"source": "spark_catalog.information_schema.columns"}, "system catalogue"),  # Spark
+        ({"source": "hive.sys.tbls"}, "system catalogue"),  # Hive's metastore database
+        ({"source": "pg_toast.pg_toast_1255"}, "system catalogue"),
         ({"attributes": ["x" * 64]}, "longer than 63 bytes"),
         (
             {"decision": {"score": "s", "threshold": 0.5}, "columns": {"y_pred": "p"}},
@@ -827,4 +834,120 @@ def test_a_missing_source_on_distributed_engines_is_one_line(engine_url, monkeyp
     monkeypatch.setattr(type(engine.dialect), "get_columns", lost)
     with pytest.raises(OperationalError):
         pushdown_cells(engine, audit_of(source="src"), None, NOW, NOW)
+    engine.dispose()
+
+
+# Scores as SQL and CSV writers write them, each with its expected fate: None accepted, else the
+# rule the value broke (missing is accepted: the score is optional).
+SCORE_NOTATIONS = {
+    "5e-05": None,
+    "1E-3": None,
+    "+.5": None,
+    "1.": None,
+    " 0.5 ": None,
+    "0.25  ": None,
+    ".5e-3": None,
+    "1e-269": None,
+    "0e+00": None,
+    None: None,
+    "abc": "is_number",
+    "0x1": "is_number",
+    "1e-400": "is_number",
+    "inf": "is_number",
+    "NaN": "not_nan",
+    " nan": "not_nan",
+    "1.5e0": "in_unit_interval",
+    "2": "in_unit_interval",
+    "-1E-3": "in_unit_interval",
+}
+
+
+def test_scores_in_every_notation_are_read_alike_in_every_mode(source_db_url):
+    """Scores in text are read in every notation SQL and CSV writers use (exponents, a lone sign
+    or point, spaces around), alike in every mode (the push-down's SQL lets through exactly the
+    rows the schema accepts); a score that is no number is quarantined as ``is_number``, NaN as
+    ``not_nan`` and a number outside [0, 1] as ``in_unit_interval``."""
+    engine = make_engine(source_db_url)
+    table = Table(
+        "src",
+        MetaData(),
+        Column("prediction_id", String(10)),
+        Column("predicted_at", DateTime),
+        Column("y_true", Integer),
+        Column("y_pred", Integer),
+        Column("score", String(20)),
+        Column("grp", String(4)),
+    )
+    notations = list(SCORE_NOTATIONS)
+    rows = [
+        {
+            "prediction_id": f"p{i}",
+            "predicted_at": datetime(2026, 5, 1),
+            "y_true": 1,
+            "y_pred": 1,
+            "score": s,
+            "grp": "A",
+        }
+        for i, s in enumerate(notations)
+    ]
+    create(engine, table, rows)
+    expected = {f"p{i}": rule for i, rule in enumerate(SCORE_NOTATIONS.values()) if rule}
+    for mode, scanned in all_modes(engine, audit_of()).items():
+        rules = dict(zip(scanned.quarantine["row_ref"], scanned.quarantine["rule"]))
+        assert rules == expected, mode
+        assert scanned.rows_valid == len(notations) - len(expected), mode
+    engine.dispose()
+
+
+@pytest.mark.parametrize("kind", ["double", "real", "numeric", "text"])
+def test_a_nan_score_is_quarantined_apart_from_null_in_every_mode(source_db_url, kind):
+    """A NaN score (a float or numeric NaN where the store holds one, the text 'NaN' anywhere) is
+    no missing score: it is quarantined as ``not_nan`` in every mode, as the decision's score
+    too, while a NULL score is accepted (a NULL decision score stays ``not_nullable``)."""
+    engine = make_engine(source_db_url)
+    dialect = engine.dialect.name
+    holds_nan = {"double": {"postgresql", "duckdb"}, "real": {"postgresql", "duckdb"}}
+    holds_nan["numeric"] = {"postgresql"}
+    if kind != "text" and dialect not in holds_nan[kind]:
+        engine.dispose()
+        pytest.skip(f"{dialect} stores no {kind} NaN")
+    column_type = {"double": Float(), "real": REAL(), "numeric": Numeric(6, 2)}.get(
+        kind, String(10)
+    )
+    nan = {"double": float("nan"), "real": float("nan"), "numeric": Decimal("NaN")}.get(
+        kind, "NaN"
+    )
+    scores = [0.25, nan, None, 0.75]
+    table = Table(
+        "src",
+        MetaData(),
+        Column("prediction_id", String(10)),
+        Column("predicted_at", DateTime),
+        Column("y_true", Integer),
+        Column("y_pred", Integer),
+        Column("score", column_type),
+        Column("grp", String(4)),
+    )
+    as_stored = {"double": float, "real": float, "numeric": lambda s: Decimal(str(s))}
+    rows = [
+        {
+            "prediction_id": f"p{i}",
+            "predicted_at": datetime(2026, 5, 1),
+            "y_true": 1,
+            "y_pred": i % 2,
+            "score": s if s is None or s is nan else as_stored.get(kind, str)(s),
+            "grp": "A",
+        }
+        for i, s in enumerate(scores)
+    ]
+    create(engine, table, rows)
+    for mode, scanned in all_modes(engine, audit_of()).items():
+        records = scanned.quarantine[["row_ref", "rule", "value"]].to_dict("records")
+        assert records == [{"row_ref": "p1", "rule": "not_nan", "value": "NaN"}], mode
+        assert scanned.rows_valid == 3, mode
+    decided = audit_of(decision={"score": "score", "threshold": 0.5})
+    for mode, scanned in all_modes(engine, decided).items():
+        rules = dict(zip(scanned.quarantine["row_ref"], scanned.quarantine["rule"]))
+        assert rules == {"p1": "not_nan", "p2": "not_nullable"}, mode
+        assert scanned.rows_valid == 2, mode
     engine.dispose()

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from biasaudit.schemas.names import printable
+from biasaudit.schemas.names import printable, spreadsheet_frame
 from biasaudit.schemas.urls import redact
 
 DEBUG = {"on": False}
@@ -210,9 +210,16 @@ def _engine(db: str | None, *, migrated: bool = True) -> Any:
     try:
         with engine.connect() as connection:
             if migrated:
-                from biasaudit.db.revision import head_revision, store_revision
+                from biasaudit.db.revision import (
+                    head_revision,
+                    is_newer,
+                    newer_store,
+                    store_revision,
+                )
 
                 current, head = store_revision(connection), head_revision()
+                if is_newer(current, head):
+                    raise Mistake(newer_store(f"database {shown}", str(current), head))
                 if current != head:
                     state = "not migrated" if current is None else f"at revision {current}"
                     raise Mistake(
@@ -308,8 +315,10 @@ def _check_format(format_: str) -> None:
 
 
 def _emit(frame: Any, format_: str) -> None:
-    """Write a frame to standard output as CSV or JSON records (for other tools)."""
+    """Write a frame to standard output as CSV or JSON records (for other tools). CSV cells of
+    text are spreadsheet-safe (schemas.names.spreadsheet_frame: no formula, no control or
+    bidirectional character); JSON escapes them itself."""
     if format_ == "csv":
-        sys.stdout.write(frame.to_csv(index=False))
+        sys.stdout.write(spreadsheet_frame(frame).to_csv(index=False))
     else:
         sys.stdout.write(frame.to_json(orient="records", date_format="iso", indent=1) + "\n")
