@@ -138,18 +138,29 @@ def label_completeness(
     counts: pd.DataFrame, alpha: float = 0.05, min_gap: float = 0.05
 ) -> pd.DataFrame:
     """Per group: labelled share of all valid predictions, overall and by decision, and whether
-    labels depend on the decision there.
+    the labelled shares of selections and rejections differ there.
 
-    Which metrics missing labels bias. Say a group's predictions with decision d are labelled with
-    probability r_d, whatever their outcome. Its labelled counts are then r1·TP, r1·FP, r0·FN,
-    r0·TN in expectation, so a metric within one decision column (PPV, FDR, NPV, FOR) is unbiased,
-    while TPR, FPR and their complements are not: their odds from labelled rows are the true odds
-    times r1/r0 (r1 > r0: TPR and FPR overstated, FNR and TNR understated), and every metric that
-    mixes both decisions (accuracy, error rate, prevalence, F1, MCC, ...) is biased too. PPR and
-    PNR count every prediction. If r_d is the same for both decisions (labels missing by group,
-    or at random), no metric of the group is biased, however the share differs between groups.
-    Missingness that depends on the outcome itself cannot be seen in the data; missingness that
-    depends on a sub-group (sex within race) shows here when the sub-groups' decisions differ.
+    Which metrics missing labels bias, under the two mechanisms labelled rows cannot tell apart.
+    *By decision*: a group's predictions with decision d keep their label with probability r_d,
+    whatever their outcome. Its labelled counts are then r1·TP, r1·FP, r0·FN, r0·TN in
+    expectation, so a metric within one decision column (PPV, FDR, NPV, FOR) is unbiased, while
+    TPR, FPR and their complements are not: their odds from labelled rows are the true odds times
+    r1/r0 (r1 > r0: TPR and FPR overstated, FNR and TNR understated). *By outcome*: rows with
+    outcome y keep their label with probability s_y, whatever the decision. The labelled counts
+    are s1·TP, s0·FP, s1·FN, s0·TN, so a metric within one outcome row (TPR, FNR, FPR, TNR, and
+    the prevalence threshold made of TPR and FPR) is unbiased, while PPV, FDR, NPV and FOR are
+    not: PPV's odds are the true odds times s1/s0. Under either, prevalence (its odds times r1/r0
+    or s1/s0) and the metrics mixing both decisions and outcomes (accuracy, error rate, F1, MCC,
+    ...) are biased; PPR and PNR count every prediction and are not. Both mechanisms show the same
+    way in the counts: the labelled share of selections, (s1·TP + s0·FP)/(TP + FP) by outcome,
+    differs from that of rejections whenever the decision carries information about the outcome;
+    and any table of labelled counts with unlabelled counts by decision is produced exactly by a
+    population under either mechanism (r_d the observed shares; or s_y solved from them), so no
+    test on these counts can tell which one holds. The warning says so and names both lists
+    (tests/test_counts.py simulates both). Only data beyond these counts can, such as when each
+    label arrived. If the share is the same for both decisions (labels missing
+    by group, or at random), no metric of the group is biased, however the share differs between
+    groups.
 
     The test, per group: Fisher's exact test of labelled/unlabelled x decision (``p_value``), Holm-
     adjusted over every group of every attribute (``p_adjusted``), so that an audit whose labels
@@ -229,8 +240,9 @@ _TIES = 1e-14  # relative difference within which two tables are as likely (scip
 
 
 def completeness_warnings(completeness: pd.DataFrame) -> list[str]:
-    """One line per attribute with groups whose labels depend on the decision, naming the groups,
-    their labelled shares by decision and the metrics that are biased (label_completeness)."""
+    """One line per attribute with groups whose labelled shares differ by decision, naming the
+    groups, their labelled shares by decision and the metrics biased under each mechanism that
+    could have made them (label_completeness)."""
     lines = []
     for attribute, part in completeness[completeness["uneven"]].groupby("attribute", sort=True):
         shares = ", ".join(
@@ -239,14 +251,17 @@ def completeness_warnings(completeness: pd.DataFrame) -> list[str]:
             for r in part.itertuples()
         )
         lines.append(
-            f"labels depend on the decision in {attribute} groups {shares}, Holm-adjusted Fisher "
-            f"p {part['p_adjusted'].min():.2g}: {DECISION_BIAS}"
+            f"labelled shares differ by decision in {attribute} groups {shares}, Holm-adjusted "
+            f"Fisher p {part['p_adjusted'].min():.2g}: {LABEL_BIAS}"
         )
     return lines
 
 
-DECISION_BIAS = (
-    "their TPR, FPR, FNR, TNR and the metrics mixing both decisions (accuracy, F1, MCC, ...) are "
-    "biased; PPV, FDR, NPV, FOR and the selection rate are not"
+LABEL_BIAS = (
+    "labelled rows alone cannot tell whether labels go missing by the decision or by the outcome; "
+    "by the decision: TPR, FPR, FNR and TNR are biased, PPV, FDR, NPV and FOR are not; "
+    "by the outcome: PPV, FDR, NPV and FOR are biased, TPR, FPR, FNR and TNR are not; "
+    "under either, prevalence and the metrics mixing both (accuracy, F1, MCC, ...) are biased, "
+    "the selection rate (every prediction) is not"
 )
-"""What labels missing by decision do to a group's metrics (label_completeness)."""
+"""What labels missing by decision or by outcome do to a group's metrics (label_completeness)."""
