@@ -50,7 +50,8 @@ def audit_frame(
     With ``score`` (a numeric column, e.g. ``"decile_score"``), the score itself is audited too
     (tasks.scores): ``result.scores`` (AUC and calibration per group against its reference),
     ``result.calibration`` (outcome rate per score bin) and ``result.thresholds`` (error and
-    selection rates at every bin edge).
+    selection rates at every bin edge), and ``result.scoring`` (Local Law 144: each group's rows
+    above the median of every finite score of the frame, rows of an unknown category included).
     """
     audit = audit_from_options(
         attributes=list(attributes),
@@ -87,8 +88,13 @@ def audit_frame(
         rows = valid.assign(_score=numeric_scores(valid[score], score))
         columns = [[a] for a in audit.attributes] + audit.intersections
         edges = score_edges(rows["_score"].to_numpy())
-        median = float(rows["_score"].median())
+        # Local Law 144's sample: every finite score of the frame, the rows left out of the
+        # tables (an unknown category, another invalid value) included, as the scan's
+        # db.cells.window_score_median reads every row of the window
+        read = pd.to_numeric(frame[score], errors="coerce").to_numpy(dtype="float64")
+        sample = read[np.isfinite(read)]
+        median = float(np.median(sample)) if sample.size else float("nan")
         counted = score_counts(rows, columns, edges, median, score="_score")
         frames = score_audit(counted, audit.reference_groups, confidence=1 - audit.thresholds.alpha)
-        frames["scoring"] = scoring_rates(counted, median, len(rows))
+        frames["scoring"] = scoring_rates(counted, median, int(sample.size))
     return AuditResult(**{**result.__dict__, "quarantine": quarantine, **frames})
