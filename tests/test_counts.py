@@ -311,3 +311,69 @@ def test_labels_missing_by_decision_bias_tpr_not_ppv_and_warn_alike():
         assert abs(got[metric] - value) < 5 * se, metric
     lines = completeness_warnings(label_completeness(group_counts(data, ["g"], []), 0.05))
     assert len(lines) == 1 and BY_OUTCOME in lines[0] and BY_DECISION in lines[0]
+
+
+def _arrivals(rng, n: int, mean_days) -> pd.DataFrame:
+    """The population above, each label arriving mean_days(y_true, y_pred) days on average
+    (exponential) after its prediction; the audit is 10 days after the predictions, so a label
+    that takes longer is still missing (y_true NaN, labelled_at NaT)."""
+    data = _kept_audit(rng, n, lambda y, d: np.ones(len(y)))
+    delay = rng.exponential(mean_days(data["y_true"].to_numpy(), data["y_pred"].to_numpy()))
+    predicted = pd.Timestamp("2026-01-01")
+    late = delay > 10
+    data.loc[late, "y_true"] = np.nan
+    labelled_at = predicted + pd.to_timedelta(delay, unit="D")
+    return data.assign(predicted_at=predicted, labelled_at=labelled_at.where(~late))
+
+
+def test_arrival_times_tell_labels_missing_by_outcome_from_missing_by_decision():
+    """With each label's arrival time the two mechanisms differ: within one decision, labels of
+    positives arriving later (20 days on average against 5 for negatives) is missingness by
+    outcome, and the warning says PPV, FDR, NPV, FOR are the biased ones; labels whose delay
+    depends on the decision only (5 days for selections, 20 for rejections) arrive as fast for
+    both outcomes within a decision, and the warning says the arrival times are consistent with
+    missingness by decision."""
+    from biasaudit.tasks.counts import arrival_evidence
+
+    rng = np.random.default_rng(42)
+    by_outcome = _arrivals(rng, 20_000, lambda y, d: np.where(y == 1, 20.0, 5.0))
+    by_decision = _arrivals(rng, 20_000, lambda y, d: np.where(d == 1, 5.0, 20.0))
+    for data, expected in ((by_outcome, True), (by_decision, False)):
+        counts = group_counts(data, ["g"], [])
+        completeness = label_completeness(counts, 0.05)
+        assert completeness["uneven"].all()  # both: labelled shares differ by decision
+        evidence = arrival_evidence(data, ["g"], [], "labelled_at", alpha=0.05)
+        assert bool(evidence["by_outcome"].iloc[0]) is expected
+        line = completeness_warnings(completeness, evidence)[0]
+        if expected:
+            assert "labels of positives arrive later than those of negatives" in line
+            assert "missing by the outcome: PPV, FDR, NPV and FOR are biased" in line
+        else:
+            assert "arrival times are consistent with labels missing by the decision" in line
+            assert "TPR, FPR, FNR and TNR are biased" in line
+
+
+def test_arrival_evidence_keeps_its_size_when_arrival_follows_the_decision_only():
+    """Delays that depend on the decision only: arrival_evidence says by outcome in at most
+    α of 200 audits (binomial(200, 0.05) exceeds 17 with probability < 0.01)."""
+    from biasaudit.tasks.counts import arrival_evidence
+
+    rng = np.random.default_rng(43)
+    said = 0
+    for _ in range(200):
+        data = _arrivals(rng, 2_000, lambda y, d: np.where(d == 1, 5.0, 20.0))
+        said += bool(arrival_evidence(data, ["g"], [], "labelled_at", alpha=0.05)["by_outcome"].any())
+    assert said <= 17
+
+
+def test_audit_frame_reads_the_arrival_times_it_is_given():
+    """audit_frame(label_time=...) puts what the arrival times tell in the run's warnings; without
+    it the warning says labelled rows cannot tell the mechanisms apart."""
+    from biasaudit import audit_frame
+
+    data = _arrivals(np.random.default_rng(44), 20_000, lambda y, d: np.where(y == 1, 20.0, 5.0))
+    told = audit_frame(data, attributes=["g"], label_time="labelled_at")
+    line = told.summary["label_completeness_warnings"][0]
+    assert "in A labels of positives arrive later than those of negatives" in line
+    plain = audit_frame(data.drop(columns="labelled_at"), attributes=["g"])
+    assert "labelled rows alone cannot tell" in plain.summary["label_completeness_warnings"][0]
