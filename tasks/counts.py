@@ -268,7 +268,9 @@ def arrival_evidence(
     frame = rows.loc[known].assign(_delay=delay[known].to_numpy())
     parts = []
     for columns in [[a] for a in attributes] + intersections:
-        key = frame[columns].astype(str).agg(INTERSECTION_SEP.join, axis=1)
+        key = frame[columns[0]].astype(str)
+        for column in columns[1:]:
+            key = key.str.cat(frame[column].astype(str), sep=INTERSECTION_SEP)
         cell = [key, frame["y_pred"].to_numpy()]
         late = frame["_delay"] > frame.groupby(cell)["_delay"].transform("median")
         table = (

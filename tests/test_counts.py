@@ -353,6 +353,7 @@ def test_arrival_times_tell_labels_missing_by_outcome_from_missing_by_decision()
             assert "TPR, FPR, FNR and TNR are biased" in line
 
 
+@pytest.mark.slow
 def test_arrival_evidence_keeps_its_size_when_arrival_follows_the_decision_only():
     """Delays that depend on the decision only: arrival_evidence says by outcome in at most
     α of 200 audits (binomial(200, 0.05) exceeds 17 with probability < 0.01)."""
