@@ -42,6 +42,38 @@ def _unknown(engine: Engine, run_id: int, attributes: list[str]) -> dict[str, in
     return {a: int(found.get(a, 0)) for a in attributes}
 
 
+def _unknown_rows(engine: Engine, run_id: int, attributes: list[str]) -> int:
+    """Rows quarantined for an unknown category of any attribute, each once: individuals audited
+    whose category is unknown (no table holds them)."""
+    query = select(func.count(func.distinct(QuarantinedRow.row_ref))).where(
+        QuarantinedRow.run_id == run_id, QuarantinedRow.column_name.in_(attributes)
+    )
+    with engine.connect() as connection:
+        return int(connection.execute(query).scalar_one())
+
+
+def _audited(groups: pd.DataFrame, unknown: int) -> dict[str, int]:
+    """Per attribute, every row audited: the rows of its tables (a valid row has every category)
+    and the rows of an unknown category, the base of the 2% rule's share."""
+    return {str(a): int(n) + unknown for a, n in groups.groupby("attribute")["n"].sum().items()}
+
+
+def _at_threshold(
+    engine: Engine, run_id: int, table: pd.DataFrame, audited: dict[str, int]
+) -> pd.DataFrame:
+    """``table`` with each category's selection at the configured threshold beside it (the run's
+    decision, y_pred = 1: score at or above the threshold), from the run's group counts."""
+    selection = impact_table(_selection_counts(engine, run_id), audited=audited)
+    beside = selection[["attribute", "group_name", "selected", "rate", "impact_ratio"]].rename(
+        columns={
+            "selected": "selected_at_threshold",
+            "rate": "rate_at_threshold",
+            "impact_ratio": "impact_ratio_at_threshold",
+        }
+    )
+    return table.merge(beside, on=["attribute", "group_name"], how="left")
+
+
 def _scoring(engine: Engine, run_id: int) -> tuple[pd.DataFrame, str] | None:
     """Per (attribute, group) the rows and those scoring above the median, with the scoring
     rate's definition; None where the run audited no score. A run stored before its scoring
@@ -70,8 +102,15 @@ def ll144_report(engine: Engine, run_id: int) -> tuple[str, str]:
         raise ValueError(f"no run with id {run_id}")
     scoring = _scoring(engine, run_id)
     groups = scoring[0] if scoring else _selection_counts(engine, run_id)
-    table = impact_table(groups)
-    attributes = list(run.config.get("attributes", [])) if isinstance(run.config, dict) else []
+    config = run.config if isinstance(run.config, dict) else {}
+    attributes = list(config.get("attributes", []))
+    audited = _audited(groups, _unknown_rows(engine, run_id, attributes))
+    table = impact_table(groups, audited=audited)
+    decision = config.get("decision")
+    threshold = None
+    if scoring and isinstance(decision, dict) and decision.get("threshold") is not None:
+        threshold = float(decision["threshold"])
+        table = _at_threshold(engine, run_id, table, audited)
     start = run.window_start.date().isoformat() if run.window_start else "the first prediction"
     page = ll144_html(
         table,
@@ -80,5 +119,7 @@ def ll144_report(engine: Engine, run_id: int) -> tuple[str, str]:
         audit_date=run.finished_at.date().isoformat(),
         period=f"{start} to {run.window_end.date().isoformat()}",
         unknown=_unknown(engine, run_id, attributes),
+        threshold=threshold,
+        audited=audited,
     )
     return page, ll144_csv(spreadsheet_frame(table))  # no formula, no control character

@@ -22,7 +22,7 @@ import pandas as pd
 from biasaudit.schemas.config import audit_from_options
 from biasaudit.schemas.quarantine import split_valid, unusable_columns
 from biasaudit.tasks.core import AuditResult, audit_counts
-from biasaudit.tasks.counts import group_counts
+from biasaudit.tasks.counts import arrival_evidence, completeness_warnings, group_counts
 from biasaudit.tasks.ll144 import scoring_rates
 from biasaudit.tasks.scores import bins_of_scores, numeric_scores, score_audit, score_counts
 
@@ -35,6 +35,7 @@ def audit_frame(
     reference_groups: dict[str, str] | None = None,
     metrics: Sequence[str] | None = None,
     score: str | None = None,
+    label_time: str | None = None,
     **options: Any,
 ) -> AuditResult:
     """Audit the predictions in ``frame`` and return every stage's result frames.
@@ -50,7 +51,12 @@ def audit_frame(
     With ``score`` (a numeric column, e.g. ``"decile_score"``), the score itself is audited too
     (tasks.scores): ``result.scores`` (AUC and calibration per group against its reference),
     ``result.calibration`` (outcome rate per score bin) and ``result.thresholds`` (error and
-    selection rates at every bin edge).
+    selection rates at every bin edge), and ``result.scoring`` (Local Law 144: each group's rows
+    above the median of every finite score of the frame, rows of an unknown category included).
+    With ``label_time`` (a column of when each label arrived, missing where it has not), the
+    label-completeness warnings (``result.summary["label_completeness_warnings"]``) say what the
+    arrival times tell of labels missing by outcome or by decision (tasks.counts.arrival_evidence)
+    instead of only that labelled rows cannot tell them apart.
     """
     audit = audit_from_options(
         attributes=list(attributes),
@@ -80,14 +86,19 @@ def audit_frame(
         )
     counts = group_counts(valid, audit.attributes, audit.intersections)
     result = audit_counts(counts, audit)
-    frames = {}
+    frames: dict[str, Any] = {}
     if score is not None:
         if score not in frame.columns:
             raise ValueError(f"score column {score!r} is not in the frame")
         rows = valid.assign(_score=numeric_scores(valid[score], score))
         columns = [[a] for a in audit.attributes] + audit.intersections
         values = rows["_score"].to_numpy()
-        median = float(rows["_score"].median())
+        # Local Law 144's sample: every finite score of the frame, the rows left out of the
+        # tables (an unknown category, another invalid value) included, as the scan's
+        # db.cells.window_score_median reads every row of the window
+        read = pd.to_numeric(frame[score], errors="coerce").to_numpy(dtype="float64")
+        sample = read[np.isfinite(read)]
+        median = float(np.median(sample)) if sample.size else float("nan")
         counted = score_counts(rows, columns, np.unique(values), median, score="_score")
         frames = score_audit(
             counted,
@@ -95,5 +106,17 @@ def audit_frame(
             audit.reference_groups,
             confidence=1 - audit.thresholds.alpha,
         )
-        frames["scoring"] = scoring_rates(counted, median, len(rows))
+        frames["scoring"] = scoring_rates(counted, median, int(sample.size))
+    if label_time is not None:
+        if label_time not in frame.columns:
+            raise ValueError(f"label_time column {label_time!r} is not in the frame")
+        evidence = arrival_evidence(
+            valid.assign(**{label_time: frame.loc[valid.index, label_time]}),
+            audit.attributes,
+            audit.intersections,
+            label_time,
+            alpha=audit.thresholds.alpha,
+        )
+        told = completeness_warnings(result.completeness, evidence)
+        frames["summary"] = {**result.summary, "label_completeness_warnings": told}
     return AuditResult(**{**result.__dict__, "quarantine": quarantine, **frames})

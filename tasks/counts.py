@@ -138,18 +138,29 @@ def label_completeness(
     counts: pd.DataFrame, alpha: float = 0.05, min_gap: float = 0.05
 ) -> pd.DataFrame:
     """Per group: labelled share of all valid predictions, overall and by decision, and whether
-    labels depend on the decision there.
+    the labelled shares of selections and rejections differ there.
 
-    Which metrics missing labels bias. Say a group's predictions with decision d are labelled with
-    probability r_d, whatever their outcome. Its labelled counts are then r1·TP, r1·FP, r0·FN,
-    r0·TN in expectation, so a metric within one decision column (PPV, FDR, NPV, FOR) is unbiased,
-    while TPR, FPR and their complements are not: their odds from labelled rows are the true odds
-    times r1/r0 (r1 > r0: TPR and FPR overstated, FNR and TNR understated), and every metric that
-    mixes both decisions (accuracy, error rate, prevalence, F1, MCC, ...) is biased too. PPR and
-    PNR count every prediction. If r_d is the same for both decisions (labels missing by group,
-    or at random), no metric of the group is biased, however the share differs between groups.
-    Missingness that depends on the outcome itself cannot be seen in the data; missingness that
-    depends on a sub-group (sex within race) shows here when the sub-groups' decisions differ.
+    Which metrics missing labels bias, under the two mechanisms labelled rows cannot tell apart.
+    *By decision*: a group's predictions with decision d keep their label with probability r_d,
+    whatever their outcome. Its labelled counts are then r1·TP, r1·FP, r0·FN, r0·TN in
+    expectation, so a metric within one decision column (PPV, FDR, NPV, FOR) is unbiased, while
+    TPR, FPR and their complements are not: their odds from labelled rows are the true odds times
+    r1/r0 (r1 > r0: TPR and FPR overstated, FNR and TNR understated). *By outcome*: rows with
+    outcome y keep their label with probability s_y, whatever the decision. The labelled counts
+    are s1·TP, s0·FP, s1·FN, s0·TN, so a metric within one outcome row (TPR, FNR, FPR, TNR, and
+    the prevalence threshold made of TPR and FPR) is unbiased, while PPV, FDR, NPV and FOR are
+    not: PPV's odds are the true odds times s1/s0. Under either, prevalence (its odds times r1/r0
+    or s1/s0) and the metrics mixing both decisions and outcomes (accuracy, error rate, F1, MCC,
+    ...) are biased; PPR and PNR count every prediction and are not. Both mechanisms show the same
+    way in the counts: the labelled share of selections, (s1·TP + s0·FP)/(TP + FP) by outcome,
+    differs from that of rejections whenever the decision carries information about the outcome;
+    and any table of labelled counts with unlabelled counts by decision is produced exactly by a
+    population under either mechanism (r_d the observed shares; or s_y solved from them), so no
+    test on these counts can tell which one holds. The warning says so and names both lists
+    (tests/test_counts.py simulates both). Only data beyond these counts can, such as when each
+    label arrived (arrival_evidence). If the share is the same for both decisions (labels missing
+    by group, or at random), no metric of the group is biased, however the share differs between
+    groups.
 
     The test, per group: Fisher's exact test of labelled/unlabelled x decision (``p_value``), Holm-
     adjusted over every group of every attribute (``p_adjusted``), so that an audit whose labels
@@ -228,9 +239,89 @@ def fisher_two_sided(a, b, c, d) -> np.ndarray:
 _TIES = 1e-14  # relative difference within which two tables are as likely (scipy's epsilon)
 
 
-def completeness_warnings(completeness: pd.DataFrame) -> list[str]:
-    """One line per attribute with groups whose labels depend on the decision, naming the groups,
-    their labelled shares by decision and the metrics that are biased (label_completeness)."""
+def arrival_evidence(
+    rows: pd.DataFrame,
+    attributes: list[str],
+    intersections: list[list[str]],
+    label_time: str,
+    alpha: float = 0.05,
+) -> pd.DataFrame:
+    """Per group: whether its labels' arrival times show labels missing by outcome.
+
+    A label still missing is one that has not arrived (yet). If labels go missing by decision
+    only, how long a label takes does not depend on the outcome among predictions with the same
+    decision; if it does (labels of one outcome arrive later), the labels still missing are
+    mostly of that outcome: missingness by outcome. The test, per group and decision, of the
+    labelled rows: Fisher's exact test of outcome x a delay above the cell's median delay (the
+    delay from ``predicted_at`` where the rows have it, else the arrival time itself), the two
+    decisions' p-values Bonferroni-combined (twice the smaller), Holm-adjusted over every group
+    of every attribute (``p_adjusted``); ``by_outcome``: ``p_adjusted`` below ``alpha``. Also the
+    share of late labels among labelled positives and negatives (``late_positive``,
+    ``late_negative``: above their cell's median delay). With arrival that follows the decision
+    only it says by outcome in at most ``alpha`` of audits (tests/test_counts.py)."""
+    arrival = pd.to_datetime(rows[label_time], utc=True)
+    if "predicted_at" in rows:
+        delay = (arrival - pd.to_datetime(rows["predicted_at"], utc=True)).dt.total_seconds()
+    else:
+        delay = (arrival - arrival.min()).dt.total_seconds()
+    known = rows["y_true"].notna().to_numpy() & delay.notna().to_numpy()
+    frame = rows.loc[known].assign(_delay=delay[known].to_numpy())
+    parts = []
+    for columns in [[a] for a in attributes] + intersections:
+        key = frame[columns[0]].astype(str)
+        for column in columns[1:]:
+            key = key.str.cat(frame[column].astype(str), sep=INTERSECTION_SEP)
+        cell = [key, frame["y_pred"].to_numpy()]
+        late = frame["_delay"] > frame.groupby(cell)["_delay"].transform("median")
+        table = (
+            pd.DataFrame(
+                {
+                    "g": key,
+                    "d": frame["y_pred"].to_numpy(),
+                    "y": frame["y_true"].to_numpy() == 1,
+                    "late": late.to_numpy(),
+                }
+            )
+            .groupby(["g", "d", "y", "late"])
+            .size()
+            .unstack(["y", "late"], fill_value=0)
+            .reindex(columns=pd.MultiIndex.from_product([[True, False], [True, False]]), fill_value=0)
+        )
+        p = fisher_two_sided(
+            table[(True, True)], table[(True, False)], table[(False, True)], table[(False, False)]
+        )
+        per_cell = pd.DataFrame({"p": p}, index=table.index).reset_index()
+        combined = per_cell.groupby("g")["p"].min().mul(2).clip(upper=1.0)
+        counts = table.groupby(level="g").sum()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            positive = counts[(True, True)] / (counts[(True, True)] + counts[(True, False)])
+            negative = counts[(False, True)] / (counts[(False, True)] + counts[(False, False)])
+        parts.append(
+            pd.DataFrame(
+                {
+                    "attribute": INTERSECTION_SEP.join(columns),
+                    "group_name": combined.index.astype(str),
+                    "p_value": combined.to_numpy(),
+                    "late_positive": positive.reindex(combined.index).to_numpy(),
+                    "late_negative": negative.reindex(combined.index).to_numpy(),
+                }
+            )
+        )
+    evidence = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+        columns=["attribute", "group_name", "p_value", "late_positive", "late_negative"]
+    )
+    p = evidence["p_value"].to_numpy(dtype=float)
+    adjusted = holm_adjust(p) if p.size else p
+    return evidence.assign(p_adjusted=adjusted, by_outcome=adjusted < alpha)
+
+
+def completeness_warnings(
+    completeness: pd.DataFrame, arrival: pd.DataFrame | None = None
+) -> list[str]:
+    """One line per attribute with groups whose labelled shares differ by decision, naming the
+    groups, their labelled shares by decision and the metrics biased under each mechanism that
+    could have made them (label_completeness); with ``arrival`` (arrival_evidence, from the
+    labels' arrival times), what those times say of each such group instead."""
     lines = []
     for attribute, part in completeness[completeness["uneven"]].groupby("attribute", sort=True):
         shares = ", ".join(
@@ -238,15 +329,55 @@ def completeness_warnings(completeness: pd.DataFrame) -> list[str]:
             f"{r.completeness_predicted_neg:.0%} of rejected)"
             for r in part.itertuples()
         )
-        lines.append(
-            f"labels depend on the decision in {attribute} groups {shares}, Holm-adjusted Fisher "
-            f"p {part['p_adjusted'].min():.2g}: {DECISION_BIAS}"
+        line = (
+            f"labelled shares differ by decision in {attribute} groups {shares}, Holm-adjusted "
+            f"Fisher p {part['p_adjusted'].min():.2g}: "
         )
+        told = None if arrival is None else arrival[arrival["attribute"] == attribute]
+        if told is None or told.empty:
+            lines.append(line + LABEL_BIAS)
+            continue
+        told = told.set_index("group_name").reindex(part["group_name"].astype(str))
+        said = []
+        for name, r in told.iterrows():
+            if bool(r["by_outcome"]):
+                later = "positives" if r["late_positive"] > r["late_negative"] else "negatives"
+                other = "negatives" if later == "positives" else "positives"
+                said.append(
+                    f"in {name} labels of {later} arrive later than those of {other} with the "
+                    f"same decision ({r['late_positive']:.0%} of positives' and "
+                    f"{r['late_negative']:.0%} of negatives' labels late, Holm-adjusted Fisher p "
+                    f"{r['p_adjusted']:.2g}): labels are likely missing by the outcome: "
+                    f"{OUTCOME_BIAS}"
+                )
+            elif np.isfinite(r["p_adjusted"]):
+                said.append(
+                    f"in {name} the arrival times are consistent with labels missing by the "
+                    f"decision (no outcome arrives later within a decision, Holm-adjusted Fisher "
+                    f"p {r['p_adjusted']:.2g}; this does not prove it): {DECISION_BIAS}"
+                )
+            else:
+                said.append(f"in {name} no arrival times: {LABEL_BIAS}")
+        lines.append(line + "; ".join(said))
     return lines
 
 
 DECISION_BIAS = (
-    "their TPR, FPR, FNR, TNR and the metrics mixing both decisions (accuracy, F1, MCC, ...) are "
-    "biased; PPV, FDR, NPV, FOR and the selection rate are not"
+    "TPR, FPR, FNR and TNR are biased, PPV, FDR, NPV and FOR are not; prevalence and the metrics "
+    "mixing both (accuracy, F1, MCC, ...) are biased, the selection rate (every prediction) is not"
 )
 """What labels missing by decision do to a group's metrics (label_completeness)."""
+OUTCOME_BIAS = (
+    "PPV, FDR, NPV and FOR are biased, TPR, FPR, FNR and TNR are not; prevalence and the metrics "
+    "mixing both (accuracy, F1, MCC, ...) are biased, the selection rate (every prediction) is not"
+)
+"""What labels missing by outcome do to a group's metrics (label_completeness)."""
+LABEL_BIAS = (
+    "labelled rows alone cannot tell whether labels go missing by the decision or by the outcome; "
+    "by the decision: TPR, FPR, FNR and TNR are biased, PPV, FDR, NPV and FOR are not; "
+    "by the outcome: PPV, FDR, NPV and FOR are biased, TPR, FPR, FNR and TNR are not; "
+    "under either, prevalence and the metrics mixing both (accuracy, F1, MCC, ...) are biased, "
+    "the selection rate (every prediction) is not"
+)
+"""What labels missing by decision or by outcome do to a group's metrics, when the data cannot
+tell which (label_completeness)."""

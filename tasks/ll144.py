@@ -7,8 +7,11 @@ and impact ratios per category of sex, race/ethnicity and their intersections.
   an unknown category included: the individuals the score assessed), exact: the scan counts the
   rows above it (db.cells.window_score_median);
 - impact ratio: a category's rate over the highest rate of its attribute;
-- a category with less than 2% of the audited rows may be left out of the impact ratios; it is
-  still shown with its count and rate, and the report says it was left out;
+- a category with less than 2% of the rows audited (every row of the tables and every row of an
+  unknown category: the data the audit used) may be left out of the impact ratios; it is still
+  shown with its count and rate, and the report says it was left out and of how many rows;
+- with a decision's threshold configured, the selection rate at that threshold (score at or
+  above it) and its impact ratios are shown beside the scoring rate's median split;
 - the number of individuals whose category is unknown is reported.
 
 The four-fifths rule (an impact ratio below 0.8 suggests adverse impact) is the EEOC's rule of
@@ -18,6 +21,7 @@ thumb (Uniform Guidelines, 29 CFR 1607.4(D)); the law sets no threshold.
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
@@ -132,13 +136,21 @@ def binned_scoring_note(median: float, threshold: float) -> str:
     )
 
 
-def impact_table(groups: pd.DataFrame, minimum_share: float = MINIMUM_SHARE) -> pd.DataFrame:
-    """Rates, each category's share of its attribute's rows, and impact ratios (rate over the
-    highest rate among the categories with at least ``minimum_share`` of the rows; NaN for the
-    others, which are shown but left out)."""
+def impact_table(
+    groups: pd.DataFrame,
+    minimum_share: float = MINIMUM_SHARE,
+    audited: Mapping[str, int] | None = None,
+) -> pd.DataFrame:
+    """Rates, each category's share of the rows audited, and impact ratios (rate over the highest
+    rate among the categories with at least ``minimum_share`` of the rows audited; NaN for the
+    others, which are shown but left out). ``audited``: per attribute, every row audited (the
+    rows of its tables and those of an unknown category); an attribute not in it, the rows of
+    its tables."""
     frame = groups[["attribute", "group_name", "n", "selected"]].copy()
     frame["rate"] = frame["selected"] / frame["n"]
-    frame["share"] = frame["n"] / frame.groupby("attribute")["n"].transform("sum")
+    in_tables = frame.groupby("attribute")["n"].transform("sum")
+    total = frame["attribute"].map(dict(audited or {})).fillna(in_tables)
+    frame["share"] = frame["n"] / np.maximum(total, in_tables)
     frame["in_ratios"] = frame["share"] >= minimum_share
     highest = frame["rate"].where(frame["in_ratios"]).groupby(frame["attribute"]).transform("max")
     frame["impact_ratio"] = (frame["rate"] / highest).where(frame["in_ratios"])
@@ -159,14 +171,21 @@ def ll144_html(
     period: str,
     unknown: dict[str, int],
     minimum_share: float = MINIMUM_SHARE,
+    threshold: float | None = None,
+    audited: Mapping[str, int] | None = None,
 ) -> str:
     """A self-contained page: one table per attribute and intersection, the unknown categories,
     the excluded categories' disclosure, the audit date and the data's period. ``scoring`` is
     the scoring rate's definition (its median: exact_scoring_note, binned_scoring_note), None
-    for selection rates."""
+    for selection rates. With ``threshold`` (a decision's, configured), each table gives beside
+    the scoring rate the selection rate at that threshold (columns ``selected_at_threshold``,
+    ``rate_at_threshold``, ``impact_ratio_at_threshold`` of ``table``). ``audited``: the rows
+    audited per attribute, the base of each category's share (impact_table)."""
     rate = "Scoring rate" if scoring else "Selection rate"
     counted = "Scored above the median" if scoring else "Selected"
+    beside = threshold is not None and "rate_at_threshold" in table.columns
     e = html.escape
+    at = f"score ≥ {threshold!r}" if beside else ""
     parts = [
         f"<!doctype html><meta charset='utf-8'><title>{e(title)}</title>",
         (
@@ -179,25 +198,56 @@ def ll144_html(
         f"<p>Date of the audit: {e(audit_date)}. Period of the data: {e(period)}.</p>",
         "<p>"
         + e(scoring or "Selection rate: the share of a category selected. ")
+        + (
+            e(
+                "Selection rate at the configured threshold: the share of a category with a "
+                f"score at or above {threshold!r} (the audit's decision), with its own impact "
+                "ratios. "
+            )
+            if beside
+            else ""
+        )
         + "Impact ratio: a category's rate divided by the highest rate of its attribute.</p>",
     ]
+    left = "left out (under 2% of the rows audited)"
     for attribute, part in table.groupby("attribute", sort=True):
         rows = "".join(
             f"<tr><td>{e(str(r.group_name))}</td><td>{r.n:,}</td><td>{r.selected:,}</td>"
             f"<td>{r.rate:.3f}</td><td>{r.share:.1%}</td><td>"
-            + (f"{r.impact_ratio:.3f}" if r.in_ratios else "left out (under 2% of the data)")
-            + "</td></tr>"
+            + (f"{r.impact_ratio:.3f}" if r.in_ratios else left)
+            + "</td>"
+            + (
+                f"<td>{int(r.selected_at_threshold):,}</td><td>{r.rate_at_threshold:.3f}</td><td>"
+                + (f"{r.impact_ratio_at_threshold:.3f}" if r.in_ratios else left)
+                + "</td>"
+                if beside
+                else ""
+            )
+            + "</tr>"
             for r in part.itertuples()
+        )
+        extra = (
+            f"<th>Selected at {e(at)}</th><th>Selection rate at {e(at)}</th>"
+            f"<th>Impact ratio at {e(at)}</th>"
+            if beside
+            else ""
         )
         parts.append(
             f"<h2>{e(str(attribute))}</h2><table><tr><th>Category</th><th>Individuals</th>"
-            f"<th>{counted}</th><th>{rate}</th><th>Share of the data</th>"
-            f"<th>Impact ratio</th></tr>{rows}</table>"
+            f"<th>{counted}</th><th>{rate}</th><th>Share of the rows audited</th>"
+            f"<th>Impact ratio</th>{extra}</tr>{rows}</table>"
         )
     left_out = table[~table["in_ratios"]]
+    base = (
+        " (" + "; ".join(f"{e(str(a))}: {n:,}" for a, n in sorted(audited.items())) + ", the "
+        "individuals in an unknown category included)"
+        if audited
+        else ""
+    )
     parts.append(
-        f"<p>Categories with less than {minimum_share:.0%} of the data are left out of the impact "
-        "ratios (the highest rate is taken among the others); their counts and rates are shown "
+        f"<p>Categories with less than {minimum_share:.0%} of the rows audited{base} are left out "
+        "of the impact ratios (the highest rate is taken among the others); their counts and "
+        "rates are shown "
         + (
             "above: "
             + ", ".join(

@@ -25,9 +25,12 @@ truth, and the bootstrap interval then always starts at 0 (K = 4 groups with one
 K = 12: +62%; benchmarks/metametrics_tiny.py). No unbiased estimator can do better, since the
 target weights that group's rate, seen in 3 outcomes, as much as any other. So the stage leaves
 out of a metric's meta-metrics every group whose denominator for that metric (TPR's positives,
-not the group's rows) is below ``min_group_size`` or below MIN_DENOMINATOR, and says so in
-``reason``: its numbers describe the k groups that remain (bias −4% to +8% and coverage
-0.95-0.98 there in the same simulations).
+not the group's rows) is below ``min_group_size`` (default 30), and says so in ``reason``, naming
+the groups: its numbers describe the k groups that remain (bias −4% to +8% and coverage
+0.95-0.98 there in the same simulations). ``min_group_size`` is honoured as configured: below
+MIN_DENOMINATOR the groups kept with a denominator under it are named in ``reason`` with the
+warning that the corrected variance is biased upward with them; a denominator of 1 has no
+variance estimate and is left out whatever ``min_group_size``.
 """
 
 from __future__ import annotations
@@ -37,13 +40,15 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from biasaudit.schemas.frames import listed
 from biasaudit.schemas.results import METAMETRIC_RESULTS
 
 Method = Literal["uncorrected", "corrected", "double"]
 MIN_DENOMINATOR = 20
-"""Fewest outcomes in a metric's denominator for a group to enter its meta-metrics, whatever
-``min_group_size``: with one group of 10 among four the corrected variance is still 18% high, with
-one of 20 within 3% (benchmarks/metametrics_tiny.py)."""
+"""Fewest outcomes in a metric's denominator for which the corrected variance is honest: with one
+group of 10 among four it is still 18% high, with one of 20 within 3%
+(benchmarks/metametrics_tiny.py). A group below it enters the meta-metrics only where
+``min_group_size`` is below it too, and the row's ``reason`` names it."""
 META_METRICS = ("mm_diff", "mm_ratio", "max_abs_diff", "mad", "var", "gei")
 
 
@@ -174,35 +179,42 @@ def attribute_meta_metrics(
     ``denominator_median``, ``denominator_max``) and ``reason``.
 
     Left out, counted in ``k_undefined`` and named in ``reason``: groups where the metric is
-    undefined and groups whose denominator for the metric is below ``min_group_size`` or
-    MIN_DENOMINATOR (module doc).
+    undefined and groups whose denominator for the metric is below ``min_group_size`` (or is 1:
+    no variance estimate). Groups kept with a denominator below MIN_DENOMINATOR are named in
+    ``reason`` too (module doc).
     """
     groups = metrics[(metrics["subset"] == "group") & metrics["metric"].isin(rates)]
-    smallest = max(min_group_size, MIN_DENOMINATOR)
-    rule = (
-        f"min_group_size {min_group_size}"
-        if min_group_size >= MIN_DENOMINATOR
-        else "too few for the variance correction"
-    )
     rows = []
     for (attribute, metric), part in groups.groupby(["attribute", "metric"], sort=True):
         why = []
         defined = part[part["value"].notna()]
         if len(defined) < len(part):
-            why.append(f"{len(part) - len(defined)} undefined")
-        small = defined["denominator"] < smallest
+            undefined = part[part["value"].isna()]["group_name"]
+            why.append(f"{len(undefined)} undefined: {listed(undefined)}")
+        if min_group_size >= 2:
+            small = defined["denominator"] < min_group_size
+            rule = f"a denominator below {min_group_size} for {metric} (min_group_size {min_group_size})"
+        else:  # below 2 there is no variance estimate (n_k - 1 = 0), whatever min_group_size
+            small = defined["denominator"] < 2
+            rule = f"a denominator of 1 for {metric} (no variance estimate)"
         if small.any():
-            why.append(
-                f"{int(small.sum())} with a denominator below {smallest} for {metric} ({rule})"
-            )
+            why.append(f"{int(small.sum())} with {rule}: {listed(defined[small]['group_name'])}")
             defined = defined[~small]
+        noisy = defined[defined["denominator"] < MIN_DENOMINATOR]["group_name"]
         row = {
             "attribute": attribute,
             "metric": metric,
             "k": len(defined),
             "k_undefined": len(part) - len(defined),
         }
-        reasons = [f"groups left out: {', '.join(why)}"] if why else []
+        reasons = [f"groups left out: {'; '.join(why)}"] if why else []
+        if len(noisy):
+            reasons.append(
+                f"{len(noisy)} kept with a denominator below {MIN_DENOMINATOR} for {metric} "
+                f"(min_group_size {min_group_size}): {listed(noisy)}; the corrected variance is "
+                f"biased upward with them (max(0, ·) of a noisy estimate); min_group_size >= "
+                f"{MIN_DENOMINATOR} leaves them out"
+            )
         if len(defined) >= 2:
             sizes = defined["denominator"].to_numpy()
             row.update(meta_metrics(defined["value"]))

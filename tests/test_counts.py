@@ -83,7 +83,7 @@ def late_label_audit(rng, n=5000, selection=0.28, labelled_neg=(0.6, 0.3, 0.3)):
 
 def test_selection_rate_uses_every_prediction_and_completeness_is_reported():
     """It computes PPR over labelled and unlabelled predictions alike (the labelled-only PPR of
-    the favoured-labelling group is ~0.37, not 0.28), and warns that labels depend on the
+    the favoured-labelling group is ~0.37, not 0.28), and warns that labelled shares differ by the
     decision."""
     from biasaudit.tasks.metrics import compute_metrics
 
@@ -102,7 +102,7 @@ def test_selection_rate_uses_every_prediction_and_completeness_is_reported():
     )
     assert completeness["uneven"].all()  # every group: selections all labelled, rejections not
     assert completeness_warnings(completeness.reset_index())[0].startswith(
-        "labels depend on the decision in g groups A (100% of selected, 6"
+        "labelled shares differ by decision in g groups A (100% of selected, 6"
     )
 
 
@@ -176,8 +176,8 @@ def test_labels_missing_by_decision_warn_in_most_audits():
     assert sum(warned(a) for a in audits) >= 80
     counts = group_counts(audits[0], ["g", "s"], [["g", "s"]])
     lines = completeness_warnings(label_completeness(counts, 0.05))
-    assert lines[0].startswith("labels depend on the decision in g groups 2 (9")
-    assert "TPR, FPR, FNR, TNR" in lines[0] and "PPV, FDR, NPV, FOR" in lines[0]
+    assert lines[0].startswith("labelled shares differ by decision in g groups 2 (9")
+    assert BY_DECISION in lines[0] and BY_OUTCOME in lines[0]
 
 
 def test_labels_missing_by_decision_bias_tpr_odds_by_the_label_ratio_and_not_ppv():
@@ -234,3 +234,147 @@ def test_fisher_two_sided_equals_scipy_table_by_table():
     )
     np.testing.assert_allclose(ours, expected, rtol=1e-12, atol=0)
     assert ours[-5:-1].tolist() == [1.0, 1.0, 1.0, 1.0]  # empty rows or columns; the mode
+
+
+# Labels missing by outcome against labels missing by decision (issue 40). One group of a
+# population with prevalence 0.4, TPR 0.70 and PPV 2/3: per 100 rows TP 28, FN 12, FP 14, TN 46.
+# Every expected value below is worked out by hand from these cells, not by the code under test.
+CELLS = {"tp": 0.28, "fn": 0.12, "fp": 0.14, "tn": 0.46}
+
+
+def _kept_audit(rng, n: int, keep) -> pd.DataFrame:
+    """n rows of the population above; a row keeps its label with probability keep(y_true, y_pred)."""
+    codes = rng.choice(4, n, p=[CELLS["tn"], CELLS["fp"], CELLS["fn"], CELLS["tp"]])
+    y_true, y_pred = (codes >= 2).astype(float), (codes % 2).astype("int8")
+    y_true[rng.random(n) >= keep(y_true, y_pred)] = np.nan
+    return pd.DataFrame({"g": "A", "y_true": y_true, "y_pred": y_pred})
+
+
+def _labelled_metrics(data: pd.DataFrame) -> pd.Series:
+    from biasaudit.tasks.metrics import compute_metrics
+
+    counts = group_counts(data, ["g"], [])
+    groups = counts[counts["subset"] == "group"]
+    metrics = compute_metrics(groups, ["tpr", "fpr", "ppv", "npv", "prev", "ppr"])
+    return metrics.set_index("metric")["value"]
+
+
+BY_DECISION = "by the decision: TPR, FPR, FNR and TNR are biased, PPV, FDR, NPV and FOR are not"
+BY_OUTCOME = "by the outcome: PPV, FDR, NPV and FOR are biased, TPR, FPR, FNR and TNR are not"
+
+
+def test_labels_missing_by_outcome_bias_ppv_not_tpr_and_the_warning_says_so():
+    """The issue's example: half of the positives and 90% of the negatives keep their label. The
+    labelled rows' TPR stays 0.70 and FPR 0.14/0.60, while PPV falls from 2/3 to
+    0.14/(0.14 + 0.126) = 1/1.9, NPV rises from 0.46/0.58 to 0.414/0.474 and prevalence falls
+    from 0.40 to 0.20/0.74. The warning fires (selections are labelled 63%, rejections 82%), says
+    which metrics each mechanism biases, and that labelled rows cannot tell the two apart."""
+    n = 400_000
+    data = _kept_audit(np.random.default_rng(40), n, lambda y, d: np.where(y == 1, 0.5, 0.9))
+    got = _labelled_metrics(data)
+    labelled = {"tp": 0.14, "fn": 0.06, "fp": 0.126, "tn": 0.414}  # 0.5 x positives, 0.9 x negatives
+    expected = {
+        "tpr": 0.14 / 0.20,  # = 0.70, the population's TPR
+        "fpr": 0.126 / 0.54,  # = 0.14 / 0.60, the population's FPR
+        "ppv": 0.14 / 0.266,  # 1/1.9 = 0.526, not 2/3
+        "npv": 0.414 / 0.474,  # 0.873, not 0.46/0.58 = 0.793
+        "prev": 0.20 / 0.74,  # 0.270, not 0.40
+        "ppr": 0.42,  # every prediction, labelled or not
+    }
+    assert sum(labelled.values()) == pytest.approx(0.74)
+    assert expected["tpr"] == pytest.approx(0.70) and expected["ppv"] == pytest.approx(1 / 1.9)
+    denominators = {"tpr": 0.20, "fpr": 0.54, "ppv": 0.266, "npv": 0.474, "prev": 0.74, "ppr": 1}
+    for metric, value in expected.items():
+        se = np.sqrt(value * (1 - value) / (n * denominators[metric]))
+        assert abs(got[metric] - value) < 5 * se, metric
+    counts = group_counts(data, ["g"], [])
+    lines = completeness_warnings(label_completeness(counts, 0.05))
+    assert len(lines) == 1
+    assert BY_OUTCOME in lines[0] and BY_DECISION in lines[0]
+    assert "labelled rows alone cannot tell" in lines[0]
+    assert "TPR, FPR, FNR, TNR and the metrics mixing" not in lines[0]  # the old, wrong claim
+
+
+def test_labels_missing_by_decision_bias_tpr_not_ppv_and_warn_alike():
+    """The mirror case: 90% of selections and 60% of rejections keep their label. PPV stays 2/3
+    and NPV 0.46/0.58, TPR rises to 0.252/0.324 = 7/9 and FPR to 0.126/0.402. The warning is the
+    same sentence as under labels missing by outcome: both mechanisms show as labelled shares that
+    differ by decision."""
+    n = 400_000
+    data = _kept_audit(np.random.default_rng(41), n, lambda y, d: np.where(d == 1, 0.9, 0.6))
+    got = _labelled_metrics(data)
+    expected = {"ppv": 0.252 / 0.378, "npv": 0.276 / 0.348, "tpr": 0.252 / 0.324, "fpr": 0.126 / 0.402}
+    assert expected["ppv"] == pytest.approx(2 / 3) and expected["tpr"] == pytest.approx(7 / 9)
+    denominators = {"ppv": 0.378, "npv": 0.348, "tpr": 0.324, "fpr": 0.402}
+    for metric, value in expected.items():
+        se = np.sqrt(value * (1 - value) / (n * denominators[metric]))
+        assert abs(got[metric] - value) < 5 * se, metric
+    lines = completeness_warnings(label_completeness(group_counts(data, ["g"], []), 0.05))
+    assert len(lines) == 1 and BY_OUTCOME in lines[0] and BY_DECISION in lines[0]
+
+
+def _arrivals(rng, n: int, mean_days) -> pd.DataFrame:
+    """The population above, each label arriving mean_days(y_true, y_pred) days on average
+    (exponential) after its prediction; the audit is 10 days after the predictions, so a label
+    that takes longer is still missing (y_true NaN, labelled_at NaT)."""
+    data = _kept_audit(rng, n, lambda y, d: np.ones(len(y)))
+    delay = rng.exponential(mean_days(data["y_true"].to_numpy(), data["y_pred"].to_numpy()))
+    predicted = pd.Timestamp("2026-01-01")
+    late = delay > 10
+    data.loc[late, "y_true"] = np.nan
+    labelled_at = predicted + pd.to_timedelta(delay, unit="D")
+    return data.assign(predicted_at=predicted, labelled_at=labelled_at.where(~late))
+
+
+def test_arrival_times_tell_labels_missing_by_outcome_from_missing_by_decision():
+    """With each label's arrival time the two mechanisms differ: within one decision, labels of
+    positives arriving later (20 days on average against 5 for negatives) is missingness by
+    outcome, and the warning says PPV, FDR, NPV, FOR are the biased ones; labels whose delay
+    depends on the decision only (5 days for selections, 20 for rejections) arrive as fast for
+    both outcomes within a decision, and the warning says the arrival times are consistent with
+    missingness by decision."""
+    from biasaudit.tasks.counts import arrival_evidence
+
+    rng = np.random.default_rng(42)
+    by_outcome = _arrivals(rng, 20_000, lambda y, d: np.where(y == 1, 20.0, 5.0))
+    by_decision = _arrivals(rng, 20_000, lambda y, d: np.where(d == 1, 5.0, 20.0))
+    for data, expected in ((by_outcome, True), (by_decision, False)):
+        counts = group_counts(data, ["g"], [])
+        completeness = label_completeness(counts, 0.05)
+        assert completeness["uneven"].all()  # both: labelled shares differ by decision
+        evidence = arrival_evidence(data, ["g"], [], "labelled_at", alpha=0.05)
+        assert bool(evidence["by_outcome"].iloc[0]) is expected
+        line = completeness_warnings(completeness, evidence)[0]
+        if expected:
+            assert "labels of positives arrive later than those of negatives" in line
+            assert "missing by the outcome: PPV, FDR, NPV and FOR are biased" in line
+        else:
+            assert "arrival times are consistent with labels missing by the decision" in line
+            assert "TPR, FPR, FNR and TNR are biased" in line
+
+
+@pytest.mark.slow
+def test_arrival_evidence_keeps_its_size_when_arrival_follows_the_decision_only():
+    """Delays that depend on the decision only: arrival_evidence says by outcome in at most
+    α of 200 audits (binomial(200, 0.05) exceeds 17 with probability < 0.01)."""
+    from biasaudit.tasks.counts import arrival_evidence
+
+    rng = np.random.default_rng(43)
+    said = 0
+    for _ in range(200):
+        data = _arrivals(rng, 2_000, lambda y, d: np.where(d == 1, 5.0, 20.0))
+        said += bool(arrival_evidence(data, ["g"], [], "labelled_at", alpha=0.05)["by_outcome"].any())
+    assert said <= 17
+
+
+def test_audit_frame_reads_the_arrival_times_it_is_given():
+    """audit_frame(label_time=...) puts what the arrival times tell in the run's warnings; without
+    it the warning says labelled rows cannot tell the mechanisms apart."""
+    from biasaudit import audit_frame
+
+    data = _arrivals(np.random.default_rng(44), 20_000, lambda y, d: np.where(y == 1, 20.0, 5.0))
+    told = audit_frame(data, attributes=["g"], label_time="labelled_at")
+    line = told.summary["label_completeness_warnings"][0]
+    assert "in A labels of positives arrive later than those of negatives" in line
+    plain = audit_frame(data.drop(columns="labelled_at"), attributes=["g"])
+    assert "labelled rows alone cannot tell" in plain.summary["label_completeness_warnings"][0]

@@ -46,14 +46,100 @@ def test_impact_ratios_leave_out_small_categories_only_from_the_ratios():
     assert table.loc["b", "impact_ratio"] == pytest.approx(0.3 / 0.5)
 
 
-def _expected(raw: pd.DataFrame, chosen: pd.Series) -> pd.DataFrame:
+def test_the_two_percent_share_is_of_every_row_audited():
+    """A category's share, for the 2% rule, is of every row audited, those of an unknown category
+    included (the rule speaks of the data audited): 20 of 1,000 known rows is 2.0% of the known
+    categories but 20/1,100 = 1.8% of the rows audited with 100 unknown, so it is left out."""
+    groups = pd.DataFrame(
+        {"attribute": "race", "group_name": ["a", "b", "tiny"], "n": [500, 480, 20],
+         "selected": [250, 240, 19]}
+    )  # fmt: skip
+    table = impact_table(groups, audited={"race": 1100}).set_index("group_name")
+    assert table.loc["tiny", "share"] == pytest.approx(20 / 1100)
+    assert not table.loc["tiny", "in_ratios"] and np.isnan(table.loc["tiny", "impact_ratio"])
+    assert table.loc["a", "share"] == pytest.approx(500 / 1100)
+    assert table.loc["a", "impact_ratio"] == 1.0
+    kept = impact_table(groups).set_index("group_name")  # no unknown rows: the tables' rows
+    assert kept.loc["tiny", "in_ratios"] and kept.loc["tiny", "impact_ratio"] == 1.0
+    assert kept.loc["a", "impact_ratio"] == pytest.approx(0.5 / 0.95)  # tiny's 19/20 the highest
+
+
+def test_api_scoring_median_is_over_every_row_unknown_categories_included():
+    """result.scoring counts above the median of every finite score of the frame, the rows of an
+    unknown category (quarantined, not in the tables) included, as the documented definition
+    and the database scan do; sample_size is their number (pandas on the rows)."""
+    import warnings
+
+    from biasaudit import audit_frame
+
+    rng = np.random.default_rng(40)
+    n = 600
+    frame = pd.DataFrame(
+        {
+            "y_true": rng.integers(0, 2, n).astype(float),
+            "y_pred": rng.integers(0, 2, n),
+            "score": rng.random(n),
+            "race": rng.choice(["A", "B"], n),
+        }
+    )
+    frame.loc[frame.nlargest(100, "score").index, "race"] = ""  # the top scores: unknown race
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = audit_frame(frame, attributes=["race"], score="score")
+    median = float(frame["score"].median())  # every row's score
+    known = frame[frame["race"] != ""]
+    assert median > float(known["score"].median())  # the known rows' median is another number
+    scoring = result.scoring.set_index("group_name")
+    assert (scoring["median_score"] == median).all() and (scoring["sample_size"] == n).all()
+    above = (known["score"] > median).groupby(known["race"]).sum()
+    assert scoring["above_median"].sort_index().tolist() == above.sort_index().tolist()
+    assert scoring["n"].sort_index().tolist() == known["race"].value_counts().sort_index().tolist()
+
+
+def test_a_configured_threshold_shows_its_selection_rate_beside_the_median_split(db_url, tmp_path):
+    """With a decision's threshold configured, the page and the CSV give, beside the scoring rate
+    (above the median), each category's selection rate at the threshold (score >= 1.0, pandas on
+    the rows) and its impact ratio, categories under 2% of the rows audited left out."""
+    engine = make_engine(db_url)
+    rows = _scored_source(engine)
+    (tmp_path / "a.toml").write_text(
+        '[[audits]]\nname = "s"\nmodel = "m"\nsource = "scored_ll144"\n'
+        'attributes = ["race", "sex"]\nintersections = [["race", "sex"]]\nmetrics = ["fpr"]\n'
+        'decision = { score = "score", threshold = 1.0 }\n'
+        'columns = { prediction_id = "pid", model_id = "model", predicted_at = "at", '
+        'y_true = "label" }\n'
+    )
+    run = run_audit("s", str(tmp_path / "a.toml"), db_url, pd.Timestamp("2026-06-01", tz="UTC"))
+    page, csv = ll144_report(engine, run["run_id"])
+    audited = rows.iloc[: len(rows) - 3].dropna(subset=["score"])
+    audited = audited[audited["race"] != ""]
+    expected = _expected(audited, audited["score"] >= 1.0, len(audited) + 7)
+    got = pd.read_csv(io.StringIO(csv), keep_default_na=False).set_index(
+        ["attribute", "group_name"]
+    ).sort_index()
+    assert got["selected_at_threshold"].tolist() == expected["selected"].tolist()
+    np.testing.assert_allclose(got["rate_at_threshold"], expected["rate"], atol=1e-12)
+    np.testing.assert_allclose(
+        got["impact_ratio_at_threshold"].replace("", np.nan).astype(float),
+        expected["impact_ratio"],
+        atol=1e-12,
+    )
+    assert "Selection rate at the configured threshold: the share of a category with a score at or above 1.0" in page
+    assert "Selection rate at score ≥ 1.0" in page
+    engine.dispose()
+
+
+def _expected(raw: pd.DataFrame, chosen: pd.Series, audited: int | None = None) -> pd.DataFrame:
+    """Per category its rows, selected rows, rate and impact ratio, categories under 2% of the
+    ``audited`` rows (every row of the tables and those of an unknown category; default the
+    tables' rows) left out of the ratios."""
     parts = []
     race_sex = raw["race"] + " x " + raw["sex"]
     for attribute, key in (("race", raw["race"]), ("sex", raw["sex"]), ("race x sex", race_sex)):
         n, selected = key.value_counts(), chosen.groupby(key).sum()
         frame = pd.DataFrame({"n": n, "selected": selected}).rename_axis("group_name")
         frame["rate"] = frame["selected"] / frame["n"]
-        kept = frame["n"] / frame["n"].sum() >= 0.02
+        kept = frame["n"] / (audited or frame["n"].sum()) >= 0.02
         frame["impact_ratio"] = (frame["rate"] / frame.loc[kept, "rate"].max()).where(kept)
         parts.append(frame.reset_index().assign(attribute=attribute))
     return pd.concat(parts).set_index(["attribute", "group_name"]).sort_index()
@@ -167,7 +253,7 @@ def test_continuous_scoring_rates_count_above_the_exact_median(db_url, tmp_path,
     got = pd.read_csv(io.StringIO(csv), keep_default_na=False).set_index(
         ["attribute", "group_name"]
     )
-    expected = _expected(audited, audited["score"] > median)
+    expected = _expected(audited, audited["score"] > median, len(audited) + 7)  # 7 unknown races
     assert (rows["score"] == median).sum() > 0  # rows at the median are not above it
     assert got.sort_index().index.equals(expected.index)
     assert got.sort_index()["selected"].tolist() == expected["selected"].tolist()

@@ -189,7 +189,8 @@ def test_meta_metric_rows_leave_out_groups_with_reasons():
     ).iloc[0]
     assert row["k"] == 2 and row["k_undefined"] == 3
     assert row["reason"].startswith(
-        "groups left out: 1 undefined, 2 with a denominator below 30 for tpr (min_group_size 30)"
+        "groups left out: 1 undefined: 'g4'; 2 with a denominator below 30 for tpr "
+        "(min_group_size 30)"
     )
     assert "mm_ratio undefined: min = 0" in row["reason"] and np.isnan(row["mm_ratio"])
 
@@ -218,18 +219,53 @@ def test_size_rule_counts_the_metrics_own_denominator():
     assert table.loc["ppr", "k"] == 3 and table.loc["ppr", "denominator_min"] == 40
 
 
-@pytest.mark.parametrize("denominator", [1, 2, 5, 19])
-def test_tiny_denominators_are_left_out_whatever_min_group_size(denominator):
-    """It leaves out a group whose denominator is below MIN_DENOMINATOR (20) even at
-    min_group_size 0, naming why."""
+@pytest.mark.parametrize("denominator", [2, 3, 5, 19])
+def test_min_group_size_zero_keeps_every_group_with_a_variance_estimate(denominator):
+    """min_group_size 0 is honoured (issue 40: a 3-prediction group was left out even then): a
+    group of 2-19 outcomes enters the meta-metrics, computed by hand here over all four groups,
+    and the reason names it as the one that makes the corrected variance noisy."""
     from biasaudit.tasks.metametrics import attribute_meta_metrics
 
     frame = tpr_rows([1, 80, 100, 120], [denominator, 200, 200, 200])
+    row = attribute_meta_metrics(
+        frame, ["tpr"], n_boot=200, confidence=0.95, seed=0, min_group_size=0
+    ).iloc[0]
+    y = np.array([1 / denominator, 0.4, 0.5, 0.6])
+    n = np.array([denominator, 200, 200, 200])
+    assert row["k"] == 4 and row["k_undefined"] == 0 and row["denominator_min"] == denominator
+    assert row["mm_diff"] == pytest.approx(y.max() - y.min())
+    assert row["var"] == pytest.approx(np.var(y, ddof=1))
+    by_hand = max(0.0, np.var(y, ddof=1) - np.mean(y * (1 - y) / (n - 1)))
+    assert row["corrected_var"] == pytest.approx(by_hand)
+    assert "groups left out" not in row["reason"]
+    assert (
+        "kept with a denominator below 20 for tpr (min_group_size 0): 'g1'; the corrected "
+        "variance is biased upward with them" in row["reason"]
+    )
+
+
+def test_a_group_without_a_variance_estimate_is_left_out_and_named():
+    """A denominator of 1 has no variance estimate (n_k - 1 = 0): left out even at
+    min_group_size 0, by name."""
+    from biasaudit.tasks.metametrics import attribute_meta_metrics
+
+    frame = tpr_rows([1, 80, 100, 120], [1, 200, 200, 200])
     row = attribute_meta_metrics(frame, ["tpr"], n_boot=200, confidence=0.95, seed=0).iloc[0]
     assert row["k"] == 3 and row["denominator_min"] == 200
-    assert (
-        "1 with a denominator below 20 for tpr (too few for the variance correction)"
-        in row["reason"]
+    assert "1 with a denominator of 1 for tpr (no variance estimate): 'g1'" in row["reason"]
+
+
+def test_groups_left_out_are_named():
+    """Every group left out is named in the reason, beside its count."""
+    from biasaudit.tasks.metametrics import attribute_meta_metrics
+
+    frame = tpr_rows([10, 0, 1, 0, 8], [200, 30, 1, 0, 29])
+    row = attribute_meta_metrics(
+        frame, ["tpr"], n_boot=200, confidence=0.95, seed=0, min_group_size=30
+    ).iloc[0]
+    assert row["reason"].startswith(
+        "groups left out: 1 undefined: 'g4'; 2 with a denominator below 30 for tpr "
+        "(min_group_size 30): 'g3', 'g5'"
     )
 
 

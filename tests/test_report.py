@@ -907,10 +907,10 @@ def test_label_completeness_by_decision_is_shown_when_groups_differ(compas):
     support = np.arange(selected + 1)
     p = table.pmf(support)[table.pmf(support) <= table.pmf(selected) * (1 + 1e-7)].sum()
     assert p < 0.001
-    warning = "⚠ labels depend on the decision in <span class=datum>African-American</span> "
+    warning = "⚠ labelled shares differ by decision in <span class=datum>African-American</span> "
     assert warning + "(Holm-adjusted Fisher p <0.001)" in page
-    assert "TPR, FPR, FNR, TNR" in page
-    assert "labels depend on the decision" not in compas["page"]  # COMPAS: every row labelled
+    assert "by the decision: TPR, FPR, FNR and TNR are biased" in page and "by the outcome: PPV" in page
+    assert "labelled shares differ by decision" not in compas["page"]  # COMPAS: every row labelled
 
 
 @needs_compas
@@ -928,7 +928,7 @@ def test_completeness_warning_is_the_runs_own_decision(compas):
     race = label_completeness(counts[counts["attribute"] == "race"]).set_index("group_name")
     assert race.loc["African-American", "p_adjusted"] < 0.001  # seen,
     assert not race["uneven"].any()  # but small
-    assert "labels depend on the decision" not in render_html(
+    assert "labelled shares differ by decision" not in render_html(
         dataclasses.replace(frames, counts=counts)
     )
 
@@ -966,10 +966,12 @@ def test_an_audit_computes_label_completeness_once_for_its_summary_and_its_repor
     result = run_audit("once", str(config), url, pd.Timestamp("2026-11-01", tz="UTC"))
     assert len(calls) == 1
     page = Path(result["report"]).read_text()
-    assert "labels depend on the decision in <span class=datum>Black</span>" in page
+    assert "labelled shares differ by decision in <span class=datum>Black</span>" in page
     summary = get_run(make_engine(url), result["run_id"]).summary
     warnings = summary["label_completeness_warnings"]
-    assert any(w.startswith("labels depend on the decision in race groups Black") for w in warnings)
+    assert any(
+        w.startswith("labelled shares differ by decision in race groups Black") for w in warnings
+    )
     assert page == build_report(make_engine(url), result["run_id"], result["report"])[0]
     assert len(calls) == 2  # the stored run alone: computed from its counts
 

@@ -8,7 +8,7 @@ import pandas as pd
 
 from biasaudit.schemas.names import printable
 from biasaudit.schemas.report import ReportFrames
-from biasaudit.tasks.counts import DECISION_BIAS
+from biasaudit.tasks.counts import LABEL_BIAS
 from biasaudit.tasks.report.derive import (
     FIRST_SCREEN_ROWS,
     VERDICTS,
@@ -56,8 +56,8 @@ def _md_completeness(p: float, names: str) -> str:
     if not names:
         return ""
     return (
-        f"; labels depend on the decision in {md(names)} (Holm-adjusted Fisher p "
-        f"{md(p_text(p))}): {DECISION_BIAS}"
+        f"; labelled shares differ by decision in {md(names)} (Holm-adjusted Fisher p "
+        f"{md(p_text(p))}): {LABEL_BIAS}"
     )
 
 

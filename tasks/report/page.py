@@ -17,7 +17,7 @@ from biasaudit.schemas.metric_ids import (
     role,
 )
 from biasaudit.schemas.report import ReportFrames
-from biasaudit.tasks.counts import DECISION_BIAS
+from biasaudit.tasks.counts import LABEL_BIAS
 from biasaudit.tasks.report.derive import (
     CONTEXT,
     ERROR_RATES,
@@ -251,8 +251,8 @@ def _completeness_warning(p: float, names: str) -> str:
     if not names:
         return ""
     return (
-        f'<br><span class="why">⚠ labels depend on the decision in {datum(names)} '
-        f"(Holm-adjusted Fisher p {p_text(p)}): {DECISION_BIAS}</span>"
+        f'<br><span class="why">⚠ labelled shares differ by decision in {datum(names)} '
+        f"(Holm-adjusted Fisher p {p_text(p)}): {LABEL_BIAS}</span>"
     )
 
 
