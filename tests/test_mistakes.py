@@ -28,3 +28,124 @@ def test_a_url_of_an_uninstalled_spelling_names_the_url_that_works(url, hint):
     assert len(lines) == 1 and lines[0].startswith("error: "), result.output
     assert hint in lines[0], lines[0]
     assert PASSWORD not in result.output and "Traceback" not in result.output
+
+
+# ---- a store of the demo's predictions -------------------------------------------------------
+
+BAD_AUDITS = """
+[[audits]]
+name = "typo"
+model_id = "credit-scorer"
+window = "all"
+attributes = ["race"]
+reference_groups = { race = "Whte" }
+
+[[audits]]
+name = "nomodel"
+model_id = "credit-scorr"
+window = "all"
+attributes = ["race"]
+
+[[audits]]
+name = "nocol"
+model_id = "credit-scorer"
+window = "all"
+attributes = ["race"]
+columns = { y_true = "lable" }
+
+[[audits]]
+name = "yesno"
+model_id = "yesno-model"
+window = "all"
+attributes = ["race"]
+
+[[audits]]
+name = "good"
+model_id = "credit-scorer"
+window = "all"
+attributes = ["race"]
+reference_groups = { race = "White" }
+"""
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """A SQLite store of the demo's credit-scorer and hiring-screen predictions, both audited
+    once (runs 1 and 2), and a model whose labels are spelt yes/no with some NULLs; the URL and
+    a configuration of mistaken audits."""
+    from contextlib import redirect_stdout
+    from io import StringIO
+
+    from biasaudit.db.engine import make_engine
+    from biasaudit.db.load import load_predictions
+    from biasaudit.db.migrate import upgrade
+    from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
+    from biasaudit.flows.pipeline import run_audit
+
+    folder = tmp_path_factory.mktemp("mistakes")
+    url = f"sqlite:///{folder / 'store.db'}"
+    upgrade(url)
+    frame = synthetic_predictions()
+    frame = frame[frame["model_id"].isin(["credit-scorer", "hiring-screen"])]
+    load_predictions(make_engine(url), frame, list(GROUPS), "demo")
+    config = folder / "audits.toml"
+    config.write_text(
+        '[[audits]]\nname = "credit"\nmodel = "credit-scorer"\nwindow = "all"\n'
+        'attributes = ["race", "sex"]\nmetrics = ["tpr", "fpr", "ppv", "ppr"]\n'
+        'reference_groups = { race = "White" }\n[audits.thresholds]\nbootstrap_replicates = 100\n'
+        '[[audits]]\nname = "hiring"\nmodel = "hiring-screen"\nwindow = "all"\n'
+        'attributes = ["sex", "race"]\nintersections = [["race", "sex"]]\n'
+        'metrics = ["tpr", "fpr", "ppr", "ppv"]\n[audits.thresholds]\nbootstrap_replicates = 100\n'
+    )
+    with redirect_stdout(StringIO()):
+        run_audit("credit", str(config), url, END)
+        run_audit("hiring", str(config), url, END)
+    bad = folder / "bad.toml"
+    bad.write_text(BAD_AUDITS)
+    yield {"url": url, "config": config, "bad": bad, "folder": folder}
+
+
+def _one_error(result) -> str:
+    lines = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert result.exit_code != 0 and len(lines) == 1, result.output
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def _no_server(monkeypatch):
+    """A Prefect server that must not start: a mistake the command can know is caught first."""
+    from biasaudit.flows.cli import runs
+
+    def started(*args, **kwargs):
+        raise AssertionError("a Prefect server was started")
+
+    monkeypatch.setattr(runs, "_prefect_environment", started)
+
+
+@pytest.mark.parametrize(
+    ("audit", "message"),
+    [
+        (
+            "typo",
+            (
+                "error: reference group 'Whte' of attribute 'race' is not in the data (audit 'typo'); "
+                "groups: 'White', 'Black', 'Hispanic', 'Asian', 'Pacific Islander', 'Native American'"
+            ),
+        ),
+        (
+            "nomodel",
+            (
+                "error: unknown model 'credit-scorr': 'predictions' holds predictions of "
+                "['credit-scorer', 'hiring-screen']"
+            ),
+        ),
+        ("nocol", "error: source 'predictions': no column 'lable' (y_true); it has: "),
+    ],
+)
+def test_run_fails_before_any_prefect_server_starts(store, monkeypatch, audit, message):
+    """`biasaudit run` of an audit whose reference group, model or column is wrong fails with
+    one line before a Prefect server starts (it took 10-15 s on an idle machine, 52-80 s on a
+    busy one, to start the server first; now 1.4-2.2 s)."""
+    _no_server(monkeypatch)
+    result = runner.invoke(app, ["run", audit, "-c", str(store["bad"]), "--db", store["url"]])
+    assert _one_error(result).startswith(message), result.output
