@@ -105,7 +105,8 @@ def _binary_problem(connection, window, where, audit: Audit, canonical: str) -> 
     column = audit.source_column(canonical)
     return (
         f"source {audit.source!r}: column {column!r} ({canonical}) holds values that are not "
-        f"accepted in {share:.1%} of the window's rows, above max_invalid_fraction = "
+        f"accepted in {share:.1%} of the window's {'labelled ' if canonical == 'y_true' else ''}"
+        f"rows, above max_invalid_fraction = "
         f"{audit.thresholds.max_invalid_fraction:.1%}: {shown}; accepted: {BINARY_RULE}"
         + (" (NULL: an unknown outcome)" if canonical == "y_true" else "")
     )

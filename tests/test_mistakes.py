@@ -56,6 +56,7 @@ columns = { y_true = "lable" }
 [[audits]]
 name = "yesno"
 model_id = "yesno-model"
+source = "yesno"
 window = "all"
 attributes = ["race"]
 
@@ -100,6 +101,29 @@ def store(tmp_path_factory):
     with redirect_stdout(StringIO()):
         run_audit("credit", str(config), url, END)
         run_audit("hiring", str(config), url, END)
+    from sqlalchemy import text
+
+    with make_engine(url).begin() as connection:  # labels spelt yes/no, 15 of 100 unknown
+        connection.execute(
+            text(
+                "CREATE TABLE yesno (prediction_id TEXT PRIMARY KEY, model_id TEXT, "
+                "predicted_at TEXT, y_true TEXT, y_pred INTEGER, race TEXT)"
+            )
+        )
+        connection.execute(
+            text(
+                "INSERT INTO yesno VALUES (:i, 'yesno-model', '2026-10-01T00:00:00Z', :y, :p, :r)"
+            ),
+            [
+                {
+                    "i": f"p{i}",
+                    "y": None if i < 15 else ("yes" if i % 2 else "no"),
+                    "p": i % 2,
+                    "r": "A" if i % 3 else "B",
+                }
+                for i in range(100)
+            ],
+        )
     bad = folder / "bad.toml"
     bad.write_text(BAD_AUDITS)
     yield {"url": url, "config": config, "bad": bad, "folder": folder}
@@ -149,3 +173,35 @@ def test_run_fails_before_any_prefect_server_starts(store, monkeypatch, audit, m
     _no_server(monkeypatch)
     result = runner.invoke(app, ["run", audit, "-c", str(store["bad"]), "--db", store["url"]])
     assert _one_error(result).startswith(message), result.output
+
+
+def test_audits_check_reads_the_source(store):
+    """`biasaudit audits` said "ok" to a reference typo, an unknown model id and yes/no labels;
+    `audits --check` reads the source and prints one line per problem naming what was wrong,
+    where, and what is accepted, and exits 1."""
+    args = ["audits", "-c", str(store["bad"]), "--db", store["url"]]
+    plain = runner.invoke(app, args)
+    assert "audit 'typo': reference group" not in plain.output  # the catalogue alone: no rows
+    result = runner.invoke(app, [*args, "--check"])
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    found = {line.split(":")[0] for line in lines if line.startswith("audit '")}
+    assert found == {"audit 'typo'", "audit 'nomodel'", "audit 'nocol'", "audit 'yesno'"}, lines
+    assert (
+        "audit 'typo': reference group 'Whte' of attribute 'race' is not in the data; groups: "
+        "'White', 'Black', 'Hispanic', 'Asian', 'Pacific Islander', 'Native American'" in lines
+    ), lines
+    assert (
+        "audit 'nomodel': unknown model 'credit-scorr': 'predictions' holds predictions of "
+        "['credit-scorer', 'hiring-screen']" in lines
+    ), lines
+    assert (
+        "audit 'yesno': source 'yesno': column 'y_true' (y_true) holds values that are not "
+        "accepted in 100.0% of the window's labelled rows, above max_invalid_fraction = 5.0%: "
+        "'yes', 'no'; accepted: binary: 0/1 or true/false (NULL: an unknown outcome)" in lines
+    ), lines
+    assert lines[-1] == f"error: 4 of 5 audits in {store['bad']} are invalid", lines
+    good = runner.invoke(
+        app, ["audits", "-c", str(store["config"]), "--db", store["url"], "--check"]
+    )
+    assert good.exit_code == 0 and "invalid" not in good.output, good.output

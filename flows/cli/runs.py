@@ -286,16 +286,33 @@ def _data_problems(audit: Any, db: str | None, as_of: Any) -> list[str]:
 
 
 @app.command()
-def audits(config: ConfigOption = None, db: DbOption = None) -> None:
+def audits(
+    config: ConfigOption = None,
+    db: DbOption = None,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Also read the source: the model's rows in the window, the reference groups "
+            "among the attribute's values, 0/1-like labels and decisions",
+        ),
+    ] = False,
+    as_of: Annotated[
+        str | None,
+        typer.Option(metavar="DATE", help="With --check: the window as of this date (ISO, UTC)"),
+    ] = None,
+) -> None:
     """List the configured audits and validate each one: its configuration, and its source's
-    table and columns in the database (source_db, else --db), reading no rows. Prints one line
-    per problem; exit 1 if any audit is invalid."""
+    table and columns in the database (source_db, else --db), reading no rows; with --check,
+    what the source holds too (db.checks). Prints one line per problem; exit 1 if any audit is
+    invalid."""
     import pandas as pd
 
     from biasaudit.flows.config_files import configured_names, default_config_path, load_audit
     from biasaudit.schemas.config import ConfigError
 
     path = Path(config or default_config_path())
+    moment = _date(as_of)
     rows, problems = [], []
     for name in configured_names(path):
         try:
@@ -304,7 +321,8 @@ def audits(config: ConfigOption = None, db: DbOption = None) -> None:
             found = [line.strip() for line in str(exc).splitlines()[1:]] or [str(exc)]
             rows.append({"audit": name, "model": "", "window": "", "source": "", "attributes": ""})
         else:
-            found = _source_problems(audit, db)
+            found = _source_problems(audit, db, content=check, as_of=moment, labels=check)
+            found = [problem.replace(f" (audit {name!r})", "") for problem in found]
             rows.append(
                 {
                     "audit": audit.name,
