@@ -205,3 +205,27 @@ def test_audits_check_reads_the_source(store):
         app, ["audits", "-c", str(store["config"]), "--db", store["url"], "--check"]
     )
     assert good.exit_code == 0 and "invalid" not in good.output, good.output
+
+
+def test_too_many_invalid_rows_names_the_column_values_and_run(store):
+    """yes/no labels with some NULLs (85 of 100 rows quarantined) gave the generic "85.0% failed
+    validation"; the line names the run, the source's column, what it accepts, the first bad value
+    and where the quarantined rows are."""
+    from contextlib import redirect_stdout
+    from io import StringIO
+
+    from biasaudit.db.engine import make_engine
+    from biasaudit.db.history import list_runs
+    from biasaudit.flows.pipeline import run_audit
+    from biasaudit.schemas.quarantine import TooManyInvalidRows
+
+    with redirect_stdout(StringIO()), pytest.raises(TooManyInvalidRows) as caught:
+        run_audit("yesno", str(store["bad"]), store["url"])
+    runs = list_runs(make_engine(store["url"]))
+    run_id = int(runs[runs["audit_name"] == "yesno"]["id"].iloc[0])
+    assert str(caught.value) == (
+        f"run {run_id}: 85 of 100 rows (85.0%) failed validation, above max_invalid_fraction = "
+        "5.0%; column 'y_true' of 'yesno': 85 rows, accepted binary: 0/1 or true/false (NULL: an "
+        f"unknown outcome), first bad value 'yes' (prediction 'p15'); see `biasaudit quarantine "
+        f"{run_id}`"
+    )
