@@ -229,3 +229,24 @@ def test_too_many_invalid_rows_names_the_column_values_and_run(store):
         f"unknown outcome), first bad value 'yes' (prediction 'p15'); see `biasaudit quarantine "
         f"{run_id}`"
     )
+
+
+def test_flagged_disparities_say_which_procedure_flagged_each(store, capsys, monkeypatch):
+    """The terminal's "flagged disparities" listed rows whose HDI decision is "undecided" with no
+    word on the two verdicts: each row says which of the two procedures flagged it."""
+    from biasaudit.flows.cli import history
+
+    frames = []
+    monkeypatch.setattr(history, "_print_frame", lambda frame, title=None: frames.append(frame))
+    history._print_flagged(store["url"], [2])
+    out = capsys.readouterr().out
+    (flagged,) = frames
+    by = dict(zip(flagged["decision"], flagged["flagged_by"]))
+    assert by == {
+        "undecided": "test only; HDI+ROPE undecided",
+        "biased": "both: test and HDI+ROPE",
+    }, flagged
+    assert "flagged_by: every row is flagged by the frequentist test" in out
+    frames.clear()
+    runner.invoke(app, ["history", "2", "--all", "--db", store["url"]])
+    assert any("flagged_by" in frame for frame in frames)
