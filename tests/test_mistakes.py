@@ -250,3 +250,21 @@ def test_flagged_disparities_say_which_procedure_flagged_each(store, capsys, mon
     frames.clear()
     runner.invoke(app, ["history", "2", "--all", "--db", store["url"]])
     assert any("flagged_by" in frame for frame in frames)
+
+
+def test_a_metric_series_is_of_one_audit(store):
+    """`history --metric` without --audit mixed models in one series; with more than one audit
+    holding the metric it asks for --audit (or --model), naming them."""
+    result = runner.invoke(
+        app, ["history", "--metric", "tpr", "--attribute", "sex", "--db", store["url"]]
+    )
+    assert _one_error(result) == (
+        "error: --metric tpr: 2 audits hold it, a series each: 'credit' (model 'credit-scorer'), "
+        "'hiring' (model 'hiring-screen'); choose one with --audit NAME (or --model ID)"
+    )
+    for narrowed in (["--audit", "hiring"], ["--model", "hiring-screen"]):
+        one = runner.invoke(
+            app,
+            ["history", "--metric", "tpr", "--attribute", "sex", *narrowed, "--db", store["url"]],
+        )
+        assert one.exit_code == 0 and "credit" not in one.output, one.output

@@ -317,6 +317,13 @@ def _print_series(
         _fail("no stored values match")
     if series["attribute"].nunique() > 1 and attribute is None:
         _fail(f"several attributes hold {metric}: choose one with --attribute")
+    pairs = series[["audit_name", "model_id"]].drop_duplicates().sort_values(["audit_name"])
+    if len(pairs) > 1:  # one series is one audit of one model, never several mixed
+        held = ", ".join(f"{a!r} (model {m!r})" for a, m in pairs.itertuples(index=False))
+        _fail(
+            f"--metric {metric}: {len(pairs)} audits hold it, a series each: {held}; choose one "
+            "with --audit NAME (or --model ID)"
+        )
     wide = series.pivot_table(
         index=["run_id", "audit_name", "model_id", "version", "as_of"],
         columns="group_name",
