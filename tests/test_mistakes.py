@@ -268,3 +268,30 @@ def test_a_metric_series_is_of_one_audit(store):
             ["history", "--metric", "tpr", "--attribute", "sex", *narrowed, "--db", store["url"]],
         )
         assert one.exit_code == 0 and "credit" not in one.output, one.output
+
+
+def test_load_says_the_model_version_is_required_and_how_to_give_it(tmp_path):
+    """The docs called `load`'s model version optional while every stored prediction needs one:
+    the docs say it is required (unless the file has the column) and a file without it fails
+    naming --model-version."""
+    from pathlib import Path
+
+    url = f"sqlite:///{tmp_path / 'load.db'}"
+    assert runner.invoke(app, ["db", "upgrade", "--db", url]).exit_code == 0
+    csv = tmp_path / "p.csv"
+    csv.write_text("prediction_id,model_id,predicted_at,y_true,y_pred,race\n1,m,2026-01-01,1,1,A\n")
+    result = runner.invoke(app, ["load", str(csv), "-a", "race", "--db", url])
+    assert _one_error(result) == (
+        f"error: {csv}: missing columns ['model_version'] (every stored prediction has a "
+        "model_id and a model_version); the file has: prediction_id, model_id, predicted_at, "
+        "y_true, y_pred, race; give model_version with --model-version VERSION or --map "
+        "model_version=COLUMN"
+    )
+    given = runner.invoke(
+        app, ["load", str(csv), "-a", "race", "--model-version", "1", "--db", url]
+    )
+    assert given.exit_code == 0 and "inserted 1" in given.output, given.output
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    row = next(line for line in docs.splitlines() if line.startswith("| `biasaudit load"))
+    assert "[--model M --model-version V]" not in row
+    assert "--model-version V" in row and "required" in row, row
