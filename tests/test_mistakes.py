@@ -295,3 +295,17 @@ def test_load_says_the_model_version_is_required_and_how_to_give_it(tmp_path):
     row = next(line for line in docs.splitlines() if line.startswith("| `biasaudit load"))
     assert "[--model M --model-version V]" not in row
     assert "--model-version V" in row and "required" in row, row
+
+
+def test_the_first_screen_says_ppr_counts_every_prediction(store, tmp_path):
+    """The report's first screen said rates are of labelled predictions, while PPR counts every
+    prediction, labelled or not: the sentence says which rates count which predictions."""
+    out = tmp_path / "run.html"
+    result = runner.invoke(app, ["report", "2", "--out", str(out), "--db", store["url"]])
+    assert result.exit_code == 0, result.output
+    page = out.read_text()
+    assert "Rates are of the labelled predictions, counts in brackets." not in page
+    assert (
+        "Rates are of the labelled predictions, except the predicted positive and negative rates "
+        "(PPR, PNR), which count every valid prediction, labelled or not; counts in brackets."
+    ) in page
