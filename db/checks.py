@@ -48,7 +48,7 @@ def data_problems(
     with engine.connect() as connection:
         first = select(window.raw["prediction_id"]).where(where).limit(1)
         if connection.execute(first).first() is None:
-            return [empty_window_message(connection, window, start, end, now)]
+            return [_empty(connection, window, audit, start, end, now)]
         for attribute, name in audit.reference_groups.items():
             if attribute not in audit.attributes:
                 continue  # an intersection's reference: its labels are checked by the run
@@ -74,6 +74,24 @@ def data_problems(
                 if problem:
                     problems.append(problem)
     return problems
+
+
+def _empty(connection, window, audit: Audit, start, end, now: datetime) -> str:
+    """Why the window is empty (db.source.empty_window_message) and, where the model's rows lie
+    outside it, the span they cover: the as-of dates (or window) that would read them."""
+    message = empty_window_message(connection, window, start, end, now)
+    if window.time is None or not message.startswith("no predictions"):
+        return message
+    span = select(func.min(window.time), func.max(window.time))
+    if window.model is not None:
+        span = span.where(window.model == audit.model_id)
+    first, last = connection.execute(span).first() or (None, None)
+    if first is None:
+        return message
+    return (
+        f"{message}; the model's predictions span {str(first)[:19]} to {str(last)[:19]}: choose "
+        f"an --as-of that window {audit.window!r} reaches them from, or a longer window"
+    )
 
 
 def _binary_problem(connection, window, where, audit: Audit, canonical: str) -> str | None:

@@ -309,3 +309,26 @@ def test_the_first_screen_says_ppr_counts_every_prediction(store, tmp_path):
         "Rates are of the labelled predictions, except the predicted positive and negative rates "
         "(PPR, PNR), which count every valid prediction, labelled or not; counts in brackets."
     ) in page
+
+
+def test_an_empty_window_names_the_span_of_the_models_predictions(store, monkeypatch):
+    """A window that holds none of the model's rows (the wrong --as-of) fails before a server
+    starts, naming the span the model's predictions cover."""
+    _no_server(monkeypatch)
+    config = store["folder"] / "recent.toml"
+    config.write_text(
+        '[[audits]]\nname = "recent"\nmodel = "credit-scorer"\nwindow = "last_30_days"\n'
+        'attributes = ["race"]\n'
+    )
+    result = runner.invoke(
+        app, ["run", "recent", "-c", str(config), "--db", store["url"], "--as-of", "2026-12-31"]
+    )
+    line = _one_error(result)
+    assert line.startswith(
+        "error: no predictions of model 'credit-scorer' in 'predictions' for window "
+        "(2026-12-01 00:00:00+00:00, 2026-12-31 00:00:00+00:00]; the model's predictions span "
+        "2026-09-01"
+    ), line
+    assert line.endswith(
+        "choose an --as-of that window 'last_30_days' reaches them from, or a longer window"
+    ), line
