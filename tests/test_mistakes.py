@@ -332,3 +332,40 @@ def test_an_empty_window_names_the_span_of_the_models_predictions(store, monkeyp
     assert line.endswith(
         "choose an --as-of that window 'last_30_days' reaches them from, or a longer window"
     ), line
+
+
+def test_audits_check_on_every_store_database(db_url, tmp_path):
+    """`audits --check` reads the source with the same queries on SQLite, PostgreSQL and MariaDB:
+    the model's rows (attributes from the JSON column), the reference groups and the labels."""
+    import pandas as pd
+
+    from biasaudit.db.engine import make_engine
+    from biasaudit.db.load import load_predictions
+    from biasaudit.flows.demo import GROUPS, synthetic_predictions
+
+    engine = make_engine(db_url)
+    frame = synthetic_predictions()
+    load_predictions(
+        engine, frame[frame["model_id"] == "credit-scorer"].head(600), list(GROUPS), "t"
+    )
+    pd.DataFrame(
+        {
+            "prediction_id": [f"p{i}" for i in range(40)],
+            "model_id": "yesno-model",
+            "predicted_at": "2026-10-01T00:00:00Z",
+            "y_true": [None if i < 5 else ("yes" if i % 2 else "no") for i in range(40)],
+            "y_pred": [i % 2 for i in range(40)],
+            "race": ["A" if i % 3 else "B" for i in range(40)],
+        }
+    ).to_sql("yesno", engine, index=False)
+    engine.dispose()
+    config = BAD_AUDITS.replace('columns = { y_true = "lable" }\n', "")
+    path = tmp_path / "bad.toml"
+    path.write_text(config)
+    result = runner.invoke(app, ["audits", "-c", str(path), "--db", db_url, "--check"])
+    lines = result.output.splitlines()
+    found = sorted(line.split(":")[0] for line in lines if line.startswith("audit '"))
+    assert found == ["audit 'nomodel'", "audit 'typo'", "audit 'yesno'"], result.output
+    assert any(line.startswith("audit 'typo': reference group 'Whte'") for line in lines)
+    assert any("'Whte'" in line and "'White'" in line for line in lines), result.output
+    assert lines[-1].startswith("error: 3 of 5 audits in"), result.output
