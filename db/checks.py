@@ -20,7 +20,7 @@ from biasaudit.db.source import (
     window_bounds,
     window_of,
 )
-from biasaudit.schemas.config import Audit
+from biasaudit.schemas.config import INTERSECTION_SEP, Audit
 from biasaudit.schemas.frames import BINARY_RULE, as_binary, canonical_text, listed
 
 # Distinct values read of a column: enough to name what is there, bounded for a float column.
@@ -50,23 +50,28 @@ def data_problems(
         if connection.execute(first).first() is None:
             return [_empty(connection, window, audit, start, end, now)]
         for attribute, name in audit.reference_groups.items():
-            if attribute not in audit.attributes:
-                continue  # an intersection's reference: its labels are checked by the run
-            key = window.key(attribute)
-            if connection.execute(select(key).where(where, key == name).limit(1)).first():
+            if attribute in audit.attributes:
+                groups = _missing_group(connection, window, where, attribute, name)
+                if groups is not None:
+                    problems.append(
+                        f"reference group {name!r} of attribute {attribute!r} is not in the data "
+                        f"(audit {audit.name!r}); groups: {listed(groups) or 'none'}"
+                    )
                 continue
-            sizes = connection.execute(
-                select(key, func.count()).where(where).group_by(key).order_by(func.count().desc())
-            ).all()
-            values = pd.Series([v for v, _ in sizes], dtype=object)
-            names = canonical_text(values) if len(values) else values
-            if (names == name).any():
-                continue
-            ranked = [n for n in names if n is not None]
-            problems.append(
-                f"reference group {name!r} of attribute {attribute!r} is not in the data "
-                f"(audit {audit.name!r}); groups: {listed(ranked) or 'none'}"
-            )
+            # an intersection's reference: each of its parts must be a value of its attribute
+            members = dict(zip(audit.intersection_names, audit.intersections)).get(attribute, [])
+            parts = name.split(INTERSECTION_SEP)
+            if len(parts) != len(members):
+                continue  # a group name holding the separator: the run checks it whole
+            for member, part in zip(members, parts):
+                groups = _missing_group(connection, window, where, member, part)
+                if groups is not None:
+                    problems.append(
+                        f"reference group {name!r} of intersection {attribute!r} is not in the "
+                        f"data (audit {audit.name!r}): {part!r} is not a value of {member!r}; "
+                        f"groups of {member!r}: {listed(groups) or 'none'}"
+                    )
+                    break
         if labels:
             wanted = ["y_true"] if audit.decision else ["y_true", "y_pred"]
             for canonical in wanted:
@@ -74,6 +79,22 @@ def data_problems(
                 if problem:
                     problems.append(problem)
     return problems
+
+
+def _missing_group(connection, window, where, attribute: str, name: str) -> list[str] | None:
+    """None when ``name`` is among the window's values of ``attribute``; else those values,
+    the most frequent first (as the run names them: canonical text)."""
+    key = window.key(attribute)
+    if connection.execute(select(key).where(where, key == name).limit(1)).first():
+        return None
+    sizes = connection.execute(
+        select(key, func.count()).where(where).group_by(key).order_by(func.count().desc())
+    ).all()
+    values = pd.Series([v for v, _ in sizes], dtype=object)
+    names = canonical_text(values) if len(values) else values
+    if (names == name).any():
+        return None
+    return [n for n in names if n is not None]
 
 
 def _empty(connection, window, audit: Audit, start, end, now: datetime) -> str:

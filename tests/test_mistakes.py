@@ -369,3 +369,21 @@ def test_audits_check_on_every_store_database(db_url, tmp_path):
     assert any(line.startswith("audit 'typo': reference group 'Whte'") for line in lines)
     assert any("'Whte'" in line and "'White'" in line for line in lines), result.output
     assert lines[-1].startswith("error: 3 of 5 audits in"), result.output
+
+
+def test_an_intersections_reference_typo_fails_before_the_server(store, monkeypatch):
+    """A reference group of an intersection whose part is not among its attribute's values
+    fails before a Prefect server starts, naming the part and the attribute's groups."""
+    _no_server(monkeypatch)
+    config = store["folder"] / "inter.toml"
+    config.write_text(
+        '[[audits]]\nname = "inter"\nmodel = "credit-scorer"\nwindow = "all"\n'
+        'attributes = ["race", "sex"]\nintersections = [["race", "sex"]]\n'
+        'reference_groups = { "race x sex" = "Whte x Male" }\n'
+    )
+    result = runner.invoke(app, ["run", "inter", "-c", str(config), "--db", store["url"]])
+    assert _one_error(result) == (
+        "error: reference group 'Whte x Male' of intersection 'race x sex' is not in the data "
+        "(audit 'inter'): 'Whte' is not a value of 'race'; groups of 'race': 'White', 'Black', "
+        "'Hispanic', 'Asian', 'Pacific Islander', 'Native American'"
+    )
