@@ -116,9 +116,13 @@ def _empty(connection, window, audit: Audit, start, end, now: datetime) -> str:
 
 
 def _binary_problem(connection, window, where, audit: Audit, canonical: str) -> str | None:
-    """A line when more than ``max_invalid_fraction`` of the window's values of ``canonical``
-    (NULL labels excepted: an unknown outcome) are not 0/1-like; None otherwise."""
+    """A line when the window's values of ``canonical`` that are not 0/1-like (NULL labels
+    excepted: an unknown outcome) are more than ``max_invalid_fraction`` of the window's rows, so
+    that the run would fail (its share counts every row read); None otherwise. Of a column with
+    more than DISTINCT values only the most frequent are judged: the share found is never above
+    the run's."""
     key = window.raw[canonical]
+    total = connection.execute(select(func.count()).where(where)).scalar_one()
     counted = connection.execute(
         select(key, func.count())
         .where(where)
@@ -128,13 +132,12 @@ def _binary_problem(connection, window, where, audit: Audit, canonical: str) -> 
     ).all()
     values = pd.Series([v for v, _ in counted], dtype=object)
     counts = pd.Series([int(n) for _, n in counted], dtype="int64")
-    missing = values.isna().to_numpy()
     if canonical == "y_true":  # a NULL label is an unknown outcome, not a mistake
-        values, counts = values[~missing], counts[~missing]
-    total = int(counts.sum())
-    if not total:
+        known = ~values.isna().to_numpy()
+        values, counts = values[known].reset_index(drop=True), counts[known].reset_index(drop=True)
+    if not total or values.empty:
         return None
-    bad = as_binary(values.reset_index(drop=True)).isna().to_numpy()
+    bad = as_binary(values).isna().to_numpy()
     share = int(counts.to_numpy()[bad].sum()) / total
     if share <= audit.thresholds.max_invalid_fraction:
         return None
@@ -144,8 +147,7 @@ def _binary_problem(connection, window, where, audit: Audit, canonical: str) -> 
     column = audit.source_column(canonical)
     return (
         f"source {audit.source!r}: column {column!r} ({canonical}) holds values that are not "
-        f"accepted in {share:.1%} of the window's {'labelled ' if canonical == 'y_true' else ''}"
-        f"rows, above max_invalid_fraction = "
+        f"accepted in {share:.1%} of the window's {total} rows, above max_invalid_fraction = "
         f"{audit.thresholds.max_invalid_fraction:.1%}: {shown}; accepted: {BINARY_RULE}"
         + (" (NULL: an unknown outcome)" if canonical == "y_true" else "")
     )

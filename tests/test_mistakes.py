@@ -164,6 +164,14 @@ def _no_server(monkeypatch):
             ),
         ),
         ("nocol", "error: source 'predictions': no column 'lable' (y_true); it has: "),
+        (
+            "yesno",
+            (
+                "error: source 'yesno': column 'y_true' (y_true) holds values that are not accepted in "
+                "85.0% of the window's 100 rows, above max_invalid_fraction = 5.0%: 'yes', 'no'; "
+                "accepted: binary: 0/1 or true/false (NULL: an unknown outcome)"
+            ),
+        ),
     ],
 )
 def test_run_fails_before_any_prefect_server_starts(store, monkeypatch, audit, message):
@@ -197,7 +205,7 @@ def test_audits_check_reads_the_source(store):
     ), lines
     assert (
         "audit 'yesno': source 'yesno': column 'y_true' (y_true) holds values that are not "
-        "accepted in 100.0% of the window's labelled rows, above max_invalid_fraction = 5.0%: "
+        "accepted in 85.0% of the window's 100 rows, above max_invalid_fraction = 5.0%: "
         "'yes', 'no'; accepted: binary: 0/1 or true/false (NULL: an unknown outcome)" in lines
     ), lines
     assert lines[-1] == f"error: 4 of 5 audits in {store['bad']} are invalid", lines

@@ -409,14 +409,14 @@ def test_a_handled_error_gives_short_logs_and_one_error_line(prefect_server, tmp
     assert short.returncode == 1, output
     assert output.startswith("error: ") and len(output.splitlines()) == 1, output
     assert "no predictions of model 'credit-scorer'" in output
-    # An empty window now fails before any server starts (flows/cli/runs.py); labels spelt yes/no
-    # fail inside the flow run, where Prefect logs the handled error.
+    # An empty window (and labels spelt yes/no) now fail before any server starts
+    # (flows/cli/runs.py); scores outside [0, 1] fail inside the flow run, where Prefect logs the
+    # handled error.
     with make_engine(url).begin() as connection:
         connection.execute(
             text(
-                "CREATE VIEW yesno AS SELECT prediction_id, model_id, predicted_at, "
-                "CASE WHEN y_true = 1 THEN 'yes' ELSE 'no' END AS y_true, y_pred, attributes "
-                "FROM predictions"
+                "CREATE VIEW yesno AS SELECT prediction_id, model_id, predicted_at, y_true, "
+                "y_pred, 5.0 AS score, attributes FROM predictions"
             )
         )
     yesno = tmp_path / "yesno.toml"
@@ -457,7 +457,7 @@ def test_a_handled_error_gives_short_logs_and_one_error_line(prefect_server, tmp
     )
     assert ok.returncode == 0 and ok.stderr == "", ok.stdout + ok.stderr
     assert not [line for line in ok.stdout.splitlines() if PREFECT_LOG_LINE.match(line)]
-    # run 2: the failed run 1 is the yes/no audit's; the empty windows failed before any run
+    # run 2: the failed run 1 is the out-of-range scores'; the empty windows failed before any run
     assert "audit runs" in ok.stdout and "run 2 (v1) of credit-race: flagged" in ok.stdout
     report = Path(ok.stdout.split("report: ")[1].split()[0])
     assert report.exists()

@@ -51,7 +51,7 @@ def run(
     moment = _date(as_of)
     configured = load_audit(Path(config or default_config_path()), audit)
     _engine(db).dispose()
-    # configuration, source, model, window and reference groups: a mistake fails before Prefect
+    # configuration, source, model, window, reference groups, labels: a mistake fails before Prefect
     problems = _data_problems(configured, db, moment)
     if problems:
         raise Mistake("; ".join(problems))
@@ -282,7 +282,7 @@ def _source_problems(
 def _data_problems(audit: Any, db: str | None, as_of: Any) -> list[str]:
     """The problems a run of ``audit`` as of ``as_of`` would meet in its source, found before
     any Prefect server starts (``_source_problems`` with its content)."""
-    return _source_problems(audit, db, content=True, as_of=as_of)
+    return _source_problems(audit, db, content=True, as_of=as_of, labels=True)
 
 
 @app.command()
