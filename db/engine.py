@@ -165,6 +165,33 @@ def _connect_args(url: URL) -> dict[str, Any]:
     return {}
 
 
+# Spellings of a database kind whose driver biasaudit does not install, and the one it does.
+WORKING_SPELLINGS = {
+    "postgres": (POSTGRES_DRIVER, "postgresql://", " (or postgresql+psycopg://)"),
+    "postgresql+psycopg2": (POSTGRES_DRIVER, "postgresql://", " (or postgresql+psycopg://)"),
+    "postgresql+pg8000": (POSTGRES_DRIVER, "postgresql://", " (or postgresql+psycopg://)"),
+    "postgresql+asyncpg": (POSTGRES_DRIVER, "postgresql://", " (or postgresql+psycopg://)"),
+    "mysql": ("mysql+pymysql", "mysql+pymysql://", ""),
+    "mysql+mysqldb": ("mysql+pymysql", "mysql+pymysql://", ""),
+    "mysql+mysqlconnector": ("mysql+pymysql", "mysql+pymysql://", ""),
+    "mariadb": ("mysql+pymysql", "mysql+pymysql://", ""),
+    "mariadb+mysqldb": ("mysql+pymysql", "mysql+pymysql://", ""),
+    "mariadb+mariadbconnector": ("mysql+pymysql", "mysql+pymysql://", ""),
+}
+
+
+def _working_spelling(parsed: URL) -> str:
+    """``; use <the URL spelt with the installed driver>``, its password hidden, for a kind
+    spelt as in WORKING_SPELLINGS; empty for any other."""
+    known = WORKING_SPELLINGS.get(parsed.drivername)
+    if known is None:
+        return ""
+    driver, scheme, alternative = known
+    rendered = parsed.set(drivername=driver).render_as_string(hide_password=False)
+    shown = safe_url(scheme + rendered.split("://", 1)[1])
+    return f"; use {shown}{alternative}"
+
+
 def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
     """An engine for ``url`` with bounded connection and statement times; SQLite gets foreign
     keys, WAL and a busy timeout for concurrent runs. With ``create=False`` a SQLite file that
@@ -199,11 +226,12 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
     except NoSuchModuleError:
         raise DatabaseUrlError(
             f"unknown database kind {parsed.drivername!r} in {safe_url(str(parsed))}"
+            + _working_spelling(parsed)
         ) from None
     except ImportError as exc:
         raise DatabaseUrlError(
             f"cannot use database {safe_url(parsed.render_as_string(hide_password=False))}: "
-            f"its driver module {exc.name!r} is not installed"
+            f"its driver module {exc.name!r} is not installed" + _working_spelling(parsed)
         ) from None
     except ArgumentError as exc:
         raise DatabaseUrlError(

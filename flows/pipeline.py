@@ -52,7 +52,7 @@ from biasaudit.flows.report import write_report
 from biasaudit.schemas.config import Audit
 from biasaudit.schemas.frames import listed
 from biasaudit.schemas.names import printable
-from biasaudit.schemas.quarantine import check_invalid_fraction
+from biasaudit.schemas.quarantine import NoValidRows, TooManyInvalidRows, check_invalid_fraction
 from biasaudit.schemas.report import run_label
 from biasaudit.tasks.core import AuditResult, Runner, audit_counts, call
 from biasaudit.tasks.counts import group_counts
@@ -266,9 +266,15 @@ def execute_audit(
         record.rows_unlabelled = scanned.rows_unlabelled
         record.rows_quarantined = scanned.rows_read - scanned.rows_valid
         record.input_fingerprint = scanned.fingerprint
-        check_invalid_fraction(
-            record.rows_read, record.rows_quarantined, thresholds.max_invalid_fraction, quarantine
-        )
+        try:
+            check_invalid_fraction(
+                record.rows_read,
+                record.rows_quarantined,
+                thresholds.max_invalid_fraction,
+                quarantine,
+            )
+        except TooManyInvalidRows as exc:
+            raise _invalid_rows(exc, run_id, audit, quarantine) from None
         warning = threshold_warning(audit, scanned)
         existing = None if force else run("identical_run", identical_run, url, run_id, record)
         completeness = None  # this run's label completeness, when it computed and stored it
@@ -316,6 +322,32 @@ def execute_audit(
             f"{outcome['report_error']}"
         )
     return outcome
+
+
+def _invalid_rows(
+    error: TooManyInvalidRows, run_id: int, audit: Audit, quarantine: pd.DataFrame | None
+) -> TooManyInvalidRows:
+    """``error`` with the run's id and, when some rows were valid, each failing column (the
+    source's name), how many rows it failed, what it accepts and its first bad value."""
+    if isinstance(error, NoValidRows) or quarantine is None or quarantine.empty:
+        return type(error)(f"run {run_id}: {error}")
+    ordered = quarantine.sort_values("row_number", kind="stable")
+    rows = ordered.groupby("column_name", sort=False)["row_number"].nunique()
+    columns = []
+    for column, count in rows.sort_values(ascending=False, kind="stable").head(3).items():
+        first = ordered[ordered["column_name"] == column].iloc[0]
+        value = "NULL" if first["value"] is None else repr(str(first["value"])[:40])
+        name = audit.source_column(str(column))
+        where = f"{name!r} ({column})" if name != column else repr(column)
+        unknown = " (NULL: an unknown outcome)" if column == "y_true" else ""
+        columns.append(
+            f"column {where} of {audit.source!r}: {count} rows, accepted {first['rule']}{unknown}, "
+            f"first bad value {value} (prediction {first['row_ref']!r})"
+        )
+    text = str(error).removesuffix("; see quarantined_rows")
+    return type(error)(
+        f"run {run_id}: {text}; {'; '.join(columns)}; see `biasaudit quarantine {run_id}`"
+    )
 
 
 def _audit_and_persist(

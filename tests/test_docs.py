@@ -53,3 +53,81 @@ def test_the_readme_is_short():
     """README.md is a first document of at most 220 lines; the reference lives in docs/."""
     lines = (ROOT / "README.md").read_text().count("\n")
     assert lines <= 220, f"README.md has {lines} lines"
+
+
+README_BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.DOTALL)
+
+
+def readme_blocks(language: str) -> list[str]:
+    return [
+        body
+        for kind, body in README_BLOCK.findall((ROOT / "README.md").read_text())
+        if kind == language
+    ]
+
+
+def test_the_readme_toml_is_the_demos():
+    """Each audit the README shows is the demo's (flows/demo_audits.toml), key for key."""
+    import tomllib
+
+    demo = {
+        a["name"]: a
+        for a in tomllib.loads((ROOT / "flows" / "demo_audits.toml").read_text())["audits"]
+    }
+    shown = [a for block in readme_blocks("toml") for a in tomllib.loads(block)["audits"]]
+    assert shown, "the README shows no audit"
+    for audit in shown:
+        assert audit == demo.get(audit["name"]), f"README's {audit['name']!r} is not the demo's"
+
+
+def readme_commands() -> list[list[str]]:
+    """The README's `biasaudit ...` lines, comments left out, in order; `serve` (it runs until
+    stopped) and `make demo` (built by the test) are not among them."""
+    import shlex
+
+    commands = []
+    for block in readme_blocks("bash"):
+        for line in block.splitlines():
+            words = shlex.split(line, comments=True)
+            if words[:1] == ["biasaudit"] and words[1:2] != ["serve"]:
+                commands.append(words[1:])
+    return commands
+
+
+@pytest.mark.slow  # the demo's four audits and three more runs: about 40 s of CPU
+def test_the_readme_commands_run_after_the_demo(tmp_path, monkeypatch):
+    """Every `biasaudit` command of the README runs as written, in its order, after the demo
+    (`make demo`: its store and ./biasaudit.toml in the working folder), exit 0, no error line.
+    The flows run as plain calls (flows.pipeline.run_audit), so no Prefect server starts; the
+    demo's audits in their file's order."""
+    from contextlib import redirect_stdout
+    from io import StringIO
+
+    from typer.testing import CliRunner
+
+    from biasaudit.flows import audit, nightly, pipeline
+    from biasaudit.flows.cli import app, runs
+    from biasaudit.flows.config_files import configured_names
+
+    def nightly_flow(config, db_url, as_of):
+        return [
+            pipeline.run_audit(name, config, db_url, as_of) for name in configured_names(config)
+        ]
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("BIASAUDIT_DATABASE_URL", "BIASAUDIT_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("BIASAUDIT_REPORTS_DIR", str(tmp_path / "reports"))
+    monkeypatch.setattr(runs, "_prefect_environment", lambda logs=False: None)
+    monkeypatch.setattr(audit, "audit_flow", pipeline.run_audit)
+    monkeypatch.setattr(nightly, "nightly_flow", nightly_flow)
+    runner = CliRunner()
+    commands = readme_commands()
+    assert ["compare", "7"] in commands, commands
+    with redirect_stdout(StringIO()):
+        built = runner.invoke(app, ["demo"])
+    assert built.exit_code == 0, built.output
+    for command in commands:
+        with redirect_stdout(StringIO()):
+            done = runner.invoke(app, command)
+        assert done.exit_code == 0 and "error:" not in done.output, (command, done.output)

@@ -409,8 +409,23 @@ def test_a_handled_error_gives_short_logs_and_one_error_line(prefect_server, tmp
     assert short.returncode == 1, output
     assert output.startswith("error: ") and len(output.splitlines()) == 1, output
     assert "no predictions of model 'credit-scorer'" in output
+    # An empty window (and labels spelt yes/no) now fail before any server starts
+    # (flows/cli/runs.py); scores outside [0, 1] fail inside the flow run, where Prefect logs the
+    # handled error.
+    with make_engine(url).begin() as connection:
+        connection.execute(
+            text(
+                "CREATE VIEW yesno AS SELECT prediction_id, model_id, predicted_at, y_true, "
+                "y_pred, 5.0 AS score, attributes FROM predictions"
+            )
+        )
+    yesno = tmp_path / "yesno.toml"
+    yesno.write_text(
+        '[[audits]]\nname = "yn"\nmodel = "credit-scorer"\nsource = "yesno"\nwindow = "all"\n'
+        'attributes = ["race"]\n'
+    )
     verbose = subprocess.run(
-        [args[0], "--verbose", *args[1:], "--as-of", "2001-01-01"],
+        [args[0], "--verbose", "run", "yn", "-c", str(yesno), "--db", url],
         env=env,
         capture_output=True,
         text=True,
@@ -420,7 +435,7 @@ def test_a_handled_error_gives_short_logs_and_one_error_line(prefect_server, tmp
     output = verbose.stdout + verbose.stderr
     assert verbose.returncode == 1 and "Traceback" not in output, output
     logged = [line for line in output.splitlines() if PREFECT_LOG_LINE.match(line)]
-    assert any("EmptyWindow: no predictions" in line for line in logged), output
+    assert any("NoValidRows: run " in line for line in logged), output
     errors = [line for line in output.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1, output
     debug = subprocess.run(
@@ -442,7 +457,8 @@ def test_a_handled_error_gives_short_logs_and_one_error_line(prefect_server, tmp
     )
     assert ok.returncode == 0 and ok.stderr == "", ok.stdout + ok.stderr
     assert not [line for line in ok.stdout.splitlines() if PREFECT_LOG_LINE.match(line)]
-    assert "audit runs" in ok.stdout and "run 4 (v1) of credit-race: flagged" in ok.stdout
+    # run 2: the failed run 1 is the out-of-range scores'; the empty windows failed before any run
+    assert "audit runs" in ok.stdout and "run 2 (v1) of credit-race: flagged" in ok.stdout
     report = Path(ok.stdout.split("report: ")[1].split()[0])
     assert report.exists()
 

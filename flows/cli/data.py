@@ -85,10 +85,15 @@ def load(
         ),
     ],
     model: Annotated[
-        str | None, typer.Option(metavar="ID", help="Model id, if the file has no model_id column")
+        str | None,
+        typer.Option(metavar="ID", help="Model id (required if the file has no model_id column)"),
     ] = None,
     model_version: Annotated[
-        str | None, typer.Option(metavar="VERSION", help="Model version, if the file has none")
+        str | None,
+        typer.Option(
+            metavar="VERSION",
+            help="Model version (required if the file has no model_version column)",
+        ),
     ] = None,
     map_: Annotated[
         list[str] | None,
@@ -140,7 +145,16 @@ def load(
     needed = [*(c for c in CANONICAL_COLUMNS if c != "score"), *attribute]
     missing = [c for c in needed if c not in frame.columns]
     if missing:
-        _fail(f"{path}: missing columns {missing} (use --map, --model, --model-version)")
+        options = {"model_id": "--model ID", "model_version": "--model-version VERSION"}
+        how = [
+            f"{c} with {options[c]} or --map {c}=COLUMN" if c in options else f"--map {c}=COLUMN"
+            for c in missing
+        ]
+        _fail(
+            f"{path}: missing columns {missing} (every stored prediction has a model_id and a "
+            f"model_version); the file has: {', '.join(map(str, frame.columns))}; give "
+            + "; ".join(how)
+        )
     with Progress(console=console, transient=True) as progress:
         bar = progress.add_task(f"loading {path.name}", total=len(frame))
         report = load_predictions(

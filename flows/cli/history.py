@@ -63,8 +63,30 @@ def _print_flagged(db: str | None, run_ids: list[int]) -> None:
         if flagged.empty:
             _say(f"{title}: none")
         else:
-            _print_frame(flagged[FLAGGED_COLUMNS], title=title)
+            _print_verdicts(flagged[FLAGGED_COLUMNS], title)
             _print_glossary(flagged["metric"])
+
+
+# Which of detection's two procedures flagged a row, by the Bayesian decision stored beside it:
+# every listed row is flagged by the frequentist test (BH-adjusted p below alpha).
+FLAGGED_BY = {
+    "biased": "both: test and HDI+ROPE",
+    "undecided": "test only; HDI+ROPE undecided",
+    "fair": "test only; HDI+ROPE fair",
+}
+VERDICTS_LEGEND = (
+    "flagged_by: every row is flagged by the frequentist test (BH-adjusted p_adjusted below "
+    "alpha); the Bayesian HDI + ROPE decides on its own: biased where the interval (hdi_low, "
+    "hdi_high) lies beyond the tolerance, undecided where it reaches into the tolerance band"
+)
+
+
+def _print_verdicts(flagged: Any, title: str) -> None:
+    """The flagged rows with which of the two procedures flagged each (``flagged_by``), and
+    what the two verdicts mean."""
+    stated = flagged["decision"].map(FLAGGED_BY).fillna("test only; HDI+ROPE not stated")
+    _print_frame(flagged.assign(flagged_by=stated.to_numpy()), title=title)
+    _say(VERDICTS_LEGEND)
 
 
 @app.command()
@@ -295,6 +317,13 @@ def _print_series(
         _fail("no stored values match")
     if series["attribute"].nunique() > 1 and attribute is None:
         _fail(f"several attributes hold {metric}: choose one with --attribute")
+    pairs = series[["audit_name", "model_id"]].drop_duplicates().sort_values(["audit_name"])
+    if len(pairs) > 1:  # one series is one audit of one model, never several mixed
+        held = ", ".join(f"{a!r} (model {m!r})" for a, m in pairs.itertuples(index=False))
+        _fail(
+            f"--metric {metric}: {len(pairs)} audits hold it, a series each: {held}; choose one "
+            "with --audit NAME (or --model ID)"
+        )
     wide = series.pivot_table(
         index=["run_id", "audit_name", "model_id", "version", "as_of"],
         columns="group_name",
@@ -333,7 +362,7 @@ def _print_stage_tables(
         _print_frame(planning[PLANNING_COLUMNS], title="planning: predictions needed vs available")
     flagged = flagged_detections(run_results(engine, DetectionResult, run_id, attribute, metric))
     if not flagged.empty:
-        _print_frame(flagged[FLAGGED_COLUMNS], title="detection: flagged (BH-adjusted p < alpha)")
+        _print_verdicts(flagged[FLAGGED_COLUMNS], "detection: flagged (BH-adjusted p < alpha)")
     meta = run_results(engine, MetaMetricResult, run_id, attribute, metric)
     if not meta.empty:
         _print_frame(
@@ -395,7 +424,9 @@ def compare(
 
     _check_format(format_)
     if scores and format_ == "table":
-        _fail("--scores is for csv and json: the table shows the score's changes after the metrics'")
+        _fail(
+            "--scores is for csv and json: the table shows the score's changes after the metrics'"
+        )
     engine = _engine(db)
     after = _run_or_fail(engine, run_id)
     if other is None:

@@ -49,8 +49,12 @@ def run(
     from biasaudit.flows.config_files import default_config_path, load_audit
 
     moment = _date(as_of)
-    load_audit(Path(config or default_config_path()), audit)  # a mistake fails before Prefect
+    configured = load_audit(Path(config or default_config_path()), audit)
     _engine(db).dispose()
+    # configuration, source, model, window, reference groups, labels: a mistake fails before Prefect
+    problems = _data_problems(configured, db, moment)
+    if problems:
+        raise Mistake("; ".join(problems))
     _prefect_environment()
     from biasaudit.flows.audit import audit_flow
 
@@ -148,8 +152,11 @@ def backfill(
         moments = periods(start, end, parse_period(every))
     except ValueError as exc:
         raise Mistake(str(exc)) from None
-    load_audit(Path(config or default_config_path()), audit)
+    configured = load_audit(Path(config or default_config_path()), audit)
     _engine(db).dispose()
+    problems = _source_problems(configured, db)  # the source's catalogue, before Prefect
+    if problems:
+        raise Mistake("; ".join(problems))
     _prefect_environment()
     from biasaudit.flows.backfill import backfill_flow
 
@@ -241,9 +248,16 @@ def serve(
     serve_nightly(path, db, cron, timezone_, task_runner, dask_address, name)
 
 
-def _source_problems(audit: Any, db: str | None) -> list[str]:
+def _source_problems(
+    audit: Any, db: str | None, content: bool = False, as_of: Any = None, labels: bool = False
+) -> list[str]:
     """Why the audit's source cannot be read (db.source.source_problems), from the catalogue of
-    its database (``source_db``, else the store); or why it could not be looked at."""
+    its database (``source_db``, else the store); with ``content``, also why a run as of
+    ``as_of`` (default now) would fail on what it holds (db.checks.data_problems: the model's
+    rows in the window, the reference groups, with ``labels`` the labels' values); or why it
+    could not be looked at."""
+    from datetime import UTC, datetime
+
     from sqlalchemy.exc import SQLAlchemyError
 
     from biasaudit.db.engine import DatabaseMissing, DatabaseUrlError, database_url, make_engine
@@ -253,24 +267,52 @@ def _source_problems(audit: Any, db: str | None) -> list[str]:
     try:
         engine = make_engine(source_url(audit, database_url(db)), create=False)
         try:
-            return source_problems(engine, audit)
+            if not content:
+                return source_problems(engine, audit)
+            from biasaudit.db.checks import data_problems
+
+            now = datetime.now(UTC)
+            return data_problems(engine, audit, as_of or now, now, labels=labels)
         finally:
             engine.dispose()
     except (DatabaseMissing, DatabaseUrlError, SQLAlchemyError) as exc:
         return [f"source {audit.source!r} not checked: {one_line(exc, with_type=False)}"]
 
 
+def _data_problems(audit: Any, db: str | None, as_of: Any) -> list[str]:
+    """The problems a run of ``audit`` as of ``as_of`` would meet in its source, found before
+    any Prefect server starts (``_source_problems`` with its content)."""
+    return _source_problems(audit, db, content=True, as_of=as_of, labels=True)
+
+
 @app.command()
-def audits(config: ConfigOption = None, db: DbOption = None) -> None:
+def audits(
+    config: ConfigOption = None,
+    db: DbOption = None,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Also read the source: the model's rows in the window, the reference groups "
+            "among the attribute's values, 0/1-like labels and decisions",
+        ),
+    ] = False,
+    as_of: Annotated[
+        str | None,
+        typer.Option(metavar="DATE", help="With --check: the window as of this date (ISO, UTC)"),
+    ] = None,
+) -> None:
     """List the configured audits and validate each one: its configuration, and its source's
-    table and columns in the database (source_db, else --db), reading no rows. Prints one line
-    per problem; exit 1 if any audit is invalid."""
+    table and columns in the database (source_db, else --db), reading no rows; with --check,
+    what the source holds too (db.checks). Prints one line per problem; exit 1 if any audit is
+    invalid."""
     import pandas as pd
 
     from biasaudit.flows.config_files import configured_names, default_config_path, load_audit
     from biasaudit.schemas.config import ConfigError
 
     path = Path(config or default_config_path())
+    moment = _date(as_of)
     rows, problems = [], []
     for name in configured_names(path):
         try:
@@ -279,7 +321,8 @@ def audits(config: ConfigOption = None, db: DbOption = None) -> None:
             found = [line.strip() for line in str(exc).splitlines()[1:]] or [str(exc)]
             rows.append({"audit": name, "model": "", "window": "", "source": "", "attributes": ""})
         else:
-            found = _source_problems(audit, db)
+            found = _source_problems(audit, db, content=check, as_of=moment, labels=check)
+            found = [problem.replace(f" (audit {name!r})", "") for problem in found]
             rows.append(
                 {
                     "audit": audit.name,

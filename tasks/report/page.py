@@ -345,7 +345,10 @@ def first_screen(frames: ReportFrames) -> str:
         "(against the reference group when that comparison is flagged), ranked by the smallest "
         f"difference the interval allows (HDI: highest density interval, {mass} each so that "
         "all the run's intervals hold together with probability 1 − α). Rates are of the "
-        "labelled predictions, counts in brackets.</p>" + flagged + '<hr class="fold"></section>'
+        "labelled predictions, except the predicted positive and negative rates (PPR, PNR), "
+        "which count every valid prediction, labelled or not; counts in brackets.</p>"
+        + flagged
+        + '<hr class="fold"></section>'
     )
 
 
