@@ -63,6 +63,11 @@ from biasaudit.tasks.scores import score_audit
 P = ParamSpec("P")
 R = TypeVar("R")
 
+# Every run this process stored, as {"run_id", "version", "audit"}, appended the moment its result
+# is committed: a command whose flow then fails or hangs in Prefect says which runs are stored
+# (flows.cli.server.bounded_flow).
+STORED_RUNS: list[dict] = []
+
 
 def new_record(
     audit: Audit,
@@ -305,6 +310,7 @@ def execute_audit(
     finally:
         release_run(run_id)
     run_id = saved.run_id
+    STORED_RUNS.append({"run_id": run_id, "version": saved.version, "audit": audit.name})
     _print_outcome(audit, saved, record)
     outcome = {
         "audit": audit.name,

@@ -28,7 +28,7 @@ from biasaudit.flows.cli.common import (
     console,
 )
 from biasaudit.flows.cli.history import _print_flagged, _print_runs
-from biasaudit.flows.cli.server import FIRST_RUN_NOTE, _prefect_environment
+from biasaudit.flows.cli.server import FIRST_RUN_NOTE, _prefect_environment, bounded_flow
 
 DEMO_CONFIG = Path(__file__).parents[1] / "demo_audits.toml"
 
@@ -77,7 +77,9 @@ def run(
     from biasaudit.flows.audit import audit_flow
 
     with console.status(f"auditing {audit} ({FIRST_RUN_NOTE})"):
-        result = audit_flow(audit, config, flow_url(db), moment, force, timezone=timezone_)
+        result = bounded_flow(
+            lambda: audit_flow(audit, config, flow_url(db), moment, force, timezone=timezone_)
+        )
     _print_runs(db, [result["run_id"]])
     _print_flagged(db, [result["run_id"]])
     _check_reports([result])
@@ -120,6 +122,7 @@ def demo(db: DbOption = None) -> None:
     from biasaudit.db.engine import flow_url, make_engine
     from biasaudit.db.load import load_predictions
     from biasaudit.db.migrate import upgrade
+    from biasaudit.flows.config_files import configured_names
     from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
 
     make_engine(db).dispose()
@@ -137,7 +140,10 @@ def demo(db: DbOption = None) -> None:
     from biasaudit.flows.nightly import nightly_flow
 
     with console.status(f"running the demo audits ({FIRST_RUN_NOTE})"):
-        results = nightly_flow(str(DEMO_CONFIG), flow_url(db), END)
+        results = bounded_flow(
+            lambda: nightly_flow(str(DEMO_CONFIG), flow_url(db), END),
+            runs=len(configured_names(DEMO_CONFIG)),
+        )
     _print_runs(db, [r["run_id"] for r in results])
     _print_flagged(db, [r["run_id"] for r in results])
     _check_reports(results)
