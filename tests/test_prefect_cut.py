@@ -107,3 +107,30 @@ def test_a_prefect_api_cut_after_the_run_commits_ends_the_command_in_bound(
         ["pgrep", "-s", str(command.pid)], capture_output=True, text=True, check=False
     )
     assert leftover.stdout.strip() == "", f"processes left: {leftover.stdout}"
+
+
+def test_a_flow_failing_in_prefect_after_storing_its_run_says_it_is_stored():
+    """A flow that raises after its run is stored (Prefect's request deadline, say) is one line
+    naming the stored run by id and version; one that fails before storing re-raises as is."""
+    import httpx
+
+    from biasaudit.flows.cli.common import Mistake
+    from biasaudit.flows.cli.server import bounded_flow
+    from biasaudit.flows.pipeline import STORED_RUNS
+
+    def stored_then_cut() -> None:
+        STORED_RUNS.append({"run_id": 7, "version": 2, "audit": "a"})
+        raise httpx.ReadTimeout("timed out")
+
+    with pytest.raises(Mistake) as caught:
+        bounded_flow(stored_then_cut)
+    assert str(caught.value) == (
+        "run 7 (v2) of 'a' succeeded and is stored; then Prefect failed: ReadTimeout: timed out "
+        "(write the report with `biasaudit report 7`)"
+    )
+
+    def cut_before() -> None:
+        raise httpx.ReadTimeout("timed out")
+
+    with pytest.raises(httpx.ReadTimeout):
+        bounded_flow(cut_before)

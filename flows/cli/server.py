@@ -164,35 +164,53 @@ def prefect_wait() -> float:
 def bounded_flow(call: Callable[[], T], runs: int = 1) -> T:
     """``call()`` (a flow run of ``runs`` audit runs) with a deadline against Prefect: once its
     runs are stored (flows.pipeline.STORED_RUNS), the command waits at most ``prefect_wait()``
-    seconds for the rest (the report, its artifacts, the flow run's final state); then, or when
-    the flow fails after storing them, it prints which runs are stored (id and version), stops
-    the temporary Prefect server it started and exits 1 at once (``os._exit``: Prefect's exit
-    handlers, which flush logs and events to a server that does not answer, would hold the
-    process for many minutes)."""
+    seconds for the rest (the report, its artifacts, the flow run's final state) and for its own
+    exit. Past that, it prints which runs are stored (id and version), stops the temporary
+    Prefect server it started and exits 1 at once (``os._exit``: Prefect's exit handlers, which
+    flush logs and events to a server that does not answer, would hold the process for many
+    minutes). A flow that fails in Prefect after storing its runs is a Mistake saying so."""
+    from biasaudit.flows.logs import AuditsFailed, one_line
     from biasaudit.flows.pipeline import STORED_RUNS
 
     before, wait, done = len(STORED_RUNS), prefect_wait(), threading.Event()
+    stored_at: list[float] = []
 
     def watch() -> None:
-        stored_at = None
         while not done.wait(0.5):
-            if stored_at is None and len(STORED_RUNS) - before >= runs:
-                stored_at = time.monotonic()
-            if stored_at is not None and time.monotonic() - stored_at > wait:
+            if not stored_at and len(STORED_RUNS) - before >= runs:
+                stored_at.append(time.monotonic())
+            if stored_at and time.monotonic() - stored_at[0] > wait:
                 _exit_stored(STORED_RUNS[before:], f"Prefect did not answer within {wait:.0f} s")
 
     threading.Thread(target=watch, name="biasaudit-prefect-deadline", daemon=True).start()
     try:
         return call()
-    except Exception as exc:
-        if STORED_RUNS[before:]:
-            from biasaudit.flows.logs import one_line
-
-            _exit_stored(STORED_RUNS[before:], f"then Prefect failed: {one_line(exc)}")
+    except AuditsFailed:  # audits failed (the flow says which): not Prefect
         raise
+    except Exception as exc:
+        stored = STORED_RUNS[before:]
+        if not stored:
+            raise
+        raise Mistake(
+            f"{_stored_runs(stored)}; then Prefect failed: {one_line(exc)} (write the report "
+            f"with {_report_commands(stored)})"
+        ) from None
     finally:
         done.set()
-        _bound_exit(wait)
+        # the exit's share of the same budget (at least 5 s) once the runs are stored
+        spent = time.monotonic() - stored_at[0] if stored_at else 0.0
+        _bound_exit(max(5.0, wait - spent))
+
+
+def _stored_runs(stored: list[dict]) -> str:
+    from biasaudit.schemas.report import run_label
+
+    named = ", ".join(f"{run_label(r['run_id'], r['version'])} of {r['audit']!r}" for r in stored)
+    return f"{named} succeeded and {'is' if len(stored) == 1 else 'are'} stored"
+
+
+def _report_commands(stored: list[dict]) -> str:
+    return ", ".join(f"`biasaudit report {r['run_id']}`" for r in stored)
 
 
 def _bound_exit(wait: float) -> None:
@@ -209,10 +227,15 @@ def _bound_exit(wait: float) -> None:
                     f"{wait:.0f} s; what was printed above is stored\n"
                 )
                 sys.stderr.flush()
+            for server in _SERVERS:
+                with contextlib.suppress(Exception):
+                    server.kill()
             os._exit(1)
 
         threading.Thread(target=expire, name="biasaudit-exit-deadline", daemon=True).start()
 
+    if Path(sys.argv[0]).name != "biasaudit":  # a process embedding the CLI (tests) exits itself
+        return
     with contextlib.suppress(Exception):  # private, as Prefect's own use of it
         threading._register_atexit(deadline)  # type: ignore[attr-defined]
 
@@ -221,15 +244,11 @@ def _exit_stored(stored: list[dict], why: str) -> NoReturn:
     """Say which runs are stored and why the command stops, stop this process's temporary
     Prefect servers, exit 1 now."""
     from biasaudit.flows.cli.common import errors
-    from biasaudit.schemas.report import run_label
 
-    named = ", ".join(f"{run_label(r['run_id'], r['version'])} of {r['audit']!r}" for r in stored)
-    verb = "is" if len(stored) == 1 else "are"
-    reports = " ".join(f"`biasaudit report {r['run_id']}`" for r in stored)
     with contextlib.suppress(Exception):
         errors.print(
-            f"error: {named} succeeded and {verb} stored; {why}: the command stops without its "
-            f"report (write it with {reports})",
+            f"error: {_stored_runs(stored)}; {why}: the command stops without its report (write "
+            f"it with {_report_commands(stored)})",
             soft_wrap=True,
             highlight=False,
             markup=False,
