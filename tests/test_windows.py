@@ -23,6 +23,7 @@ from biasaudit.db.load import load_predictions
 from biasaudit.db.migrate import upgrade
 from biasaudit.flows import pipeline
 from biasaudit.flows.demo import GROUPS, synthetic_predictions
+from tests.test_server import prefect_server  # noqa: F401 - the fixture
 from tests.test_typed_sources import audit_of
 
 CRON, ZONE = "0 2 * * *", "Europe/London"
@@ -168,3 +169,77 @@ def test_the_nightly_flow_audits_its_scheduled_window_whenever_it_starts(tmp_pat
     moments = data["predicted_at"]
     inside = ((moments > span_start) & (moments <= fires[-1])).sum()
     assert runs["rows_read"].sum() == inside == 3 * 24 * 60 + 60  # the 25-hour night
+
+
+SERVED = """
+[[audits]]
+name = "credit-race"
+model_id = "credit-scorer"
+window = "last_day"
+attributes = ["race", "sex"]
+metrics = ["tpr", "fpr"]
+"""
+
+
+@pytest.mark.slow
+def test_a_served_schedule_audits_the_window_ending_at_its_scheduled_instant(
+    prefect_server,  # noqa: F811
+    tmp_path,
+):
+    """`biasaudit serve --cron '* * * * *' --timezone Europe/London` on a real Prefect server:
+    the run the scheduler creates by itself stores the window ending exactly at that flow run's
+    scheduled start time (a whole minute, not the clock seconds later when it started), one
+    calendar day in London long."""
+    import subprocess
+    import time
+
+    from tests.test_server import BIN, _client_env, _completed_scheduled_runs, _get
+    from tests.test_server import _stop as stop_serving
+
+    url = f"sqlite:///{tmp_path / 'served.db'}"
+    upgrade(url)
+    # 3,000 predictions, one a second over the 50 minutes before now: in the window of any
+    # nightly run of the next hours
+    recent = _minute_predictions(datetime.now(UTC), 3000)
+    recent["predicted_at"] = pd.to_datetime(
+        [datetime.now(UTC) - timedelta(seconds=i + 1) for i in range(3000)], utc=True
+    )
+    load_predictions(make_engine(url), recent, list(GROUPS), "served")
+    config = tmp_path / "served.toml"
+    config.write_text(SERVED)
+    name = "london-minute"
+    serve = subprocess.Popen(
+        [str(BIN / "biasaudit"), "serve", "-c", str(config), "--db", url]
+        + ["--cron", "* * * * *", "--timezone", ZONE, "--name", name],
+        env=_client_env(prefect_server),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        cwd=tmp_path,
+    )
+    try:
+        deadline = time.time() + 120
+        while (deployment := _get(f"{prefect_server}/deployments/name/nightly/{name}")) is None:
+            assert serve.poll() is None and time.time() < deadline, "serve registered nothing"
+            time.sleep(1)
+        assert isinstance(deployment, dict)
+        registered = time.time()
+        while not (completed := _completed_scheduled_runs(prefect_server, deployment["id"])):
+            assert serve.poll() is None, "serve stopped"
+            assert time.time() < registered + 150, "no scheduled run completed within 150 s"
+            time.sleep(2)
+    finally:
+        served = stop_serving(serve)
+    runs = pd.read_sql(
+        "SELECT window_start, window_end, started_at FROM audit_runs ORDER BY id", make_engine(url)
+    )
+    assert len(runs) >= 1, served[-3000:]
+    scheduled = {_utc(pd.Timestamp(r["expected_start_time"])) for r in completed}
+    end, start = _utc(runs["window_end"].iloc[0]), _utc(runs["window_start"].iloc[0])
+    assert end in scheduled, (end, scheduled)
+    assert end.second == 0 and end.microsecond == 0
+    assert _utc(runs["started_at"].iloc[0]) > end  # it started after its nominal instant
+    day_before = (end.astimezone(LONDON).replace(tzinfo=None) - timedelta(days=1)).replace(
+        tzinfo=LONDON
+    )
+    assert start == day_before.astimezone(UTC)
