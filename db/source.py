@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from decimal import Decimal
 from typing import Any
 
@@ -181,11 +181,31 @@ def source_url(audit: Audit, store_url: str) -> str:
     return url.render_as_string(hide_password=False)
 
 
-def window_bounds(audit: Audit, as_of: datetime) -> tuple[datetime | None, datetime]:
-    """(start, end] of the audit window ending at ``as_of`` (UTC); start is None for all time."""
+def window_bounds(
+    audit: Audit,
+    as_of: datetime,
+    zone: tzinfo | None = None,
+    nominal: Callable[[datetime], datetime] | None = None,
+) -> tuple[datetime | None, datetime]:
+    """(start, end] of the audit window ending at ``as_of`` (UTC); start is None for all time.
+
+    A window of N days is N calendar days on the wall clock of ``zone`` (default UTC, where a day
+    is 24 hours; in a zone with daylight saving, a day is 23 or 25 hours across its changes).
+    ``nominal``, a schedule's "latest nominal instant at or before" (flows.schedule), moves the
+    end back to the nominal instant of the run and the start to the nominal instant at or before
+    N calendar days earlier: consecutive scheduled windows then tile time, whatever the clock
+    when each run started."""
     end = as_of.astimezone(UTC) if as_of.tzinfo else as_of.replace(tzinfo=UTC)
-    length = audit.window_length
-    return (None if length is None else end - length), end
+    if nominal is not None:
+        end = nominal(end)
+    days = audit.window_days
+    if days is None:
+        return None, end
+    wall = end.astimezone(zone or UTC).replace(tzinfo=None) - timedelta(days=days)
+    # A wall-clock time that occurs twice is its first occurrence; one in a spring-forward gap is
+    # as far past the gap's start as it is past the wall-clock time before the gap (fold 0).
+    start = wall.replace(tzinfo=zone or UTC).astimezone(UTC)
+    return (start if nominal is None else nominal(start)), end
 
 
 DUCKDB_TYPES = {

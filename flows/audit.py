@@ -23,11 +23,24 @@ def audit_flow(
     db_url: str | None = None,
     as_of: datetime | None = None,
     force: bool = False,
+    cron: str | None = None,
+    timezone: str | None = None,
 ) -> dict:
-    """Audit one configured model as of ``as_of`` (default now); returns the run's identity."""
+    """Audit one configured model as of ``as_of`` (default now); returns the run's identity.
+    Its window's days are calendar days in ``timezone`` (default UTC); with ``cron``, the
+    schedule of a scheduled run, the window ends at the schedule's nominal instant at or before
+    ``as_of`` (flows.schedule)."""
     flow_run_id = str(runtime.flow_run.id) if runtime.flow_run.id else None
     return execute_audit(
-        audit_name, config_path, db_url, as_of, force, run=stages.in_flow, flow_run_id=flow_run_id
+        audit_name,
+        config_path,
+        db_url,
+        as_of,
+        force,
+        run=stages.in_flow,
+        flow_run_id=flow_run_id,
+        cron=cron,
+        timezone=timezone,
     )
 
 

@@ -19,7 +19,7 @@ reference ``env:BIASAUDIT_DATABASE_URL``, read by each flow run from its environ
 from __future__ import annotations
 
 import os
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from prefect import Flow, flow, task, unmapped
@@ -41,7 +41,13 @@ install_short_errors()
 
 @task(name="audit", cache_policy=NO_CACHE, task_run_name="audit-{audit_name}")
 def audit_task(
-    audit_name: str, config_path: str, db_url: str | None, as_of: datetime | None, force: bool
+    audit_name: str,
+    config_path: str,
+    db_url: str | None,
+    as_of: datetime | None,
+    force: bool,
+    cron: str | None = None,
+    timezone: str | None = None,
 ) -> dict:
     """One audit as a subflow (its database steps retry), on whichever worker the runner picks."""
     install_short_errors()  # a Dask worker process configures its own logging
@@ -49,7 +55,7 @@ def audit_task(
     # fails (pydantic cannot rebuild the unpickled flow's parameter model).
     subflow = audit_flow.with_options(validate_parameters=False)
     with without_heartbeats():  # the nightly run's own heartbeat covers its process
-        return subflow(audit_name, config_path, db_url, as_of, force)
+        return subflow(audit_name, config_path, db_url, as_of, force, cron, timezone)
 
 
 def summary_line(failed: dict[str, str], total: int) -> str:
@@ -65,13 +71,29 @@ def nightly_flow(
     as_of: datetime | None = None,
     audits: list[str] | None = None,
     force: bool = False,
+    cron: str | None = None,
+    timezone: str | None = None,
 ) -> list[dict]:
     """Run every configured audit (or the named ones) concurrently; one failure does not stop
-    the others, and the flow fails at the end naming every failed audit."""
+    the others, and the flow fails at the end naming every failed audit.
+
+    ``cron`` and ``timezone``: the deployment's schedule (set by ``nightly_deployment``). Each
+    audit's window then ends at the schedule's nominal instant: the latest fire at or before
+    ``as_of``, by default this flow run's scheduled start time (not the clock when it started),
+    so a run that starts late audits the same window as one on time, and consecutive nightly
+    windows tile time across daylight-saving changes (flows.schedule)."""
     config_path = config_path or default_config_path()
     names = list(audits or configured_names(config_path))
+    if cron and as_of is None:
+        as_of = scheduled_start()
     futures = audit_task.map(
-        names, unmapped(config_path), unmapped(db_url), unmapped(as_of), unmapped(force)
+        names,
+        unmapped(config_path),
+        unmapped(db_url),
+        unmapped(as_of),
+        unmapped(force),
+        unmapped(cron),
+        unmapped(timezone),
     )
     results: list[dict] = []
     failed: dict[str, str] = {}
@@ -91,6 +113,15 @@ def nightly_flow(
         raise AuditsFailed(summary_line(failed, len(names)))
     print(f"all {len(names)} audits completed")
     return results
+
+
+def scheduled_start() -> datetime:
+    """This flow run's scheduled start time (its expected start time; the clock outside a run),
+    in UTC."""
+    from prefect import runtime
+
+    moment = runtime.flow_run.scheduled_start_time
+    return datetime.fromtimestamp(moment.timestamp(), UTC)
 
 
 def with_task_runner(
@@ -137,7 +168,12 @@ def nightly_deployment(
     return with_task_runner(task_runner, dask_address).to_deployment(
         name=name,
         schedules=[Cron(cron, timezone=timezone)],
-        parameters={"config_path": config_path, "db_url": flow_url(db_url)},
+        parameters={
+            "config_path": config_path,
+            "db_url": flow_url(db_url),
+            "cron": cron,
+            "timezone": timezone,
+        },
         description="Every configured bias audit, nightly.",
     )
 

@@ -25,6 +25,7 @@ from datetime import UTC, datetime, timedelta
 from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import ParamSpec, TypeVar
+from zoneinfo import ZoneInfo
 
 import pandas as pd
 
@@ -49,6 +50,7 @@ from biasaudit.db.source import source_url, window_bounds
 from biasaudit.flows.config_files import default_config_path, load_audit
 from biasaudit.flows.logs import one_line
 from biasaudit.flows.report import write_report
+from biasaudit.flows.schedule import Schedule
 from biasaudit.schemas.config import Audit
 from biasaudit.schemas.frames import listed
 from biasaudit.schemas.names import printable
@@ -64,10 +66,26 @@ log = logging.getLogger(__name__)
 P = ParamSpec("P")
 R = TypeVar("R")
 
+# Every run this process stored, as {"run_id", "version", "audit"}, appended the moment its result
+# is committed: a command whose flow then fails or hangs in Prefect says which runs are stored
+# (flows.cli.server.bounded_flow).
+STORED_RUNS: list[dict] = []
 
-def new_record(audit: Audit, as_of: datetime, flow_run_id: str | None = None) -> RunRecord:
-    """The run's record before any stage: identity, window, configuration, code version."""
-    start, end = window_bounds(audit, as_of)
+
+def new_record(
+    audit: Audit,
+    as_of: datetime,
+    flow_run_id: str | None = None,
+    cron: str | None = None,
+    timezone: str | None = None,
+) -> RunRecord:
+    """The run's record before any stage: identity, window, configuration, code version. The
+    window's days are calendar days in ``timezone`` (default UTC); with a ``cron`` schedule (in
+    ``timezone``), the window ends at the schedule's nominal instant at or before ``as_of`` and
+    starts at a nominal instant, so consecutive scheduled windows tile time (flows.schedule)."""
+    zone = ZoneInfo(timezone) if timezone else None
+    nominal = Schedule(cron, timezone or "UTC").floor if cron else None
+    start, end = window_bounds(audit, as_of, zone, nominal)
     return RunRecord(
         audit_name=audit.name,
         model_id=audit.model_id,
@@ -234,9 +252,10 @@ def run_audit(
     db_url: str | None = None,
     as_of: datetime | None = None,
     force: bool = False,
+    timezone: str | None = None,
 ) -> dict:
     """The audit as plain function calls: no Prefect run, no retries, no Prefect import."""
-    return execute_audit(audit_name, config_path, db_url, as_of, force, run=call)
+    return execute_audit(audit_name, config_path, db_url, as_of, force, run=call, timezone=timezone)
 
 
 def execute_audit(
@@ -247,12 +266,15 @@ def execute_audit(
     force: bool,
     run: Runner,
     flow_run_id: str | None = None,
+    cron: str | None = None,
+    timezone: str | None = None,
 ) -> dict:
-    """begin -> scan -> counts -> core stages -> persist -> report, each through ``run``."""
+    """begin -> scan -> counts -> core stages -> persist -> report, each through ``run``; the
+    window as in ``new_record`` (``cron``: the schedule of a scheduled run)."""
     audit = load_audit(Path(config_path or default_config_path()), audit_name)
     url = database_url(db_url)
     run = _explained(run, url, audit)
-    record = new_record(audit, as_of or datetime.now(UTC), flow_run_id)
+    record = new_record(audit, as_of or datetime.now(UTC), flow_run_id, cron, timezone)
     thresholds, timings = audit.thresholds, record.timings
     run_id = run("begin", begin, url, record, timedelta(hours=thresholds.stale_run_hours))
     quarantine = warning = None
@@ -298,6 +320,7 @@ def execute_audit(
     finally:
         release_run(run_id)
     run_id = saved.run_id
+    STORED_RUNS.append({"run_id": run_id, "version": saved.version, "audit": audit.name})
     _print_outcome(audit, saved, record)
     if warning:
         log.warning(warning)

@@ -13,6 +13,7 @@ as a Prefect flow.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from functools import cache
 from typing import Any, ParamSpec, TypeVar, cast
@@ -33,11 +34,17 @@ def _transient(task: Task, task_run: Any, state: Any) -> bool:
     return is_transient(state.result(raise_on_failure=False))
 
 
+# The report step's deadline (seconds; each attempt): the run is stored before it, so a report
+# that cannot be written in time fails alone (`biasaudit report RUN` writes it later).
+REPORT_SECONDS = float(os.environ.get("BIASAUDIT_REPORT_SECONDS", "300"))
+
+
 @cache
 def database_task(name: str, function: Callable[..., Any]) -> Task:
     """A Prefect task named ``name`` that retries ``function`` on transient database errors."""
     return task(
         name=name,
+        timeout_seconds=REPORT_SECONDS if name == "report" else None,
         retries=RETRIES,
         retry_delay_seconds=exponential_backoff(backoff_factor=retry_base_seconds()),
         retry_condition_fn=_transient,

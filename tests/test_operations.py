@@ -405,7 +405,8 @@ def test_the_docker_init_owner_is_no_superuser_and_runs_the_store(postgres_serve
 
 
 def test_nightly_deployment_schedule_and_parameters():
-    """It schedules the nightly flow by cron in a time zone, with its parameters."""
+    """It schedules the nightly flow by cron in a time zone, with its parameters: the schedule
+    too, from which each run's window ends at its nominal instant (tests/test_windows.py)."""
     from biasaudit.flows.nightly import nightly_deployment
 
     deployment = nightly_deployment(
@@ -416,6 +417,8 @@ def test_nightly_deployment_schedule_and_parameters():
     assert deployment.parameters == {
         "config_path": "/etc/biasaudit.toml",
         "db_url": "postgresql://db/audit",
+        "cron": "30 1 * * *",
+        "timezone": "Europe/Paris",
     }
     assert deployment.name == "nightly"
 

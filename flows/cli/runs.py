@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import shutil
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import typer
 
@@ -26,7 +28,7 @@ from biasaudit.flows.cli.common import (
     console,
 )
 from biasaudit.flows.cli.history import _print_flagged, _print_runs
-from biasaudit.flows.cli.server import FIRST_RUN_NOTE, _prefect_environment
+from biasaudit.flows.cli.server import FIRST_RUN_NOTE, _prefect_environment, bounded_flow
 
 DEMO_CONFIG = Path(__file__).parents[1] / "demo_audits.toml"
 
@@ -37,18 +39,38 @@ def run(
     config: ConfigOption = None,
     db: DbOption = None,
     as_of: Annotated[
-        str | None, typer.Option(metavar="DATE", help="Audit as of this date/time (ISO, UTC)")
+        str | None,
+        typer.Option(
+            metavar="DATE", help="Audit as of this date/time (ISO; without a zone, in --timezone)"
+        ),
     ] = None,
     force: Annotated[
         bool, typer.Option(help="Write a new version even if input is unchanged")
     ] = False,
+    timezone_: Annotated[
+        str | None,
+        typer.Option(
+            "--timezone",
+            metavar="ZONE",
+            envvar="BIASAUDIT_TIMEZONE",
+            help="Time zone of the window's calendar days and of --as-of (default UTC)",
+        ),
+    ] = None,
 ) -> None:
     """Run one audit now (one Prefect flow run); prints the run, its flagged findings and the
-    report's path."""
+    report's path. The window ends at --as-of exactly (default now); "last_N_days" is N calendar
+    days in --timezone before it."""
     from biasaudit.db.engine import flow_url
     from biasaudit.flows.config_files import default_config_path, load_audit
 
+    zone = _zone(timezone_)
     moment = _date(as_of)
+    if (
+        moment is not None
+        and zone is not None
+        and datetime.fromisoformat(str(as_of)).tzinfo is None
+    ):
+        moment = moment.replace(tzinfo=zone)  # a wall-clock time in --timezone
     configured = load_audit(Path(config or default_config_path()), audit)
     _engine(db).dispose()
     # configuration, source, model, window, reference groups, labels: a mistake fails before Prefect
@@ -59,11 +81,25 @@ def run(
     from biasaudit.flows.audit import audit_flow
 
     with console.status(f"auditing {audit} ({FIRST_RUN_NOTE})"):
-        result = audit_flow(audit, config, flow_url(db), moment, force)
+        result = bounded_flow(
+            lambda: audit_flow(audit, config, flow_url(db), moment, force, timezone=timezone_)
+        )
     _print_runs(db, [result["run_id"]])
     _print_flagged(db, [result["run_id"]])
     _check_reports([result])
     _say(f"report: {result['report']}")
+
+
+def _zone(name: str | None) -> ZoneInfo | None:
+    """The IANA time zone ``name`` (None: UTC), or a Mistake naming --timezone."""
+    if name is None:
+        return None
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise Mistake(
+            f"--timezone: {name!r} is not an IANA time zone (e.g. Europe/London)"
+        ) from None
 
 
 def _check_reports(results: list[dict]) -> None:
@@ -90,6 +126,7 @@ def demo(db: DbOption = None) -> None:
     from biasaudit.db.engine import flow_url, make_engine
     from biasaudit.db.load import load_predictions
     from biasaudit.db.migrate import upgrade
+    from biasaudit.flows.config_files import configured_names
     from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
 
     make_engine(db).dispose()
@@ -107,7 +144,10 @@ def demo(db: DbOption = None) -> None:
     from biasaudit.flows.nightly import nightly_flow
 
     with console.status(f"running the demo audits ({FIRST_RUN_NOTE})"):
-        results = nightly_flow(str(DEMO_CONFIG), flow_url(db), END)
+        results = bounded_flow(
+            lambda: nightly_flow(str(DEMO_CONFIG), flow_url(db), END),
+            runs=len(configured_names(DEMO_CONFIG)),
+        )
     _print_runs(db, [r["run_id"] for r in results])
     _print_flagged(db, [r["run_id"] for r in results])
     _check_reports(results)

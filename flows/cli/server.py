@@ -10,13 +10,25 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn, TypeVar
 
 from biasaudit.flows.cli.common import PREFECT_LOGS, Mistake
 
+T = TypeVar("T")
+
 FIRST_RUN_NOTE = "first flow run of a process starts a local Prefect server (10-20 s)"
+# Deadlines against Prefect (docs/operations.md, "When Prefect is unreachable"): each API request
+# (Prefect's own setting, unless the operator set it), and how long a command waits for Prefect
+# once its runs are stored before it says so and exits.
+API_REQUEST_SECONDS = "20"
+WAIT_ENV = "BIASAUDIT_PREFECT_WAIT_SECONDS"
+WAIT_SECONDS = 60.0
+_SERVERS: list[subprocess.Popen] = []  # the temporary Prefect servers this process started
 
 
 def _prefect_environment(logs: bool = False) -> None:
@@ -27,7 +39,9 @@ def _prefect_environment(logs: bool = False) -> None:
     no heartbeat unless the operator configured them (flows.heartbeats)."""
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from prefect.settings import get_current_settings
+    request_timeout = "PREFECT_API_REQUEST_TIMEOUT" not in os.environ
+    os.environ.setdefault("PREFECT_API_REQUEST_TIMEOUT", API_REQUEST_SECONDS)  # flow runs' too
+    from prefect.settings import PREFECT_API_REQUEST_TIMEOUT, get_current_settings
 
     from biasaudit.flows.heartbeats import heartbeat_updates
     from biasaudit.flows.logs import install_short_errors, quiet_prefect_console
@@ -36,6 +50,8 @@ def _prefect_environment(logs: bool = False) -> None:
     if not (logs or PREFECT_LOGS["on"]):
         quiet_prefect_console()
     updates = heartbeat_updates()  # the flow runs this process runs: flows.heartbeats
+    if request_timeout:  # Prefect read its settings when imported: this process's own deadline
+        updates[PREFECT_API_REQUEST_TIMEOUT] = float(API_REQUEST_SECONDS)
     if not get_current_settings().api.url:
         url = _start_temporary_server()
         from prefect.settings import PREFECT_API_URL
@@ -107,6 +123,7 @@ def _start_temporary_server() -> str:
         stderr=log,
     )
     atexit.register(_stop, server)
+    _SERVERS.append(server)
     url = f"http://127.0.0.1:{port}/api"
     timeout = float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90"))
     deadline = time.monotonic() + timeout
@@ -133,3 +150,113 @@ def _stop(server: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+def prefect_wait() -> float:
+    """How long a command waits for Prefect once its runs are stored (BIASAUDIT_PREFECT_WAIT_SECONDS,
+    default 60 s)."""
+    try:
+        return float(os.environ.get(WAIT_ENV, WAIT_SECONDS))
+    except ValueError:
+        raise Mistake(f"{WAIT_ENV} is a number of seconds, not {os.environ[WAIT_ENV]!r}") from None
+
+
+def bounded_flow(call: Callable[[], T], runs: int = 1) -> T:
+    """``call()`` (a flow run of ``runs`` audit runs) with a deadline against Prefect: once its
+    runs are stored (flows.pipeline.STORED_RUNS), the command waits at most ``prefect_wait()``
+    seconds for the rest (the report, its artifacts, the flow run's final state) and for its own
+    exit. Past that, it prints which runs are stored (id and version), stops the temporary
+    Prefect server it started and exits 1 at once (``os._exit``: Prefect's exit handlers, which
+    flush logs and events to a server that does not answer, would hold the process for many
+    minutes). A flow that fails in Prefect after storing its runs is a Mistake saying so."""
+    from biasaudit.flows.logs import AuditsFailed, one_line
+    from biasaudit.flows.pipeline import STORED_RUNS
+
+    before, wait, done = len(STORED_RUNS), prefect_wait(), threading.Event()
+    stored_at: list[float] = []
+
+    def watch() -> None:
+        while not done.wait(0.5):
+            if not stored_at and len(STORED_RUNS) - before >= runs:
+                stored_at.append(time.monotonic())
+            if stored_at and time.monotonic() - stored_at[0] > wait:
+                _exit_stored(STORED_RUNS[before:], f"Prefect did not answer within {wait:.0f} s")
+
+    threading.Thread(target=watch, name="biasaudit-prefect-deadline", daemon=True).start()
+    try:
+        return call()
+    except AuditsFailed:  # audits failed (the flow says which): not Prefect
+        raise
+    except Exception as exc:
+        stored = STORED_RUNS[before:]
+        if not stored:
+            raise
+        raise Mistake(
+            f"{_stored_runs(stored)}; then Prefect failed: {one_line(exc)} (write the report "
+            f"with {_report_commands(stored)})"
+        ) from None
+    finally:
+        done.set()
+        # the exit's share of the same budget (at least 5 s) once the runs are stored
+        spent = time.monotonic() - stored_at[0] if stored_at else 0.0
+        _bound_exit(max(5.0, wait - spent))
+
+
+def _stored_runs(stored: list[dict]) -> str:
+    from biasaudit.schemas.report import run_label
+
+    named = ", ".join(f"{run_label(r['run_id'], r['version'])} of {r['audit']!r}" for r in stored)
+    return f"{named} succeeded and {'is' if len(stored) == 1 else 'are'} stored"
+
+
+def _report_commands(stored: list[dict]) -> str:
+    return ", ".join(f"`biasaudit report {r['run_id']}`" for r in stored)
+
+
+def _bound_exit(wait: float) -> None:
+    """Let this process's exit wait at most ``wait`` seconds for Prefect: its services flush logs
+    and events to the API when the interpreter shuts down (threading's exit hooks, run before
+    atexit, last registered first), for many minutes when the API does not answer."""
+
+    def deadline() -> None:
+        def expire() -> None:
+            time.sleep(wait)
+            with contextlib.suppress(Exception):
+                sys.stderr.write(
+                    f"error: Prefect did not take this process's last logs and events within "
+                    f"{wait:.0f} s; what was printed above is stored\n"
+                )
+                sys.stderr.flush()
+            for server in _SERVERS:
+                with contextlib.suppress(Exception):
+                    server.kill()
+            os._exit(1)
+
+        threading.Thread(target=expire, name="biasaudit-exit-deadline", daemon=True).start()
+
+    if Path(sys.argv[0]).name != "biasaudit":  # a process embedding the CLI (tests) exits itself
+        return
+    with contextlib.suppress(Exception):  # private, as Prefect's own use of it
+        threading._register_atexit(deadline)  # type: ignore[attr-defined]
+
+
+def _exit_stored(stored: list[dict], why: str) -> NoReturn:
+    """Say which runs are stored and why the command stops, stop this process's temporary
+    Prefect servers, exit 1 now."""
+    from biasaudit.flows.cli.common import errors
+
+    with contextlib.suppress(Exception):
+        errors.print(
+            f"error: {_stored_runs(stored)}; {why}: the command stops without its report (write "
+            f"it with {_report_commands(stored)})",
+            soft_wrap=True,
+            highlight=False,
+            markup=False,
+        )
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    for server in _SERVERS:
+        with contextlib.suppress(Exception):
+            server.kill()
+    os._exit(1)
