@@ -358,14 +358,16 @@ def _end_lost_sessions(lock: Connection, record: RunRecord) -> None:
         return
     wait = ", 5000" if _server_version(lock) >= 140000 else ""  # ms to wait for each to end
     try:
-        ended = lock.scalars(
+        found = lock.scalars(
             text(
-                f"SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                f"AND pid <> pg_backend_pid() AND application_name = ANY(:tags) "
-                f"AND pg_terminate_backend(pid{wait})"
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND application_name = ANY(:tags)"
             ),
             {"tags": dead},
         ).all()
+        # one by one, after the search: never a predicate the planner could evaluate first
+        terminate = text(f"SELECT pg_terminate_backend(:pid{wait})")
+        ended = [pid for pid in found if lock.scalar(terminate, {"pid": pid})]
         lock.commit()
     except DBAPIError as exc:  # no right to end them: the server's own limits will
         lock.rollback()

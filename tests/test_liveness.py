@@ -62,8 +62,9 @@ reference_groups = { race = "White" }
 thresholds = { stale_run_hours = 0.05 }
 """
 
-# One forced run of the audit in a process of its own; with a marker path, it pauses 15 s after
-# its scan (its run is then `running`, its heartbeats going), the marker written when it pauses.
+# One forced run of the audit in a process of its own; with a marker path, it pauses 15 s (or the
+# seconds of a fourth argument) after its scan (its run is then `running`, its heartbeats going),
+# the marker written when it pauses.
 RUN_SCRIPT = textwrap.dedent(
     """
     import pathlib, sys, threading
@@ -71,13 +72,14 @@ RUN_SCRIPT = textwrap.dedent(
     from biasaudit.flows.demo import END
 
     url, config, marker = sys.argv[1], sys.argv[2], sys.argv[3]
+    pause = float(sys.argv[4]) if len(sys.argv) > 4 else 15.0
     if marker:
         scan = pipeline.scan
 
         def scan_then_pause(*args, **kwargs):
             scanned = scan(*args, **kwargs)
             pathlib.Path(marker).write_text("paused")
-            threading.Event().wait(15)  # libfaketime breaks time.sleep (EINVAL)
+            threading.Event().wait(pause)  # libfaketime breaks time.sleep (EINVAL)
             return scanned
 
         pipeline.scan = scan_then_pause
@@ -108,13 +110,29 @@ def _wait_for(condition, child: subprocess.Popen, what: str, limit: float = 120.
         time.sleep(0.1)
 
 
+# Where the network goes silent: before persist's first result statement reaches the server (its
+# session then idles in its transaction), or, on PostgreSQL, inside COPY's data (the session then
+# waits for the rest of the data, where no idle timeout of the server reaches it; a COPY row of
+# group_counts holds its attribute between tabs).
 @pytest.mark.slow
-@on_databases("postgresql", "mariadb")
-def test_a_partition_during_persist_never_blocks_the_next_run(db_url, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    ("db_url", "marker"),
+    [
+        ("postgresql", b"group_counts"),
+        ("postgresql", b"\tsex\t"),
+        ("mariadb", b"group_counts"),
+    ],
+    indirect=["db_url"],
+    ids=["postgresql-statement", "postgresql-copy-data", "mariadb-statement"],
+)
+def test_a_partition_during_persist_never_blocks_the_next_run(
+    db_url, marker, tmp_path, monkeypatch
+):
     """Packets between an audit and its store are dropped (not refused) while persist writes the
-    results: the server ends the lost sessions and their locks, so the next run of the same audit,
-    from a healthy network, starts within two leases and succeeds; the partitioned run's row says
-    failed, with the reason, and none of its results is ever stored."""
+    results: the server ends the lost sessions and their locks (or the next run ends them, once
+    it holds the run lock), so the next run of the same audit, from a healthy network, starts
+    within two leases and succeeds; the partitioned run's row says failed, with the reason, and
+    none of its results is ever stored."""
     load_small(db_url)
     config = tmp_path / "audits.toml"
     config.write_text(CONFIG)
@@ -124,7 +142,7 @@ def test_a_partition_during_persist_never_blocks_the_next_run(db_url, tmp_path, 
     monkeypatch.setenv("BIASAUDIT_STATEMENT_TIMEOUT_SECONDS", "90")
     parsed = make_engine(db_url).url
     with FaultProxy(parsed.host or "127.0.0.1", parsed.port or 0, lifetime=300) as proxy:
-        proxy.freeze(after=b"group_counts")  # the first statement of persist's results
+        proxy.freeze(after=marker)
         child = subprocess.Popen(
             [sys.executable, "-c", RUN_SCRIPT, proxy.url(db_url), str(config), ""],
             env=_environment(),
@@ -242,3 +260,55 @@ def test_a_clock_behind_still_sees_a_dead_runs_lease_lapse(db_url, monkeypatch):
     assert time.monotonic() - started < 15
     runs = list_runs(engine).set_index("id")
     assert runs.loc[first, "status"] == "failed" and runs.loc[first, "error"].startswith(ABANDONED)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not FAKETIME.exists(), reason=f"no {FAKETIME} (apt-get install faketime)")
+@on_databases("postgresql", "mariadb")
+def test_a_clock_jumping_back_and_forward_mid_run_loses_no_run(db_url, tmp_path):
+    """A running audit's clock jumps an hour back, then an hour forward (libfaketime re-reading
+    its offset), while another process on the true time starts the same audit: the second waits
+    for the first, and both runs succeed and are stored."""
+    load_small(db_url)
+    config, marker, offset = tmp_path / "audits.toml", tmp_path / "paused", tmp_path / "offset"
+    config.write_text(CONFIG)
+    offset.write_text("+0\n")
+    jumping = _environment(
+        LD_PRELOAD=str(FAKETIME),
+        FAKETIME_TIMESTAMP_FILE=str(offset),
+        FAKETIME_NO_CACHE="1",
+        FAKETIME_DONT_FAKE_MONOTONIC="1",
+    )
+    first = subprocess.Popen(
+        [sys.executable, "-c", RUN_SCRIPT, db_url, str(config), str(marker), "30"],
+        env=jumping,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    second = None
+    try:
+        _wait_for(marker.exists, first, "the run whose clock jumps")
+        offset.write_text("-1h\n")  # back an hour: its heartbeats, by its clock, an hour old
+        time.sleep(2 * LEASE)
+        second = subprocess.Popen(
+            [sys.executable, "-c", RUN_SCRIPT, db_url, str(config), ""],
+            env=_environment(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(10)  # the second has started and judged the first (alive), and waits
+        offset.write_text("+1h\n")  # then forward, past the true time, before the first goes on
+        _, first_err = first.communicate(timeout=120)
+        _, second_err = second.communicate(timeout=240)
+    finally:
+        for child in (first, second):
+            if child is not None and child.poll() is None:
+                child.kill()
+                child.wait()
+    assert first.returncode == 0, first_err[-3000:]
+    assert second.returncode == 0, second_err[-3000:]
+    runs = list_runs(make_engine(db_url))
+    assert sorted(runs["status"]) == ["succeeded", "succeeded"], runs[["id", "status", "error"]]
+    assert sorted(runs["version"]) == [1, 2]
