@@ -8,8 +8,8 @@ Every connection has bounded waits, configurable by environment variable:
 ``BIASAUDIT_CONNECT_TIMEOUT_SECONDS`` (default 10) to open a connection, and
 ``BIASAUDIT_STATEMENT_TIMEOUT_SECONDS`` (default 600) for one statement (PostgreSQL's
 ``statement_timeout``, MariaDB's client read/write timeouts, SQLite's busy timeout). On PostgreSQL
-TCP keepalives and ``tcp_user_timeout``, the client's and the server's (``SERVER_TCP``), also end a
-connection whose network went dead on either side, and the
+TCP keepalives and ``tcp_user_timeout``, the client's and (for the engine's sessions) the
+server's (``SERVER_TCP``), also end a connection whose network went dead on either side, and the
 client gives up on any one call (a statement, a fetch, a commit) that has no answer a second after
 the statement timeout, closing its connection: a server that stopped (SIGSTOP, a frozen VM) keeps
 its TCP connections answering keepalives and would never enforce its own timeout. A timed-out call
@@ -86,15 +86,18 @@ SERVER_TCP = {
 }
 
 
+def server_tcp_options() -> str:
+    """SERVER_TCP as libpq's ``options`` take it (the engine's sessions ask for it when they
+    connect; an ADBC stream's read-only session does without: it holds no lock a run needs)."""
+    return " ".join(f"-c{name}={value}" for name, value in SERVER_TCP.items())
+
+
 def libpq_options() -> dict[str, Any]:
     """libpq's connection options for the engine's limits: connect timeout, server-side statement
-    timeout, TCP keepalives and ``tcp_user_timeout`` (for a dead network) on both sides: the
-    client's (libpq) and the server's session (SERVER_TCP)."""
-    server = " ".join(f"-c{name}={value}" for name, value in SERVER_TCP.items())
+    timeout, TCP keepalives and ``tcp_user_timeout`` (for a dead network)."""
     return {
         "connect_timeout": max(1, round(connect_timeout())),
-        # as URIs take it
-        "options": f"-cstatement_timeout={round(statement_timeout() * 1000)} {server}",
+        "options": f"-cstatement_timeout={round(statement_timeout() * 1000)}",  # as URIs take it
         "keepalives": 1,
         "keepalives_idle": 10,
         "keepalives_interval": 5,
@@ -211,7 +214,8 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
 
             @event.listens_for(engine, "do_connect")
             def _connect(_dialect, _record, cargs, cparams):
-                return connection_class.connect(*cargs, **cparams)
+                options = " ".join(filter(None, [cparams.get("options"), server_tcp_options()]))
+                return connection_class.connect(*cargs, **{**cparams, "options": options})
 
         return engine
     except NoSuchModuleError:

@@ -159,6 +159,8 @@ def test_a_partition_during_persist_never_blocks_the_next_run(
             runs = list_runs(make_engine(db_url)).set_index("id")
             print(f"the next run completed {waited:.1f} s after the partition")
             assert child.poll() is None  # the partitioned process is still alive, still cut off
+            proxy.thaw()  # the network heals: the lost run hears that its sessions ended
+            child.wait(timeout=120)
         finally:
             child.send_signal(signal.SIGKILL)
             child.wait(timeout=30)
@@ -167,6 +169,9 @@ def test_a_partition_during_persist_never_blocks_the_next_run(
     assert runs.loc[result["run_id"], "status"] == "succeeded"
     lost = runs.loc[partitioned]
     assert lost["status"] == "failed" and lost["error"].startswith(ABANDONED)
+    assert child.returncode != 0  # its persist never committed, healed or not
+    after = list_runs(make_engine(db_url)).set_index("id").loc[partitioned]
+    assert after["status"] == "failed"  # (with its own error now, if it could record it)
     assert _result_rows(db_url, partitioned) == [0, 0]
     assert all(_result_rows(db_url, result["run_id"]))
 
