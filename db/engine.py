@@ -8,7 +8,8 @@ Every connection has bounded waits, configurable by environment variable:
 ``BIASAUDIT_CONNECT_TIMEOUT_SECONDS`` (default 10) to open a connection, and
 ``BIASAUDIT_STATEMENT_TIMEOUT_SECONDS`` (default 600) for one statement (PostgreSQL's
 ``statement_timeout``, MariaDB's client read/write timeouts, SQLite's busy timeout). On PostgreSQL
-TCP keepalives and ``tcp_user_timeout`` also end a connection whose network went dead, and the
+TCP keepalives and ``tcp_user_timeout``, the client's and (for the engine's sessions) the
+server's (``SERVER_TCP``), also end a connection whose network went dead on either side, and the
 client gives up on any one call (a statement, a fetch, a commit) that has no answer a second after
 the statement timeout, closing its connection: a server that stopped (SIGSTOP, a frozen VM) keeps
 its TCP connections answering keepalives and would never enforce its own timeout. A timed-out call
@@ -73,6 +74,24 @@ def answer_deadline() -> float:
     return statement_timeout() + 1.0
 
 
+# The server's side of a dead network (PostgreSQL 12 and later): it probes an idle client after
+# 10 s, every 5 s, and ends the session after 3 unanswered probes (25 s), or once data it sent has
+# gone unacknowledged for 60 s, so a session whose client vanished releases its locks (the
+# server's own defaults leave it for hours). docs/operations.md, "A lost session".
+SERVER_TCP = {
+    "tcp_keepalives_idle": 10,
+    "tcp_keepalives_interval": 5,
+    "tcp_keepalives_count": 3,
+    "tcp_user_timeout": 60_000,
+}
+
+
+def server_tcp_options() -> str:
+    """SERVER_TCP as libpq's ``options`` take it (the engine's sessions ask for it when they
+    connect; an ADBC stream's read-only session does without: it holds no lock a run needs)."""
+    return " ".join(f"-c{name}={value}" for name, value in SERVER_TCP.items())
+
+
 def libpq_options() -> dict[str, Any]:
     """libpq's connection options for the engine's limits: connect timeout, server-side statement
     timeout, TCP keepalives and ``tcp_user_timeout`` (for a dead network)."""
@@ -132,7 +151,9 @@ def parse_url(url: str) -> URL:
     psycopg2, which is not installed)."""
     try:
         parsed = make_url(url)
-        return parsed.set(drivername=POSTGRES_DRIVER) if parsed.drivername == "postgresql" else parsed
+        return (
+            parsed.set(drivername=POSTGRES_DRIVER) if parsed.drivername == "postgresql" else parsed
+        )
     except (ArgumentError, ValueError):
         raise DatabaseUrlError(
             "malformed database URL (expected dialect+driver://user@host:port/database "
@@ -220,7 +241,8 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
 
             @event.listens_for(engine, "do_connect")
             def _connect(_dialect, _record, cargs, cparams):
-                return connection_class.connect(*cargs, **cparams)
+                options = " ".join(filter(None, [cparams.get("options"), server_tcp_options()]))
+                return connection_class.connect(*cargs, **{**cparams, "options": options})
 
         return engine
     except NoSuchModuleError:

@@ -13,15 +13,28 @@ attempt committed (the reply to COMMIT lost) finds its own row succeeded and ret
 deleted only while ``running`` (replaced by an identical one), and a succeeded run is never marked
 failed, so a failed run never has results.
 
-Nothing stays stuck. While a run is going its process proves it is alive:
+Nothing stays stuck. While a run is going its process proves it is alive to the server:
 - on PostgreSQL it holds a session-level advisory lock on its own connection, which the server
-  releases the moment that connection dies (kill -9, power loss, a network cut);
+  releases the moment that session ends (kill -9, power loss, and, through the session limits
+  below, a network cut);
 - everywhere a heartbeat thread renews ``heartbeat_at`` every ``lease / 6`` seconds
-  (``BIASAUDIT_LEASE_SECONDS``, default 30).
+  (``BIASAUDIT_LEASE_SECONDS``, default 30), on PostgreSQL through the lock's own session.
+The heartbeat is the database's time, and a lease is judged lapsed in SQL by the database's time
+(db.clock): no client's clock takes part, so two machines whose clocks differ agree on who is alive.
 The next run of the audit marks a ``running`` row failed as abandoned when its owner is gone: the
 advisory lock is free (PostgreSQL), or its heartbeat is older than the lease (SQLite, MariaDB; rows
 without a heartbeat fall back to ``started_at`` and the configured ``stale_run_hours``). A run whose
 row was so marked cannot later promote itself to succeeded (``RunLost``).
+
+A session the client lost is ended by the server, so its locks never outlive the run's lease for
+long (``session_silence``: two leases, at least 10 s): every transaction of a run is bounded by
+``idle_in_transaction_session_timeout`` (PostgreSQL) or ``wait_timeout`` and
+``net_read_timeout``/``net_write_timeout`` (MariaDB), and the lease's session on PostgreSQL by
+``idle_session_timeout`` (its heartbeats keep it busy while the process lives); db.engine adds the
+server's TCP keepalives. On PostgreSQL a run's writing transactions name themselves
+(``application_name`` = ``biasaudit run ID``): the next run, once it holds the run lock (so the
+owner's session has ended), terminates what is left of them before it marks the row failed, so a
+session stuck where the server's own limits do not reach (a COPY waiting for data) holds nothing.
 """
 
 from __future__ import annotations
@@ -53,11 +66,13 @@ from sqlalchemy import (
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from biasaudit.db.clock import server_now
+from biasaudit.db.engine import statement_timeout
 from biasaudit.db.models import AuditRun, QuarantinedRow
 
 RUNNING, SUCCEEDED, FAILED = "running", "succeeded", "failed"
 log = logging.getLogger(__name__)
-ABANDONED = "abandoned: the process ended before the run finished"
+ABANDONED = "abandoned: its process ended or lost the database before the run finished"
 
 
 class SavedRun(NamedTuple):
@@ -184,6 +199,58 @@ def lease_seconds() -> float:
     return value
 
 
+def session_silence() -> float:
+    """Seconds the server lets a run's session stay silent (idle inside a transaction, or the
+    lease's session idle) before it ends the session and releases its locks: two leases, at
+    least 10 s."""
+    return max(10.0, 2 * lease_seconds())
+
+
+def _tag(run_id: int) -> str:
+    """The ``application_name`` of run ``run_id``'s writing transactions (PostgreSQL)."""
+    return f"biasaudit run {run_id}"
+
+
+def bound_session(connection: Connection, run_id: int | None = None) -> None:
+    """Have the server end this session if its client falls silent: for the rest of the
+    transaction on PostgreSQL (``idle_in_transaction_session_timeout``, and the run's tag as
+    ``application_name``), for the session on MariaDB (``wait_timeout``, ``net_read_timeout``,
+    ``net_write_timeout``). SQLite has no session to end: a process that is gone holds no lock."""
+    silence = round(session_silence())
+    backend = connection.dialect.name
+    if backend == "postgresql":
+        connection.execute(
+            text("SELECT set_config('idle_in_transaction_session_timeout', :ms, true)"),
+            {"ms": str(silence * 1000)},
+        )
+        if run_id is not None:
+            connection.execute(
+                text("SELECT set_config('application_name', :tag, true)"), {"tag": _tag(run_id)}
+            )
+    elif backend in ("mysql", "mariadb"):
+        connection.exec_driver_sql(
+            f"SET SESSION wait_timeout = {silence}, net_read_timeout = {silence}, "
+            f"net_write_timeout = {silence}"
+        )
+
+
+def _bound_lock_session(lock: Connection) -> None:
+    """The lease's session on PostgreSQL: ended by the server when idle (no heartbeat) or idle in
+    a transaction for ``session_silence`` (``idle_session_timeout`` needs PostgreSQL 14; before
+    it, TCP keepalives alone end a session whose network died)."""
+    ms = str(round(session_silence()) * 1000)
+    lock.execute(
+        text("SELECT set_config('idle_in_transaction_session_timeout', :ms, false)"), {"ms": ms}
+    )
+    if _server_version(lock) >= 140000:
+        lock.execute(text("SELECT set_config('idle_session_timeout', :ms, false)"), {"ms": ms})
+    lock.commit()
+
+
+def _server_version(connection: Connection) -> int:
+    return int(connection.scalar(text("SELECT current_setting('server_version_num')")) or 0)
+
+
 class RunLease:
     """A live run's proof of life: the PostgreSQL session lock (if any) and the heartbeat thread.
 
@@ -202,21 +269,40 @@ class RunLease:
     def _beat(self, every: float) -> None:
         while not self._stop.wait(every):
             try:
-                with self.engine.begin() as connection:
-                    connection.execute(
-                        update(AuditRun)
-                        .where(AuditRun.id == self.run_id, AuditRun.status == RUNNING)
-                        .values(heartbeat_at=datetime.now(UTC))
-                    )
+                if self.lock is not None:  # PostgreSQL: the lock's session, kept from idling
+                    with self.lock.begin():
+                        self._renew(self.lock)
+                else:
+                    with self.engine.begin() as connection:
+                        self._renew(connection)
             except SQLAlchemyError as exc:  # the database is away: the run's own steps retry
                 log.debug("heartbeat of run %s failed: %s", self.run_id, type(exc).__name__)
+
+    def _renew(self, connection: Connection) -> None:
+        """Set the run's heartbeat to the database's time. While the run's own persist holds its
+        row the heartbeat gives up at once (that transaction is the proof of life then)."""
+        backend = connection.dialect.name
+        if backend == "postgresql":
+            connection.exec_driver_sql("SET LOCAL lock_timeout = '500ms'")
+        else:
+            bound_session(connection)
+            if backend in ("mysql", "mariadb"):
+                connection.exec_driver_sql("SET SESSION innodb_lock_wait_timeout = 1")
+        connection.execute(
+            update(AuditRun)
+            .where(AuditRun.id == self.run_id, AuditRun.status == RUNNING)
+            .values(heartbeat_at=server_now(backend))
+        )
 
     def release(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
         if self.lock is not None:
             try:
-                self.lock.close()  # closing the session releases its advisory lock
+                if self._thread.is_alive():  # a heartbeat waits on a silent network
+                    self.lock.invalidate()
+                else:
+                    self.lock.close()  # closing the session releases its advisory lock
             except SQLAlchemyError:
                 pass
         self.engine.dispose()
@@ -251,36 +337,87 @@ def _try_run_lock(lock: Connection, audit_name: str, model_id: str) -> bool:
     return bool(got)
 
 
+def _running(record: RunRecord) -> Any:
+    return and_(
+        AuditRun.audit_name == record.audit_name,
+        AuditRun.model_id == record.model_id,
+        AuditRun.status == RUNNING,
+    )
+
+
+def _end_lost_sessions(lock: Connection, record: RunRecord) -> None:
+    """Terminate what is left of the writing sessions of the audit's ``running`` runs
+    (PostgreSQL; this process holds the run lock, so their owner's session has ended and none of
+    them belongs to a live run): a session the server's limits do not end (a COPY waiting for data
+    from a client that is gone) would otherwise hold its run's row and the versioning lock until
+    the statement timeout. Only sessions of this database and role can be ended; others are left
+    to the server's limits."""
+    dead = [_tag(run_id) for run_id in lock.scalars(select(AuditRun.id).where(_running(record)))]
+    if not dead:
+        lock.commit()
+        return
+    wait = ", 5000" if _server_version(lock) >= 140000 else ""  # ms to wait for each to end
+    try:
+        found = lock.scalars(
+            text(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND application_name = ANY(:tags)"
+            ),
+            {"tags": dead},
+        ).all()
+        # one by one, after the search: never a predicate the planner could evaluate first
+        terminate = text(f"SELECT pg_terminate_backend(:pid{wait})")
+        ended = [pid for pid in found if lock.scalar(terminate, {"pid": pid})]
+        lock.commit()
+    except DBAPIError as exc:  # no right to end them: the server's own limits will
+        lock.rollback()
+        log.warning("could not end the sessions of lost runs: %s", type(exc).__name__)
+        return
+    if ended:
+        log.warning(
+            "audit %r: ended %d session(s) of lost run(s) (backends %s)",
+            record.audit_name,
+            len(ended),
+            ended,
+        )
+
+
 def _mark_dead_runs(
     session: Session, record: RunRecord, owner_gone: bool, lease: float, stale: timedelta
 ) -> list[int]:
     """Mark the audit's ``running`` rows whose owner is gone as failed; returns their ids.
 
-    ``owner_gone``: this process holds the run lock, so no live process runs this audit.
+    ``owner_gone``: this process holds the run lock, so no live process runs this audit. Else a
+    row is dead when its heartbeat is older than the lease by the database's clock (db.clock).
     """
-    now = datetime.now(UTC)
-    same = and_(
-        AuditRun.audit_name == record.audit_name,
-        AuditRun.model_id == record.model_id,
-        AuditRun.status == RUNNING,
-    )
+    backend = session.get_bind().dialect.name
+    same = _running(record)
     silent = or_(
-        AuditRun.heartbeat_at < now - timedelta(seconds=lease),
-        and_(AuditRun.heartbeat_at.is_(None), AuditRun.started_at < now - stale),
+        AuditRun.heartbeat_at < server_now(backend, lease),
+        and_(
+            AuditRun.heartbeat_at.is_(None),
+            AuditRun.started_at < server_now(backend, stale.total_seconds()),
+        ),
     )
     condition = same if owner_gone else and_(same, silent)
+    proof = (
+        "its session lock was free"
+        if owner_gone
+        else f"no heartbeat for {lease:g} s by the database's clock"
+    )
+    error = f"{ABANDONED} ({proof})"
     dead = list(session.scalars(select(AuditRun.id).where(condition)))
     if dead:
         session.execute(
             update(AuditRun)
             .where(AuditRun.id.in_(dead), condition)
-            .values(status=FAILED, error=ABANDONED, finished_at=now)
+            .values(status=FAILED, error=error, finished_at=datetime.now(UTC))
         )
         log.warning(
             "audit %r: run(s) %s had no live process: marked failed (%s)",
             record.audit_name,
             dead,
-            ABANDONED,
+            error,
         )
     return dead
 
@@ -320,29 +457,28 @@ def start_run(
                 lock = lock or lease_engine.connect()
                 owner_gone = _try_run_lock(lock, record.audit_name, record.model_id)
                 busy = None if owner_gone else "(held by a live process)"
-            with Session(engine) as session, session.begin():
-                _lock_versioning(session, record.audit_name, record.model_id)
-                if engine.dialect.name != "postgresql" or owner_gone:
+                if owner_gone:
+                    _end_lost_sessions(lock, record)
+            if busy is None:  # (PostgreSQL: the run lock is free; else the rows decide)
+                with Session(engine) as session, session.begin():
+                    _bound_start(session.connection(), lease)
+                    _lock_versioning(session, record.audit_name, record.model_id)
                     _mark_dead_runs(session, record, owner_gone, lease, stale)
-                busy = busy or session.scalar(
-                    select(AuditRun.id).where(
-                        AuditRun.audit_name == record.audit_name,
-                        AuditRun.model_id == record.model_id,
-                        AuditRun.status == RUNNING,
-                    )
-                )
-                if busy is None:
-                    record.started_at = datetime.now(UTC)
-                    run = AuditRun(
-                        **record.columns(),
-                        status=RUNNING,
-                        finished_at=record.started_at,
-                        heartbeat_at=record.started_at,
-                    )
-                    session.add(run)
-                    session.flush()
-                    run_id = run.id
+                    busy = session.scalar(select(AuditRun.id).where(_running(record)))
+                    if busy is None:
+                        record.started_at = datetime.now(UTC)
+                        run = AuditRun(
+                            **record.columns(),
+                            status=RUNNING,
+                            finished_at=record.started_at,
+                            heartbeat_at=server_now(engine.dialect.name),
+                        )
+                        session.add(run)
+                        session.flush()
+                        run_id = run.id
             if busy is None:
+                if lock is not None:  # bounded from now on: heartbeats keep it busy
+                    _bound_lock_session(lock)
                 with _LEASES_LOCK:
                     _LEASES[run_id] = RunLease(lease_engine, run_id, lock, lease / 6)
                 return run_id
@@ -365,6 +501,17 @@ def start_run(
             lock.close()
         lease_engine.dispose()
         raise
+
+
+def _bound_start(connection: Connection, lease: float) -> None:
+    """The start's transaction: bounded like a run's (bound_session); on MariaDB it also waits
+    long enough for the server to end a lost run's session holding that run's row (the row a dead
+    run's persist locked is marked failed once that session has ended, within
+    ``session_silence``)."""
+    bound_session(connection)
+    if connection.dialect.name in ("mysql", "mariadb"):
+        wait = round(min(session_silence() + lease + 10, statement_timeout()))
+        connection.exec_driver_sql(f"SET SESSION innodb_lock_wait_timeout = {max(1, wait)}")
 
 
 def abandon_run(engine: Engine, run_id: int) -> bool:
@@ -451,6 +598,7 @@ def reuse_identical_run(
     summary, run ``run_id``'s ``running`` row removed in the same transaction; None (and nothing
     changed) when there is none. save_run checks again under the same lock."""
     with Session(engine) as session, session.begin():
+        bound_session(session.connection(), run_id)
         _lock_versioning(session, record.audit_name, record.model_id)
         existing = _replace_with_identical(session, run_id, record)
         if existing is None:
@@ -481,6 +629,7 @@ def save_run(
     for attempt in range(attempts):
         try:
             with Session(engine) as session, session.begin():
+                bound_session(session.connection(), run_id)
                 _lock_versioning(session, record.audit_name, record.model_id)
                 if _locked_status(session, run_id) == SUCCEEDED:
                     log.warning("run %s had already committed (its reply was lost): kept", run_id)
@@ -540,6 +689,7 @@ def record_failed_run(
     so it is left alone, with a warning."""
     values = {**record.columns(), "status": FAILED, "error": error[:ERROR_CHARACTERS]}
     with Session(engine) as session, session.begin():
+        bound_session(session.connection(), run_id)
         if run_id is None:
             run = AuditRun(**values, finished_at=datetime.now(UTC))
             session.add(run)

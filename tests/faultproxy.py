@@ -10,7 +10,10 @@ network cut between the server's commit and its reply. ``fired`` is set when tha
 ``freeze(after=b"...")`` stops forwarding, as a server stopped by SIGSTOP or a silent network
 would: once a connection has sent ``after`` (at once when it is empty), no byte moves on any
 connection any more, new ones included, yet every socket stays open, so TCP keeps acknowledging
-and keepalives keep answering. ``frozen`` is set when that happened.
+and keepalives keep answering. ``frozen`` is set when that happened. It is a partition that drops
+packets (never refuses or resets them): neither end is told. ``thaw()`` heals it: the bytes held
+at the cut (the request that met it) go on first, as TCP's retransmission would deliver them, and
+forwarding resumes; a connection the server ended meanwhile then ends for its client too.
 
 Everything is bounded: sockets poll with short timeouts, the proxy stops itself after
 ``lifetime`` seconds, and ``close()`` (or leaving the ``with`` block) stops it at once.
@@ -69,6 +72,12 @@ class FaultProxy:
         if not after:
             self.frozen.set()
 
+    def thaw(self) -> None:
+        """Heal the partition: forward again, starting with what each connection held."""
+        with self._lock:
+            self._freeze_after = None
+        self.frozen.clear()
+
     def _watch_freeze(self, sent: bytes) -> None:
         with self._lock:
             if self._freeze_after is not None and self._freeze_after in sent:
@@ -110,12 +119,15 @@ class FaultProxy:
         except OSError:
             client.close()
             return
-        tail, dropping = b"", False
+        tail, dropping, held = b"", False, b""
         with client, server, contextlib.suppress(OSError):  # a reset ends the connection
             while not self._stopped():
                 if self.frozen.is_set():  # nothing read, nothing sent: the sockets stay open
                     time.sleep(POLL)
                     continue
+                if held:  # healed: what met the partition arrives first
+                    server.sendall(held)
+                    held = b""
                 ready, _, _ = select.select([client, server], [], [], POLL)
                 if client in ready:
                     data = client.recv(65536)
@@ -123,7 +135,8 @@ class FaultProxy:
                         return
                     self._watch_freeze(tail[-WINDOW:] + data)
                     if self.frozen.is_set():
-                        continue  # this request is lost in the frozen network
+                        held = data  # this request is held in the frozen network
+                        continue
                     server.sendall(data)
                     if not dropping:
                         tail, dropping = self._take(tail + data)

@@ -439,7 +439,7 @@ def test_killed_run_never_blocks_the_next_one(db_url, tmp_path, monkeypatch, lea
     assert result["new"] and elapsed < 60
     runs = list_runs(engine).set_index("id")
     dead = runs.drop(index=result["run_id"]).iloc[0]
-    assert (dead["status"], dead["error"]) == ("failed", ABANDONED)
+    assert dead["status"] == "failed" and dead["error"].startswith(ABANDONED)
     assert runs.loc[result["run_id"], "status"] == "succeeded"
     if db_url.startswith("sqlite"):  # it waited for the lease to lapse, no longer
         assert elapsed > float(lease or 30) * 0.5
