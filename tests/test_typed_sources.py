@@ -367,13 +367,8 @@ SCORE_TYPES = {
 }
 
 
-@pytest.mark.parametrize("kind", list(SCORE_TYPES))
-def test_score_column_of_mixed_types_is_judged_alike(source_db_url, kind):
-    """It accepts a score column (float, real, decimal or number text) with missing values and
-    quarantines scores outside [0, 1], such as 1.7, alike in every mode."""
-    engine = make_engine(source_db_url)
-    column_type, value = SCORE_TYPES[kind]
-    scores = [0.1, None, 1.0, 1.5, -0.2, 0.0, 1.7]
+def _score_source(engine, column_type, scores, y_pred=lambda i: 1) -> None:
+    """A source table "src" of one row per score (ids p0, p1, ...), labels 1, group A."""
     table = Table(
         "src",
         MetaData(),
@@ -389,13 +384,23 @@ def test_score_column_of_mixed_types_is_judged_alike(source_db_url, kind):
             "prediction_id": f"p{i}",
             "predicted_at": datetime(2026, 5, 1),
             "y_true": 1,
-            "y_pred": 1,
-            "score": None if s is None else value(s),
+            "y_pred": y_pred(i),
+            "score": s,
             "grp": "A",
         }
         for i, s in enumerate(scores)
     ]
     create(engine, table, rows)
+
+
+@pytest.mark.parametrize("kind", list(SCORE_TYPES))
+def test_score_column_of_mixed_types_is_judged_alike(source_db_url, kind):
+    """It accepts a score column (float, real, decimal or number text) with missing values and
+    quarantines scores outside [0, 1], such as 1.7, alike in every mode."""
+    engine = make_engine(source_db_url)
+    column_type, value = SCORE_TYPES[kind]
+    scores = [0.1, None, 1.0, 1.5, -0.2, 0.0, 1.7]
+    _score_source(engine, column_type, [None if s is None else value(s) for s in scores])
     audit = audit_of()
     for mode, scanned in all_modes(engine, audit).items():
         assert sorted(scanned.quarantine["row_ref"]) == ["p3", "p4", "p6"], mode
@@ -868,29 +873,8 @@ def test_scores_in_every_notation_are_read_alike_in_every_mode(source_db_url):
     rows the schema accepts); a score that is no number is quarantined as ``is_number``, NaN as
     ``not_nan`` and a number outside [0, 1] as ``in_unit_interval``."""
     engine = make_engine(source_db_url)
-    table = Table(
-        "src",
-        MetaData(),
-        Column("prediction_id", String(10)),
-        Column("predicted_at", DateTime),
-        Column("y_true", Integer),
-        Column("y_pred", Integer),
-        Column("score", String(20)),
-        Column("grp", String(4)),
-    )
     notations = list(SCORE_NOTATIONS)
-    rows = [
-        {
-            "prediction_id": f"p{i}",
-            "predicted_at": datetime(2026, 5, 1),
-            "y_true": 1,
-            "y_pred": 1,
-            "score": s,
-            "grp": "A",
-        }
-        for i, s in enumerate(notations)
-    ]
-    create(engine, table, rows)
+    _score_source(engine, String(20), notations)
     expected = {f"p{i}": rule for i, rule in enumerate(SCORE_NOTATIONS.values()) if rule}
     for mode, scanned in all_modes(engine, audit_of()).items():
         rules = dict(zip(scanned.quarantine["row_ref"], scanned.quarantine["rule"]))
@@ -918,29 +902,9 @@ def test_a_nan_score_is_quarantined_apart_from_null_in_every_mode(source_db_url,
         kind, "NaN"
     )
     scores = [0.25, nan, None, 0.75]
-    table = Table(
-        "src",
-        MetaData(),
-        Column("prediction_id", String(10)),
-        Column("predicted_at", DateTime),
-        Column("y_true", Integer),
-        Column("y_pred", Integer),
-        Column("score", column_type),
-        Column("grp", String(4)),
-    )
     as_stored = {"double": float, "real": float, "numeric": lambda s: Decimal(str(s))}
-    rows = [
-        {
-            "prediction_id": f"p{i}",
-            "predicted_at": datetime(2026, 5, 1),
-            "y_true": 1,
-            "y_pred": i % 2,
-            "score": s if s is None or s is nan else as_stored.get(kind, str)(s),
-            "grp": "A",
-        }
-        for i, s in enumerate(scores)
-    ]
-    create(engine, table, rows)
+    stored = [s if s is None or s is nan else as_stored.get(kind, str)(s) for s in scores]
+    _score_source(engine, column_type, stored, y_pred=lambda i: i % 2)
     for mode, scanned in all_modes(engine, audit_of()).items():
         records = scanned.quarantine[["row_ref", "rule", "value"]].to_dict("records")
         assert records == [{"row_ref": "p1", "rule": "not_nan", "value": "NaN"}], mode
