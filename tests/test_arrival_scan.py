@@ -2,6 +2,7 @@
 warnings say what they show, the same in every scan mode and on every database."""
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -76,6 +77,8 @@ def config(mode: str) -> str:
 
 
 def run_warnings(url, tmp_path) -> dict[str, list[str]]:
+    """The stored summary's label-completeness warnings of a run in each scan mode (and, under
+    "page", the memory run's report page)."""
     from biasaudit.flows.audit import run_audit
 
     told = {}
@@ -86,6 +89,8 @@ def run_warnings(url, tmp_path) -> dict[str, list[str]]:
         told[mode] = get_run(make_engine(url), result["run_id"]).summary[
             "label_completeness_warnings"
         ]
+        if mode == "memory":
+            told["page"] = [Path(result["report"]).read_text()]
     return told
 
 
@@ -100,6 +105,7 @@ def test_labels_arriving_later_for_positives_are_said_missing_by_outcome(db_url,
     assert "labels of positives arrive later" in line
     assert "labels are likely missing by the outcome" in line
     assert "cannot tell" not in line
+    assert "labels are likely missing by the outcome" in told["page"][0]  # the report too
 
 
 def test_labels_arriving_by_decision_are_said_consistent_with_missing_by_decision(
@@ -113,6 +119,7 @@ def test_labels_arriving_by_decision_are_said_consistent_with_missing_by_decisio
     (line,) = told["memory"]
     assert "consistent with labels missing by the decision" in line
     assert "missing by the outcome" not in line and "cannot tell" not in line
+    assert "consistent with labels missing by the decision" in told["page"][0]
 
 
 def test_every_scan_mode_counts_the_same_late_labels(db_url):
