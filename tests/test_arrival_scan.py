@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from sqlalchemy import Column, DateTime, Integer, MetaData, String, Table
+from sqlalchemy import Column, DateTime, Float, Integer, MetaData, String, Table
 
 from biasaudit.db.engine import make_engine
 from biasaudit.db.history import get_run
@@ -172,3 +172,66 @@ def test_labelled_at_is_a_reserved_column_name(bad):
     """labelled_at is a canonical column: no attribute can be named so."""
     with pytest.raises(ValueError, match="reserved"):
         parse_config({"audits": [{"name": "a", "model": "m", "attributes": [bad]}]})
+
+
+def test_a_decision_from_a_score_and_text_arrival_times_count_alike_in_every_mode(db_url):
+    """With the decision derived from a score and labelled_at as ISO text with offsets, the three
+    scan modes still count the same late labels, and those follow the decided y_pred."""
+    engine = write_arrivals(db_url, "outcome", rows=2000, seed=3)
+    frame = pd.read_sql("SELECT * FROM arrivals", engine)
+    rng = np.random.default_rng(3)
+    frame = frame.assign(
+        score=np.where(frame["pred"] == 1, rng.uniform(0.5, 1, len(frame)), rng.uniform(0, 0.5)),
+        arrived=pd.to_datetime(frame["arrived"]).map(
+            lambda t: None if pd.isna(t) else (t + pd.Timedelta(hours=2)).isoformat() + "+02:00"
+        ),
+    ).drop(columns="pred")
+    table = Table(
+        "scored_arrivals",
+        MetaData(),
+        Column("pid", String(20), primary_key=True),
+        Column("model", String(10)),
+        Column("at", DateTime),
+        Column("arrived", String(40)),
+        Column("label", Integer),
+        Column("score", Float),
+        Column("grp", String(10)),
+    )
+    table.drop(engine, checkfirst=True)
+    table.create(engine)
+    frame.astype(object).where(frame.notna(), None).to_sql(
+        "scored_arrivals", engine, if_exists="append", index=False
+    )
+    audit = parse_config(
+        {
+            "audits": [
+                {
+                    "name": "a",
+                    "model": "m",
+                    "source": "scored_arrivals",
+                    "attributes": ["grp"],
+                    "window": "all",
+                    "decision": {"score": "score", "threshold": 0.5},
+                    "columns": {
+                        "prediction_id": "pid",
+                        "model_id": "model",
+                        "predicted_at": "at",
+                        "y_true": "label",
+                        "labelled_at": "arrived",
+                    },
+                }
+            ]
+        }
+    ).audits[0]
+    scans = [
+        memory_cells(engine, audit, None, END, END),
+        stream_cells(engine, audit, None, END, END, chunk_rows=700),
+        pushdown_cells(engine, audit, None, END, END),
+    ]
+    first = scans[0].arrival
+    assert first is not None and int(first["n"].sum()) == scans[0].rows_valid - (
+        scans[0].rows_unlabelled
+    )
+    for other in scans[1:]:
+        pd.testing.assert_frame_equal(other.arrival, first)
+    assert set(first["y_pred"]) == {0, 1} and first["late"].any()
