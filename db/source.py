@@ -112,7 +112,12 @@ READABLE = {
 # Engines for which the SQL here parses no text (the regular expressions and text casts are
 # written for the four databases above): their timestamps and scores come from typed columns.
 TYPED_ONLY = {"clickhouse": "ClickHouse", "hive": "Spark SQL / Hive"}
-TYPED = {"predicted_at": ("timestamp",), "labelled_at": ("timestamp",), "score": ("number",), "decision_score": ("number",)}
+TYPED = {
+    "predicted_at": ("timestamp",),
+    "labelled_at": ("timestamp",),
+    "score": ("number",),
+    "decision_score": ("number",),
+}
 # Names a problem lists of what the database or table has, at most.
 LISTED = 30
 
