@@ -8,10 +8,17 @@ from datetime import datetime
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import and_, func, inspect, select
+from sqlalchemy import and_, case, func, inspect, literal, not_, or_, select
 
-from biasaudit.db.source import Window, duckdb_unique_keys, parsed_number, window_of
+from biasaudit.db.source import (
+    Window,
+    duckdb_unique_keys,
+    parsed_number,
+    rows_frame,
+    window_of,
+)
 from biasaudit.schemas.config import Audit
+from biasaudit.schemas.frames import as_binary, canonical_text, non_empty_text
 from biasaudit.schemas.score_bins import (
     MAX_DISTINCT,
     ScoreBins,
@@ -42,6 +49,9 @@ class Scanned:
     score_bins: ScoreBins | None = None
     score_median: float = np.nan
     scores_in_window: int = 0
+    # Labelled rows per (attributes, y_true, y_pred, late) where the source has ``labelled_at``
+    # (db.cells.arrival_counts), for the label-completeness warnings (tasks.counts.arrival_evidence).
+    arrival: pd.DataFrame | None = None
 
 
 def cells_of(valid: pd.DataFrame, audit: Audit) -> pd.DataFrame:
@@ -176,3 +186,78 @@ def valid_score_counts(
         rows = rows.assign(above_median=(scores > median).astype("int64"))
     values = np.unique(rows["decision_score"].to_numpy())
     return score_counts(rows, score_columns(audit), values, median, score="decision_score")
+
+
+def decision_expression(window: Window, audit: Audit):
+    """y_pred as read, or 1 where the parsed decision score reaches the threshold, else 0."""
+    if not audit.decision:
+        return window.raw["y_pred"]
+    score = score_expression(window)
+    return case((score >= literal(audit.decision.threshold), 1), else_=0)
+
+
+ARRIVAL_COLUMNS = ["y_true", "y_pred", "late"]
+
+
+def arrival_counts(
+    connection, window: Window, start, end, now: datetime, duplicated: list | None = None
+) -> pd.DataFrame | None:
+    """Labelled rows of the window per (attributes, y_true, y_pred, late), where the source has
+    ``labelled_at`` (None otherwise): ``late`` whether the label's delay (db.source.Window.delay)
+    is above the median delay of the labelled rows with the same decision, a threshold found in
+    the database by ORDER BY ... OFFSET. The threshold depends on delays only, never on outcomes,
+    so the test of outcome x late within a group and decision (tasks.counts.arrival_evidence)
+    keeps its size. One GROUP BY, the same in every scan mode, so the three modes agree exactly:
+    rows the per-row rules clear (db.source.Window.row_ok), ids not repeated in the window
+    (``duplicated``), keys the predictions schema accepts."""
+    if window.arrival is None:
+        return None
+    audit = window.audit
+    delay = window.delay()
+    decided = decision_expression(window, audit)
+    truth = window.raw["y_true"]
+    labelled = and_(
+        window.where(start, end, now), window.row_ok(now), truth.is_not(None), delay.is_not(None)
+    )
+    if duplicated:
+        labelled = and_(labelled, not_(window.key("prediction_id").in_(duplicated)))
+    if audit.decision:
+        values = {0: [0], 1: [1]}
+    else:  # the decision's raw values (1, '1', 'true', ...) by the decision they mean
+        raw = list(connection.execute(select(decided).where(labelled).distinct()).scalars())
+        read = as_binary(pd.Series(raw, dtype=object))
+        values = {d: [v for v, b in zip(raw, read, strict=True) if b == d] for d in (0, 1)}
+    late = []
+    for held in values.values():
+        if not held:
+            continue
+        inner = select(delay.label("delay")).where(labelled, decided.in_(held)).subquery()
+        n = int(connection.execute(select(func.count()).select_from(inner)).scalar_one())
+        if not n:
+            continue
+        median = connection.execute(
+            select(inner.c.delay).order_by(inner.c.delay).limit(1).offset((n - 1) // 2)
+        ).scalar_one()
+        late.append(and_(decided.in_(held), delay > literal(float(median))))
+    flag = case((or_(*late), 1), else_=0) if late else literal(0)
+    names = [*audit.attributes, *ARRIVAL_COLUMNS]
+    keys = {**{a: window.key(a) for a in audit.attributes}, "y_true": truth, "y_pred": decided}
+    keys["late"] = flag
+    inner = select(*[keys[n].label(f"k_{n}") for n in names]).where(labelled).subquery()
+    grouping = [inner.c[f"k_{n}"] for n in names]
+    result = connection.execute(select(*grouping, func.count().label("n")).group_by(*grouping))
+    grouped = rows_frame(result, list(result.keys())).set_axis([*names, "n"], axis=1)
+    ok = pd.Series(True, index=grouped.index)
+    for name in audit.attributes:
+        ok &= non_empty_text(grouped[name]).to_numpy(dtype=bool)
+    truth_read, decision_read = as_binary(grouped["y_true"]), as_binary(grouped["y_pred"])
+    ok &= truth_read.notna() & decision_read.notna()
+    grouped = grouped[ok.to_numpy(dtype=bool)]
+    frame = grouped.assign(
+        **{a: canonical_text(grouped[a]) for a in audit.attributes},
+        y_true=truth_read[ok].astype("int64"),
+        y_pred=decision_read[ok].astype("int64"),
+        late=grouped["late"].astype("int64").astype(bool),
+        n=grouped["n"].astype("int64"),
+    )
+    return frame.groupby(names, sort=True, as_index=False)["n"].sum()

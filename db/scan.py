@@ -50,7 +50,9 @@ from sqlalchemy import and_, case, func, literal, not_, or_, select
 from biasaudit.db.cells import (
     OUTCOMES,
     Scanned,
+    arrival_counts,
     cells_of,
+    decision_expression,
     score_columns,
     score_expression,
     valid_score_counts,
@@ -125,6 +127,12 @@ def memory_cells(
             bins = window_score_bins(connection, window, start, end, now)
             median, sample = window_score_median(connection, window, start, end, now)
         scores = valid_score_counts(valid, audit, bins, median)
+    arrival = None
+    with one_snapshot(engine) as connection:
+        window = window_of(connection, audit)
+        if window.arrival is not None:
+            window, duplicated = window_and_duplicates(connection, audit, start, end, now)
+            arrival = arrival_counts(connection, window, start, end, now, duplicated)
     return Scanned(
         cells_of(valid, audit),
         quarantine,
@@ -136,15 +144,8 @@ def memory_cells(
         score_bins=bins,
         score_median=median,
         scores_in_window=sample,
+        arrival=arrival,
     )
-
-
-def _decision_expression(window: Window, audit: Audit):
-    """y_pred as read, or 1 where the parsed decision score reaches the threshold, else 0."""
-    if not audit.decision:
-        return window.raw["y_pred"]
-    score = score_expression(window)
-    return case((score >= literal(audit.decision.threshold), 1), else_=0)
 
 
 def _bin_expression(window: Window, edges):
@@ -223,7 +224,7 @@ def pushdown_cells(
         expressions = {
             **{a: window.key(a) for a in audit.attributes},
             "y_true": window.raw["y_true"],
-            "y_pred": _decision_expression(window, audit),
+            "y_pred": decision_expression(window, audit),
         }
         # With a decision, the score's bin is a key; the score of the rows that pass, and
         # whether it is above the window's median, are summed.
@@ -282,6 +283,7 @@ def pushdown_cells(
         }
         any_suspect = bool(grouped["suspect"].any())
         rest = _fetch_suspects(connection, window, in_window, flag, keys, bad, names, any_suspect)
+        arrival = arrival_counts(connection, window, start, end, now, duplicated)
     parts, score_parts, accepted_rows, accepted_unlabelled = [], [], 0, 0
     quarantine = pd.DataFrame(columns=QUARANTINE_COLUMNS)
     if len(rest):  # rows read again: the schema judges them
@@ -348,6 +350,7 @@ def pushdown_cells(
         score_bins=bins,
         score_median=median,
         scores_in_window=sample,
+        arrival=arrival,
     )
 
 

@@ -102,6 +102,7 @@ MYSQL_EXACT = "utf8mb4_nopad_bin"
 READABLE = {
     "prediction_id": ("text", "number", "uuid"),
     "predicted_at": ("text", "timestamp"),
+    "labelled_at": ("text", "timestamp"),
     "y_true": ("text", "number", "boolean"),
     "y_pred": ("text", "number", "boolean"),
     "score": ("text", "number"),
@@ -111,7 +112,12 @@ READABLE = {
 # Engines for which the SQL here parses no text (the regular expressions and text casts are
 # written for the four databases above): their timestamps and scores come from typed columns.
 TYPED_ONLY = {"clickhouse": "ClickHouse", "hive": "Spark SQL / Hive"}
-TYPED = {"predicted_at": ("timestamp",), "score": ("number",), "decision_score": ("number",)}
+TYPED = {
+    "predicted_at": ("timestamp",),
+    "labelled_at": ("timestamp",),
+    "score": ("number",),
+    "decision_score": ("number",),
+}
 # Names a problem lists of what the database or table has, at most.
 LISTED = 30
 
@@ -586,6 +592,24 @@ def bound(moment: datetime, dialect: str, aware: bool = False):
     return literal(naive, DateTime())
 
 
+def seconds_between(later, earlier, dialect: str):
+    """Seconds from ``earlier`` (None: the epoch) to ``later``, two parsed_timestamp values (naive
+    UTC), as a double; NULL on an engine without the arithmetic here."""
+    if dialect == "sqlite":
+        start = literal(2440587.5) if earlier is None else func.julianday(earlier)
+        return (func.julianday(later) - start) * literal(86400.0)
+    if dialect == "mysql":
+        start = literal("1970-01-01 00:00:00") if earlier is None else earlier
+        micro = func.timestampdiff(literal_column("MICROSECOND"), start, later)
+        return to_double(micro) / literal(1e6)
+    if dialect in ("postgresql", "duckdb"):
+        seconds: ColumnElement = func.extract("epoch", later)
+        if earlier is not None:
+            seconds = seconds - func.extract("epoch", earlier)
+        return to_double(seconds)
+    return null()
+
+
 def exact_number(column, dialect: str):
     """A floating-point column read as a double (else the column itself): a single-precision
     value (PostgreSQL real, MariaDB FLOAT, ClickHouse Float32) widened exactly, the number SQL
@@ -674,7 +698,18 @@ class Window:
                 self.raw[attribute] = column
         self.when = when
         self.time = None if when is None else parsed_timestamp(when, dialect)
+        # When each label arrived (the optional ``labelled_at``), as the time SQL compares.
+        arrived = found["labelled_at"]
+        self.arrival = None if arrived is None else parsed_timestamp(arrived, dialect)
         self.zero = None if when is None else zero_date(when, dialect)
+
+    def delay(self):
+        """Seconds from the prediction (``predicted_at``, where the source has it; else the
+        epoch) to its label's arrival (``labelled_at``), as a double; NULL where either is no
+        timestamp, or on an engine this has no date arithmetic for (ClickHouse, Spark SQL)."""
+        if self.arrival is None:
+            return null()
+        return seconds_between(self.arrival, self.time, self.dialect)
 
     def key(self, canonical: str):
         """The expression to group and compare on: exact text on MariaDB/MySQL."""

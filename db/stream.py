@@ -46,6 +46,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from biasaudit.db.cells import (
     OUTCOMES,
     Scanned,
+    arrival_counts,
     cells_of,
     valid_score_counts,
     window_and_duplicates,
@@ -384,6 +385,7 @@ def stream_cells(
             rows += len(typed)
         if rows == 0:
             raise EmptyWindow(empty_window_message(connection, window, start, end, now))
+        arrival = arrival_counts(connection, window, start, end, now, duplicated)
     if repeated:
         valid, quarantine = split_valid(
             pd.concat(repeated, ignore_index=True),
@@ -415,4 +417,5 @@ def stream_cells(
         score_bins=bins,
         score_median=median,
         scores_in_window=sample,
+        arrival=arrival,
     )

@@ -57,7 +57,7 @@ from biasaudit.schemas.names import printable
 from biasaudit.schemas.quarantine import NoValidRows, TooManyInvalidRows, check_invalid_fraction
 from biasaudit.schemas.report import run_label
 from biasaudit.tasks.core import AuditResult, Runner, audit_counts, call
-from biasaudit.tasks.counts import group_counts
+from biasaudit.tasks.counts import arrival_evidence_of_counts, group_counts
 from biasaudit.tasks.ll144 import scoring_rates
 from biasaudit.tasks.scores import score_audit
 
@@ -396,7 +396,19 @@ def _audit_and_persist(
         record.as_of,
         record.window_start,
     )
-    result = audit_counts(counts, audit, previous=previous, run=_timed_stages(run, timings))
+    arrival = None
+    if scanned.arrival is not None:  # the labels' arrival times tell the two mechanisms apart
+        arrival = run(
+            "arrival",
+            arrival_evidence_of_counts,
+            scanned.arrival,
+            audit.attributes,
+            audit.intersections,
+            audit.thresholds.alpha,
+        )
+    result = audit_counts(
+        counts, audit, previous=previous, run=_timed_stages(run, timings), arrival=arrival
+    )
     if scanned.score_counts is not None and scanned.score_bins is not None:  # the score whole
         scores = run(
             "scores",

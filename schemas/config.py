@@ -51,6 +51,7 @@ CANONICAL_COLUMNS = (
     "y_true",
     "y_pred",
     "score",
+    "labelled_at",  # when the label arrived (optional): tells missingness by outcome from decision
 )
 _WINDOW = re.compile(r"^(all|last_day|last_(\d+)_days)$")
 # A window of at most 1,000 years: its start is a date every engine and Python can hold.

@@ -135,9 +135,11 @@ def run_summary(
     comparison: pd.DataFrame,
     alpha: float,
     completeness: pd.DataFrame | None = None,
+    arrival: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
     """Headline numbers of a run (stored as ``audit_runs.summary``); ``completeness`` is the
-    run's label_completeness table at ``alpha``, computed here when not given."""
+    run's label_completeness table at ``alpha``, computed here when not given; ``arrival`` what
+    the labels' arrival times show (tasks.counts.arrival_evidence), where the source has them."""
     if completeness is None:
         completeness = label_completeness(counts, alpha)
     groups = counts[counts["subset"] == "group"]
@@ -152,7 +154,7 @@ def run_summary(
         "match_tests": int(match["p_value"].notna().sum()),
         "match_below_alpha": int((match["p_adjusted"] < alpha).sum()),  # after BH
         "groups_below_min_size": sorted(set(_below_min_size(detection))),
-        "label_completeness_warnings": completeness_warnings(completeness),
+        "label_completeness_warnings": completeness_warnings(completeness, arrival),
         "detection_tests": int(detection["p_value"].notna().sum()),
         "underpowered": int(
             planning["verdict"].astype("string").str.startswith("underpowered").sum()
@@ -174,12 +176,15 @@ def audit_counts(
     *,
     previous: Previous | None = None,
     run: Runner = call,
+    arrival: pd.DataFrame | None = None,
 ) -> AuditResult:
     """Run every statistical stage of ``audit`` on validated ``counts`` (schemas.results.GROUP_COUNTS).
 
     ``previous`` is the previous run's id and per-group metrics for the compare stage (none by
     default). ``run(stage, function, *args)`` runs each stage: the default calls it; the pipeline's
-    hook (flows.pipeline) also times it.
+    hook (flows.pipeline) also times it. ``arrival`` (tasks.counts.arrival_evidence), where
+    the labels' arrival times are known, tells the label-completeness warnings which mechanism
+    those times show.
     """
     keep_freed_memory()  # the stages' arrays reuse freed memory from the first audit on
     counts = validate_result("counts", counts)
@@ -242,7 +247,15 @@ def audit_counts(
     )
     completeness = label_completeness(counts, thresholds.alpha)  # the summary's and the report's
     summary = run_summary(
-        counts, metrics, match, detection, planning, comparison, thresholds.alpha, completeness
+        counts,
+        metrics,
+        match,
+        detection,
+        planning,
+        comparison,
+        thresholds.alpha,
+        completeness,
+        arrival,
     )
     return AuditResult(
         counts=counts,

@@ -268,45 +268,78 @@ def arrival_evidence(
     frame = rows.loc[known].assign(_delay=delay[known].to_numpy())
     parts = []
     for columns in [[a] for a in attributes] + intersections:
-        key = frame[columns[0]].astype(str)
-        for column in columns[1:]:
-            key = key.str.cat(frame[column].astype(str), sep=INTERSECTION_SEP)
+        key = _group_key(frame, columns)
         cell = [key, frame["y_pred"].to_numpy()]
         late = frame["_delay"] > frame.groupby(cell)["_delay"].transform("median")
-        table = (
-            pd.DataFrame(
-                {
-                    "g": key,
-                    "d": frame["y_pred"].to_numpy(),
-                    "y": frame["y_true"].to_numpy() == 1,
-                    "late": late.to_numpy(),
-                }
-            )
-            .groupby(["g", "d", "y", "late"])
-            .size()
-            .unstack(["y", "late"], fill_value=0)
-            .reindex(columns=pd.MultiIndex.from_product([[True, False], [True, False]]), fill_value=0)
+        parts.append(_arrival_tests(columns, key, frame, late, pd.Series(1, index=frame.index)))
+    return _arrival_adjusted(parts, alpha)
+
+
+def arrival_evidence_of_counts(
+    counts: pd.DataFrame, attributes: list[str], intersections: list[list[str]], alpha: float
+) -> pd.DataFrame:
+    """arrival_evidence from labelled rows counted per (attributes, y_true, y_pred, late, n), as
+    an audit run's scan counts them (db.cells.arrival_counts: ``late`` above the median delay of
+    the labelled rows with the same decision, one threshold per decision for every group)."""
+    parts = [
+        _arrival_tests(columns, _group_key(counts, columns), counts, counts["late"], counts["n"])
+        for columns in [[a] for a in attributes] + intersections
+    ]
+    return _arrival_adjusted(parts, alpha)
+
+
+def _group_key(frame: pd.DataFrame, columns: list[str]) -> pd.Series:
+    """Each row's group of the attribute or intersection ``columns``."""
+    key = frame[columns[0]].astype(str)
+    for column in columns[1:]:
+        key = key.str.cat(frame[column].astype(str), sep=INTERSECTION_SEP)
+    return key
+
+
+def _arrival_tests(
+    columns: list[str], key: pd.Series, frame: pd.DataFrame, late: pd.Series, n: pd.Series
+) -> pd.DataFrame:
+    """Per group of ``columns``: the Bonferroni-combined Fisher p-value of outcome x ``late``
+    over its two decisions, and the late shares of positives and negatives, from ``n`` rows per
+    row of ``frame`` (y_true, y_pred)."""
+    table = (
+        pd.DataFrame(
+            {
+                "g": key.to_numpy(),
+                "d": frame["y_pred"].to_numpy(),
+                "y": frame["y_true"].to_numpy() == 1,
+                "late": late.to_numpy(dtype=bool),
+                "n": n.to_numpy(dtype="int64"),
+            }
         )
-        p = fisher_two_sided(
-            table[(True, True)], table[(True, False)], table[(False, True)], table[(False, False)]
-        )
-        per_cell = pd.DataFrame({"p": p}, index=table.index).reset_index()
-        combined = per_cell.groupby("g")["p"].min().mul(2).clip(upper=1.0)
-        counts = table.groupby(level="g").sum()
-        with np.errstate(divide="ignore", invalid="ignore"):
-            positive = counts[(True, True)] / (counts[(True, True)] + counts[(True, False)])
-            negative = counts[(False, True)] / (counts[(False, True)] + counts[(False, False)])
-        parts.append(
-            pd.DataFrame(
-                {
-                    "attribute": INTERSECTION_SEP.join(columns),
-                    "group_name": combined.index.astype(str),
-                    "p_value": combined.to_numpy(),
-                    "late_positive": positive.reindex(combined.index).to_numpy(),
-                    "late_negative": negative.reindex(combined.index).to_numpy(),
-                }
-            )
-        )
+        .groupby(["g", "d", "y", "late"])["n"]
+        .sum()
+        .unstack(["y", "late"], fill_value=0)
+        .reindex(columns=pd.MultiIndex.from_product([[True, False], [True, False]]), fill_value=0)
+    )
+    p = fisher_two_sided(
+        table[(True, True)], table[(True, False)], table[(False, True)], table[(False, False)]
+    )
+    per_cell = pd.DataFrame({"p": p}, index=table.index).reset_index()
+    combined = per_cell.groupby("g")["p"].min().mul(2).clip(upper=1.0)
+    counts = table.groupby(level="g").sum()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        positive = counts[(True, True)] / (counts[(True, True)] + counts[(True, False)])
+        negative = counts[(False, True)] / (counts[(False, True)] + counts[(False, False)])
+    return pd.DataFrame(
+        {
+            "attribute": INTERSECTION_SEP.join(columns),
+            "group_name": combined.index.astype(str),
+            "p_value": combined.to_numpy(),
+            "late_positive": positive.reindex(combined.index).to_numpy(),
+            "late_negative": negative.reindex(combined.index).to_numpy(),
+        }
+    )
+
+
+def _arrival_adjusted(parts: list[pd.DataFrame], alpha: float) -> pd.DataFrame:
+    """The groups' arrival tests Holm-adjusted over every group of every attribute."""
+    parts = [p for p in parts if len(p)]
     evidence = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
         columns=["attribute", "group_name", "p_value", "late_positive", "late_negative"]
     )

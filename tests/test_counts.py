@@ -378,3 +378,43 @@ def test_audit_frame_reads_the_arrival_times_it_is_given():
     assert "in A labels of positives arrive later than those of negatives" in line
     plain = audit_frame(data.drop(columns="labelled_at"), attributes=["g"])
     assert "labelled rows alone cannot tell" in plain.summary["label_completeness_warnings"][0]
+
+
+def _run_late_counts(data: pd.DataFrame) -> pd.DataFrame:
+    """Labelled rows per (g, y_true, y_pred, late) as an audit run's scan counts them
+    (db.cells.arrival_counts): late above the median delay of the labelled rows with the same
+    decision, one threshold per decision for every group (the lower median, as ORDER BY ...
+    OFFSET (n - 1) // 2 finds it)."""
+    labelled = data[data["y_true"].notna()]
+    delay = (labelled["labelled_at"] - labelled["predicted_at"]).dt.total_seconds()
+    threshold = delay.groupby(labelled["y_pred"]).transform(
+        lambda d: np.sort(d.to_numpy())[(len(d) - 1) // 2]
+    )
+    frame = labelled.assign(late=delay > threshold, n=1)
+    return frame.groupby(["g", "y_true", "y_pred", "late"], as_index=False)["n"].sum()
+
+
+@pytest.mark.slow
+def test_run_arrival_evidence_keeps_its_size_with_one_threshold_per_decision():
+    """The run's test (one median delay per decision for every group, tasks.counts
+    .arrival_evidence_of_counts), with delays that depend on the decision and the group but
+    never the outcome: says by outcome in at most α of 200 audits (binomial(200, 0.05) exceeds
+    17 with probability < 0.01); with positives' labels later, it says so."""
+    from biasaudit.tasks.counts import arrival_evidence_of_counts
+
+    rng = np.random.default_rng(45)
+    said = 0
+    for _ in range(200):
+        data = _arrivals(rng, 2_000, lambda y, d: np.where(d == 1, 5.0, 20.0))
+        group = rng.choice(["A", "B"], len(data))
+        data = data.assign(  # two groups, A's labels also twice as slow
+            g=group,
+            labelled_at=data["predicted_at"]
+            + (data["labelled_at"] - data["predicted_at"]) * np.where(group == "A", 2, 1),
+        )
+        evidence = arrival_evidence_of_counts(_run_late_counts(data), ["g"], [], 0.05)
+        said += bool(evidence["by_outcome"].any())
+    assert said <= 17
+    data = _arrivals(rng, 20_000, lambda y, d: np.where(y == 1, 20.0, 5.0))
+    evidence = arrival_evidence_of_counts(_run_late_counts(data), ["g"], [], 0.05)
+    assert evidence["by_outcome"].all()

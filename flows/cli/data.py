@@ -142,7 +142,7 @@ def load(
         frame["model_version"] = model_version
     from biasaudit.schemas.config import CANONICAL_COLUMNS
 
-    needed = [*(c for c in CANONICAL_COLUMNS if c != "score"), *attribute]
+    needed = [*(c for c in CANONICAL_COLUMNS if c not in ("score", "labelled_at")), *attribute]
     missing = [c for c in needed if c not in frame.columns]
     if missing:
         options = {"model_id": "--model ID", "model_version": "--model-version VERSION"}

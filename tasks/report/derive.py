@@ -23,7 +23,7 @@ from biasaudit.schemas.metric_ids import (
 )
 from biasaudit.schemas.report import ReportFrames
 from biasaudit.schemas.results import COMPARISON_KEY, GROUP_METRIC_KEY, stated_decisions
-from biasaudit.tasks.counts import label_completeness
+from biasaudit.tasks.counts import LABEL_BIAS, label_completeness
 from biasaudit.tasks.rates import reason_kind
 from biasaudit.tasks.report.text import points
 from biasaudit.tasks.scores import clopper_pearson
@@ -244,6 +244,7 @@ def verdicts(frames: ReportFrames) -> pd.DataFrame:
                 "tested": len(tested),
                 "completeness_p": uneven.get(attribute, (float("nan"), ""))[0],
                 "completeness_groups": uneven.get(attribute, (float("nan"), ""))[1],
+                "completeness_said": completeness_said(frames, str(attribute)),
             }
         )
     return pd.DataFrame(rows)
@@ -265,6 +266,21 @@ def completeness_by_attribute(frames: ReportFrames) -> dict[str, tuple[float, st
         str(attribute): (float(part["p_adjusted"].min()), ", ".join(part["group_name"]))
         for attribute, part in table[table["uneven"]].groupby("attribute", sort=False)
     }
+
+
+def completeness_said(frames: ReportFrames, attribute: str) -> str:
+    """What the run's stored label-completeness warning for ``attribute`` says after its p-value
+    (tasks.counts.completeness_warnings): what the labels' arrival times show, where the source
+    had them (columns.labelled_at); else which metrics each mechanism biases (LABEL_BIAS)."""
+    summary = (frames.run or {}).get("summary") or {}
+    head = f"labelled shares differ by decision in {attribute} groups "
+    marker = "Holm-adjusted Fisher p "
+    for line in summary.get("label_completeness_warnings") or []:
+        if isinstance(line, str) and line.startswith(head) and marker in line:
+            rest = line[line.index(marker) :]
+            if ": " in rest:
+                return rest[rest.index(": ") + 2 :]
+    return LABEL_BIAS
 
 
 def untested(frames: ReportFrames) -> pd.Series:

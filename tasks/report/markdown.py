@@ -52,12 +52,12 @@ def _md_groups(part: pd.DataFrame) -> str:
     return text
 
 
-def _md_completeness(p: float, names: str) -> str:
+def _md_completeness(p: float, names: str, said: str = LABEL_BIAS) -> str:
     if not names:
         return ""
     return (
         f"; labelled shares differ by decision in {md(names)} (Holm-adjusted Fisher p "
-        f"{md(p_text(p))}): {LABEL_BIAS}"
+        f"{md(p_text(p))}): {said if said == LABEL_BIAS else md(said)}"
     )
 
 
@@ -86,7 +86,8 @@ def render_markdown(frames: ReportFrames, report_path: str | None = None) -> str
         part = sizes[sizes["attribute"] == row.attribute]
         lines.append(
             f"| {md(row.attribute)} | **{VERDICTS[row.verdict][0]}** | {md(row.why)} | "
-            f"{_md_groups(part)}{_md_completeness(row.completeness_p, row.completeness_groups)} |"
+            f"{_md_groups(part)}"
+            f"{_md_completeness(row.completeness_p, row.completeness_groups, row.completeness_said)} |"
         )
     stated = definitions(frames)
     if len(stated):

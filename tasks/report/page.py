@@ -247,12 +247,12 @@ def _group_chips(part: pd.DataFrame, minimum: int) -> str:
     return "".join(chips) + note
 
 
-def _completeness_warning(p: float, names: str) -> str:
+def _completeness_warning(p: float, names: str, said: str = LABEL_BIAS) -> str:
     if not names:
         return ""
     return (
         f'<br><span class="why">⚠ labelled shares differ by decision in {datum(names)} '
-        f"(Holm-adjusted Fisher p {p_text(p)}): {LABEL_BIAS}</span>"
+        f"(Holm-adjusted Fisher p {p_text(p)}): {esc(said)}</span>"
     )
 
 
@@ -317,7 +317,9 @@ def first_screen(frames: ReportFrames) -> str:
                 f"<b>{datum(row.attribute)}</b>{ref}",
                 f"{_badge(row.verdict)} <span class=muted>{esc(row.why)}</span>",
                 _group_chips(part, limits["min_group_size"])
-                + _completeness_warning(row.completeness_p, row.completeness_groups),
+                + _completeness_warning(
+                    row.completeness_p, row.completeness_groups, row.completeness_said
+                ),
             ]
         )
     findings = ranked_findings(frames)

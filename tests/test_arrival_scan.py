@@ -1,0 +1,237 @@
+"""An audit run reads the source's label arrival times (``labelled_at``) and its label-completeness
+warnings say what they show, the same in every scan mode and on every database."""
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from sqlalchemy import Column, DateTime, Float, Integer, MetaData, String, Table
+
+from biasaudit.db.engine import make_engine
+from biasaudit.db.history import get_run
+from biasaudit.db.scan import memory_cells, pushdown_cells, stream_cells
+from biasaudit.schemas.config import parse_config
+
+END = datetime(2026, 6, 1, tzinfo=UTC)
+MODES = ["memory", "stream", "pushdown"]
+
+
+def write_arrivals(url, by: str, rows: int = 4000, seed: int = 1):
+    """A source whose labels arrive after a delay and are missing where not arrived by END:
+    ``by="outcome"``, positives' labels take four times as long; ``by="decision"``, labels of
+    rejections take four times as long whatever the outcome."""
+    rng = np.random.default_rng(seed)
+    group = rng.choice(["A", "B"], rows)
+    y = (rng.random(rows) < 0.4).astype(int)
+    pred = np.where(rng.random(rows) < 0.8, y, 1 - y)
+    slow = y == 1 if by == "outcome" else pred == 0
+    delay = rng.exponential(np.where(slow, 20.0, 5.0))
+    at = pd.Timestamp("2026-05-01") + pd.to_timedelta(rng.uniform(0, 30, rows), unit="D")
+    arrived = at + pd.to_timedelta(delay, unit="D")
+    known = arrived <= pd.Timestamp(END.replace(tzinfo=None))
+    frame = pd.DataFrame(
+        {
+            "pid": [f"p{i}" for i in range(rows)],
+            "model": "m",
+            "at": at,
+            "arrived": pd.Series(arrived).where(known),
+            "label": pd.Series(y).where(known),
+            "pred": pred,
+            "grp": group,
+        }
+    )
+    engine = make_engine(url)
+    table = Table(
+        "arrivals",
+        MetaData(),
+        Column("pid", String(20), primary_key=True),
+        Column("model", String(10)),
+        Column("at", DateTime),
+        Column("arrived", DateTime),
+        Column("label", Integer),
+        Column("pred", Integer),
+        Column("grp", String(10)),
+    )
+    table.drop(engine, checkfirst=True)
+    table.create(engine)
+    frame.astype(object).where(frame.notna(), None).to_sql(
+        "arrivals", engine, if_exists="append", index=False
+    )
+    return engine
+
+
+COLUMNS = (
+    '[audits.columns]\nprediction_id = "pid"\nmodel_id = "model"\npredicted_at = "at"\n'
+    'y_true = "label"\ny_pred = "pred"\nlabelled_at = "arrived"\n'
+)
+
+
+def config(mode: str) -> str:
+    return (
+        '[[audits]]\nname = "a"\nmodel = "m"\nsource = "arrivals"\nattributes = ["grp"]\n'
+        f'window = "all"\nmetrics = ["tpr", "ppv"]\n{COLUMNS}'
+        f'[audits.scan]\nmode = "{mode}"\nchunk_rows = 1500\n'
+    )
+
+
+def run_warnings(url, tmp_path) -> dict[str, list[str]]:
+    """The stored summary's label-completeness warnings of a run in each scan mode (and, under
+    "page", the memory run's report page)."""
+    from biasaudit.flows.audit import run_audit
+
+    told = {}
+    for mode in MODES:
+        path = tmp_path / f"{mode}.toml"
+        path.write_text(config(mode))
+        result = run_audit("a", str(path), url, END)
+        told[mode] = get_run(make_engine(url), result["run_id"]).summary[
+            "label_completeness_warnings"
+        ]
+        if mode == "memory":
+            told["page"] = [Path(result["report"]).read_text()]
+    return told
+
+
+def test_labels_arriving_later_for_positives_are_said_missing_by_outcome(db_url, tmp_path):
+    """Positives' labels arrive later: the run's warning says labels are likely missing by the
+    outcome (PPV biased, TPR not), in every scan mode alike."""
+    write_arrivals(db_url, "outcome")
+    told = run_warnings(db_url, tmp_path)
+    assert told["memory"] == told["stream"] == told["pushdown"]
+    (line,) = told["memory"]
+    assert line.startswith("labelled shares differ by decision in grp groups")
+    assert "labels of positives arrive later" in line
+    assert "labels are likely missing by the outcome" in line
+    assert "cannot tell" not in line
+    assert "labels are likely missing by the outcome" in told["page"][0]  # the report too
+
+
+def test_labels_arriving_by_decision_are_said_consistent_with_missing_by_decision(
+    db_url, tmp_path
+):
+    """Rejections' labels arrive later whatever the outcome: the warning says the arrival times
+    are consistent with labels missing by the decision, in every scan mode alike."""
+    write_arrivals(db_url, "decision")
+    told = run_warnings(db_url, tmp_path)
+    assert told["memory"] == told["stream"] == told["pushdown"]
+    (line,) = told["memory"]
+    assert "consistent with labels missing by the decision" in line
+    assert "missing by the outcome" not in line and "cannot tell" not in line
+    assert "consistent with labels missing by the decision" in told["page"][0]
+
+
+def test_every_scan_mode_counts_the_same_late_labels(db_url):
+    """memory, stream and push-down give the same labelled rows per (group, outcome, decision,
+    late), one delay threshold per decision; a source without labelled_at gives none."""
+    engine = write_arrivals(db_url, "outcome")
+    audit = parse_config(
+        {
+            "audits": [
+                {
+                    "name": "a",
+                    "model": "m",
+                    "source": "arrivals",
+                    "attributes": ["grp"],
+                    "window": "all",
+                    "columns": {
+                        "prediction_id": "pid",
+                        "model_id": "model",
+                        "predicted_at": "at",
+                        "y_true": "label",
+                        "y_pred": "pred",
+                        "labelled_at": "arrived",
+                    },
+                }
+            ]
+        }
+    ).audits[0]
+    scans = [
+        memory_cells(engine, audit, None, END, END),
+        stream_cells(engine, audit, None, END, END, chunk_rows=1000),
+        pushdown_cells(engine, audit, None, END, END),
+    ]
+    first = scans[0].arrival
+    assert first is not None and int(first["n"].sum()) == scans[0].rows_valid - (
+        scans[0].rows_unlabelled
+    )
+    for other in scans[1:]:
+        pd.testing.assert_frame_equal(other.arrival, first)
+    # about half of each decision's labels are late
+    late = first.groupby("y_pred").apply(lambda p: p.loc[p["late"], "n"].sum() / p["n"].sum())
+    assert np.allclose(late.to_numpy(), 0.5, atol=0.01)
+    plain = audit.model_copy(
+        update={"columns": {k: v for k, v in audit.columns.items() if k != "labelled_at"}}
+    )
+    assert memory_cells(engine, plain, None, END, END).arrival is None
+
+
+@pytest.mark.parametrize("bad", ["labelled_at"])
+def test_labelled_at_is_a_reserved_column_name(bad):
+    """labelled_at is a canonical column: no attribute can be named so."""
+    with pytest.raises(ValueError, match="reserved"):
+        parse_config({"audits": [{"name": "a", "model": "m", "attributes": [bad]}]})
+
+
+def test_a_decision_from_a_score_and_text_arrival_times_count_alike_in_every_mode(db_url):
+    """With the decision derived from a score and labelled_at as ISO text with offsets, the three
+    scan modes still count the same late labels, and those follow the decided y_pred."""
+    engine = write_arrivals(db_url, "outcome", rows=2000, seed=3)
+    frame = pd.read_sql("SELECT * FROM arrivals", engine)
+    rng = np.random.default_rng(3)
+    frame = frame.assign(
+        score=np.where(frame["pred"] == 1, rng.uniform(0.5, 1, len(frame)), rng.uniform(0, 0.5)),
+        arrived=pd.to_datetime(frame["arrived"]).map(
+            lambda t: None if pd.isna(t) else (t + pd.Timedelta(hours=2)).isoformat() + "+02:00"
+        ),
+    ).drop(columns="pred")
+    table = Table(
+        "scored_arrivals",
+        MetaData(),
+        Column("pid", String(20), primary_key=True),
+        Column("model", String(10)),
+        Column("at", DateTime),
+        Column("arrived", String(40)),
+        Column("label", Integer),
+        Column("score", Float),
+        Column("grp", String(10)),
+    )
+    table.drop(engine, checkfirst=True)
+    table.create(engine)
+    frame.astype(object).where(frame.notna(), None).to_sql(
+        "scored_arrivals", engine, if_exists="append", index=False
+    )
+    audit = parse_config(
+        {
+            "audits": [
+                {
+                    "name": "a",
+                    "model": "m",
+                    "source": "scored_arrivals",
+                    "attributes": ["grp"],
+                    "window": "all",
+                    "decision": {"score": "score", "threshold": 0.5},
+                    "columns": {
+                        "prediction_id": "pid",
+                        "model_id": "model",
+                        "predicted_at": "at",
+                        "y_true": "label",
+                        "labelled_at": "arrived",
+                    },
+                }
+            ]
+        }
+    ).audits[0]
+    scans = [
+        memory_cells(engine, audit, None, END, END),
+        stream_cells(engine, audit, None, END, END, chunk_rows=700),
+        pushdown_cells(engine, audit, None, END, END),
+    ]
+    first = scans[0].arrival
+    assert first is not None and int(first["n"].sum()) == scans[0].rows_valid - (
+        scans[0].rows_unlabelled
+    )
+    for other in scans[1:]:
+        pd.testing.assert_frame_equal(other.arrival, first)
+    assert set(first["y_pred"]) == {0, 1} and first["late"].any()
