@@ -120,19 +120,17 @@ def memory_cells(
     with a group name it cannot hold quarantined: schemas.quarantine.store_failures)."""
     frame = read_predictions(engine, audit, start, end, now)
     valid, quarantine = _split(frame, audit, now, store)
-    scores, bins, median, sample = None, None, np.nan, 0
-    if audit.decision:
-        with one_snapshot(engine) as connection:
-            window = window_of(connection, audit)
+    scores, bins, median, sample, arrival = None, None, np.nan, 0, None
+    with one_snapshot(engine) as connection:  # the score's bins and the labels' arrival
+        window = window_of(connection, audit)
+        if audit.decision:
             bins = window_score_bins(connection, window, start, end, now)
             median, sample = window_score_median(connection, window, start, end, now)
-        scores = valid_score_counts(valid, audit, bins, median)
-    arrival = None
-    with one_snapshot(engine) as connection:
-        window = window_of(connection, audit)
         if window.arrival is not None:
             window, duplicated = window_and_duplicates(connection, audit, start, end, now)
             arrival = arrival_counts(connection, window, start, end, now, duplicated)
+    if bins is not None:
+        scores = valid_score_counts(valid, audit, bins, median)
     return Scanned(
         cells_of(valid, audit),
         quarantine,

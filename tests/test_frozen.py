@@ -53,6 +53,8 @@ def test_a_frozen_source_fails_the_run_within_the_timeout(db_url, mode, tmp_path
     # what is measured here.
     monkeypatch.setattr(audit, "audit_flow", pipeline.run_audit)
     monkeypatch.setattr(cli_runs, "_prefect_environment", lambda: None)
+    # The source is frozen in the scan, not in the checks `run` makes before it (their own GROUP BY)
+    monkeypatch.setattr(cli_runs, "_data_problems", lambda *args, **kwargs: [])
     postgres = "postgresql" in db_url
     marker = b"GROUP BY" if mode == "pushdown" else b"COPY" if postgres else b"y_pred"
     parsed = make_engine(db_url).url

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import statsmodels.api as sm
 import yaml
-from scipy import stats
+from scipy import optimize, stats
 from sklearn.metrics import roc_auc_score
 from sqlalchemy import select, text
 from typer.testing import CliRunner
@@ -138,12 +138,24 @@ def recalibrated(y: np.ndarray, s: np.ndarray) -> tuple[float, float]:
     return large, slope
 
 
+def newcombe(auc: float, p: int, q: int, z: float) -> tuple[float, float]:
+    """Newcombe's (2006, method 5) interval by root-finding: the θ with (A - θ)^2 = z^2 V(θ),
+    V Hanley & McNeil's variance at θ with P - 1 and Q - 1 both (P + Q)/2 - 1."""
+    n = (p + q) / 2 - 1
+
+    def f(theta: float) -> float:
+        v = theta * (1 - theta) * (1 + n * (1 - theta) / (2 - theta) + n * theta / (1 + theta))
+        return (auc - theta) ** 2 - z * z * v / (p * q)
+
+    return optimize.brentq(f, 0, auc, xtol=1e-14), optimize.brentq(f, auc, 1, xtol=1e-14)
+
+
 @on_databases("sqlite", "postgresql")
 def test_compare_of_scores_tests_each_groups_auc(db_url, tmp_path):
     """Two disjoint 30-day runs of a scored audit, race=b's outcomes unhinged from its score in
     the second: compare shows each group's AUC before and after as scikit-learn's roc_auc_score
-    on each run's rows, its Wald interval on the logit scale (both groups have over 50 positives
-    and negatives) and the test of two independent
+    on each run's rows, its Newcombe interval found by root-finding (each group has under 1,000
+    positives) and the test of two independent
     AUCs on the logit scale with DeLong variances computed pair by pair (BH-adjusted by scipy), calibration as
     statsmodels fits it; only b's change is significant."""
     rng = np.random.default_rng(11)
@@ -174,9 +186,7 @@ def test_compare_of_scores_tests_each_groups_auc(db_url, tmp_path):
             auc, variance = delong(y, s)
             assert auc == pytest.approx(roc_auc_score(y, s), abs=1e-12)
             assert row[f"auc_{side}"] == pytest.approx(auc, abs=1e-9)
-            half = z * np.sqrt(variance) / (auc * (1 - auc))
-            centre = np.log(auc / (1 - auc))
-            low, high = 1 / (1 + np.exp(half - centre)), 1 / (1 + np.exp(-half - centre))
+            low, high = newcombe(auc, (y == 1).sum(), (y == 0).sum(), z)
             assert row[f"auc_low_{side}"] == pytest.approx(low, abs=1e-9)
             assert row[f"auc_high_{side}"] == pytest.approx(high, abs=1e-9)
             large, slope = recalibrated(y, s)

@@ -747,7 +747,7 @@ def test_clickhouse_memory_scan_reads_its_rows_whole_not_one_by_one(clickhouse_u
     audit = audit_of(columns=ENGINE_COLUMNS)
     scanned = memory_cells(engine, audit, None, NOW, NOW)
     assert scanned.rows_valid == 3000
-    assert len(calls) < 10, len(calls)
+    assert len(calls) < 20, len(calls)  # the catalogue's few rows (two reflections), not 3,000
     engine.dispose()
 
 
