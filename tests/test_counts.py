@@ -236,7 +236,7 @@ def test_fisher_two_sided_equals_scipy_table_by_table():
     assert ours[-5:-1].tolist() == [1.0, 1.0, 1.0, 1.0]  # empty rows or columns; the mode
 
 
-# Labels missing by outcome against labels missing by decision (issue 40). One group of a
+# Labels missing by outcome against labels missing by decision. One group of a
 # population with prevalence 0.4, TPR 0.70 and PPV 2/3: per 100 rows TP 28, FN 12, FP 14, TN 46.
 # Every expected value below is worked out by hand from these cells, not by the code under test.
 CELLS = {"tp": 0.28, "fn": 0.12, "fp": 0.14, "tn": 0.46}

@@ -221,7 +221,7 @@ def test_size_rule_counts_the_metrics_own_denominator():
 
 @pytest.mark.parametrize("denominator", [2, 3, 5, 19])
 def test_min_group_size_zero_keeps_every_group_with_a_variance_estimate(denominator):
-    """min_group_size 0 is honoured (issue 40: a 3-prediction group was left out even then): a
+    """min_group_size 0 is honoured (a 3-prediction group was left out even then): a
     group of 2-19 outcomes enters the meta-metrics, computed by hand here over all four groups,
     and the reason names it as the one that makes the corrected variance noisy."""
     from biasaudit.tasks.metametrics import attribute_meta_metrics

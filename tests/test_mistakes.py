@@ -1,4 +1,4 @@
-"""Mistakes caught early and named clearly (issue 40, deliver 6): each one line `error: ...`
+"""Mistakes caught early and named clearly: each one line `error: ...`
 naming what was wrong, where, and what is accepted, with a non-zero exit and no traceback."""
 
 import pytest
