@@ -48,8 +48,8 @@ def likelihood_ratio(bins, group, reference) -> float:
     x = level[keep] - level[keep].mean()
     full = np.column_stack([dummies, in_group[keep], in_group[keep] * x])
     trials = pos[keep] + neg[keep]
-    null = S.logistic_fit(dummies, pos[keep], trials)[2]
-    alternative = S.logistic_fit(full, pos[keep], trials)[2]
+    null = S.logistic_fit(dummies, pos[keep], trials)[1]
+    alternative = S.logistic_fit(full, pos[keep], trials)[1]
     return float(stats.chi2.sf(max(2 * (alternative - null), 0.0), 2))
 
 

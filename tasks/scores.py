@@ -186,34 +186,70 @@ def clopper_pearson(successes, trials, confidence: float = 0.95):
     return np.where(empty, np.nan, low), np.where(empty, np.nan, high)
 
 
-def logistic_fit(design, successes, trials, offset=None, iterations: int = 100):
-    """Binomial GLM with logit link on grouped counts by Newton-Raphson (IRLS), step halving when
-    the log-likelihood falls: (coefficients, covariance, log-likelihood). Where the data separate,
-    the log-likelihood reached is a lower bound of its supremum."""
+def logistic_fit(design, successes, trials, offset=None):
+    """Binomial GLM with logit link on grouped counts, design ``(values, k)``: (coefficients,
+    log-likelihood) of one fit (:func:`logistic_fits` with one row)."""
+    off = None if offset is None else np.asarray(offset, dtype="float64")[None]
+    beta, loglik = logistic_fits(
+        np.asarray(design, dtype="float64").T[:, None],
+        np.asarray(successes)[None],
+        np.asarray(trials)[None],
+        off,
+    )
+    return beta[0], float(loglik[0])
+
+
+def logistic_fits(design, successes, trials, offset=None, start=None, iterations: int = 100):
+    """Binomial GLMs with logit link, one per row of grouped counts (design ``(k, rows, values)``,
+    successes and trials ``(rows, values)``), by Newton-Raphson (IRLS) from ``start`` (zero where
+    not given): (coefficients, log-likelihoods). A row's last step is the one whose Newton
+    decrement, the log-likelihood it gains to second order (g' H^-1 g / 2, Boyd & Vandenberghe
+    2004, 9.5.1), is below 1e-10 of the log-likelihood; a step after which the log-likelihood
+    fell by more than that is halved (up to 27 times). Where the data separate, the
+    log-likelihood reached is a lower bound of its supremum."""
     x = np.asarray(design, dtype="float64")
     y, m = np.asarray(successes, dtype="float64"), np.asarray(trials, dtype="float64")
-    off = np.zeros(len(y)) if offset is None else np.asarray(offset, dtype="float64")
-
-    def loglik(beta):
-        eta = x @ beta + off
-        return float(np.sum(y * eta - m * np.logaddexp(0, eta)))
-
-    beta = np.zeros(x.shape[1])
-    current = loglik(beta)
-    for _ in range(iterations):
-        prob = special.expit(x @ beta + off)
-        hessian = x.T @ (x * (m * prob * (1 - prob))[:, None])
-        step = np.linalg.lstsq(hessian, x.T @ (y - m * prob), rcond=None)[0]
-        size = 1.0
-        while size > 1e-8 and loglik(beta + size * step) < current - 1e-12:
-            size /= 2
-        beta = beta + size * step
-        previous, current = current, loglik(beta)
-        if abs(current - previous) < 1e-10 * (1 + abs(current)):
+    off = np.zeros(y.shape) if offset is None else np.asarray(offset, dtype="float64")
+    beta = np.zeros((len(y), len(x))) if start is None else np.array(start, dtype="float64")
+    loglik = np.full(len(y), -np.inf)
+    step, size = np.zeros_like(beta), np.ones(len(y))
+    active = np.arange(len(y))
+    for _ in range(iterations + 27):
+        every = len(active) == len(y)
+        part = (x, y, m, off) if every else (x[:, active], y[active], m[active], off[active])
+        reached, gradient, hessian = _newton_terms(*part, beta[active])
+        tolerance = 1e-10 * (1 + np.abs(reached))
+        fell = (reached < loglik[active] - tolerance) & (size[active] > 1e-8)
+        back = active[fell]  # half of the last step back, and evaluated there again
+        size[back] /= 2
+        beta[back] -= size[back, None] * step[back]
+        keep = ~fell
+        rows = active[keep]
+        loglik[rows], size[rows] = reached[keep], 1.0
+        step[rows] = (np.linalg.pinv(hessian[keep]) @ gradient[keep][..., None])[..., 0]
+        beta[rows] += step[rows]
+        decrement = np.einsum("rk,rk->r", gradient[keep], step[rows]) / 2
+        active = np.concatenate([back, rows[decrement >= tolerance[keep]]])
+        if not len(active):
             break
-    prob = special.expit(x @ beta + off)
-    information = x.T @ (x * (m * prob * (1 - prob))[:, None])
-    return beta, np.linalg.pinv(information), current
+    return beta, loglik
+
+
+def _newton_terms(x, y, m, offset, beta):
+    """Each row's log-likelihood, gradient and information at ``beta`` in one pass (the
+    design's covariates ``x[i]`` each a contiguous ``(rows, values)`` array)."""
+    eta = offset + sum(beta[:, i, None] * x[i] for i in range(len(x)))
+    small = np.exp(-np.abs(eta))  # e^-|eta|: log(1 + e^eta) and expit without overflow
+    prob = np.where(eta >= 0, 1, small) / (1 + small)
+    loglik = np.sum(y * eta - m * (np.maximum(eta, 0) + np.log1p(small)), -1)
+    residual, weight = y - m * prob, m * prob * (1 - prob)
+    gradient = np.stack([np.einsum("rv,rv->r", x[i], residual) for i in range(len(x))], -1)
+    information = np.empty((len(y), len(x), len(x)))
+    for i in range(len(x)):
+        weighted = weight * x[i]
+        for j in range(i, len(x)):
+            information[:, i, j] = information[:, j, i] = np.einsum("rv,rv->r", weighted, x[j])
+    return loglik, gradient, information
 
 
 def _score_scale(mean_scores: np.ndarray, probability: bool) -> np.ndarray:
@@ -223,24 +259,41 @@ def _score_scale(mean_scores: np.ndarray, probability: bool) -> np.ndarray:
     return mean_scores
 
 
-def recalibration(mean_scores, positives, negatives, probability: bool):
-    """(calibration-in-the-large, calibration slope) of one group's bins.
+def recalibration_fits(mean_scores, positives, negatives, probability: bool, start=None):
+    """Cox (1958) logistic recalibration of each row's bins, logit P(y=1) = a + b x with x =
+    logit(score): the fits ``(a, b)`` and, for a probability, ``a`` with ``b`` fixed at 1 (x as
+    offset; NaN otherwise), each ``(rows, k)``, NaN where a row has no positive, no negative or
+    fewer than two values with a label. ``start`` (one row's two fits, as returned) starts every
+    row's Newton iterations there: a reference that is the rest of an attribute is fitted from
+    the whole attribute's fit, a step or two away."""
+    s, pos, neg = (
+        np.atleast_2d(np.asarray(v, dtype="float64")) for v in (mean_scores, positives, negatives)
+    )
+    m = pos + neg
+    x = np.where(m > 0, _score_scale(s, probability), 0.0)  # a value without labels adds nothing
+    defined = (pos.sum(-1) > 0) & (neg.sum(-1) > 0) & ((m > 0).sum(-1) >= 2)
+    both, large = np.full((len(m), 2), np.nan), np.full((len(m), 1), np.nan)
+    rows = np.flatnonzero(defined)
+    if len(rows):
+        design = np.stack([np.ones_like(x[rows]), x[rows]])
+        begin = (None, None) if start is None else [np.repeat(b, len(rows), 0) for b in start]
+        both[rows] = logistic_fits(design, pos[rows], m[rows], start=begin[0])[0]
+        if probability:
+            large[rows] = logistic_fits(
+                design[:1], pos[rows], m[rows], offset=x[rows], start=begin[1]
+            )[0]
+    return both, large
 
-    Cox (1958) logistic recalibration, logit P(y=1) = a + b x with x = logit(score): the slope b
-    is 1 for a calibrated probability (below 1: too extreme), and with b fixed at 1 (x as
-    offset) the intercept a, calibration-in-the-large, is 0. For a score that is not a probability
+
+def recalibration(mean_scores, positives, negatives, probability: bool):
+    """(calibration-in-the-large, calibration slope) of each row's bins (:func:`recalibration_fits`).
+
+    The slope b is 1 for a calibrated probability (below 1: too extreme), and with b fixed at 1
+    the intercept a, calibration-in-the-large, is 0. For a score that is not a probability
     (COMPAS's deciles) x is the score itself: b is its log-odds per unit of score and
     in-the-large is not defined (NaN)."""
-    s, pos, neg = (np.asarray(v, dtype="float64") for v in (mean_scores, positives, negatives))
-    keep = pos + neg > 0
-    s, pos, neg = s[keep], pos[keep], neg[keep]
-    if pos.sum() == 0 or neg.sum() == 0 or len(s) < 2:
-        return np.nan, np.nan
-    x = _score_scale(s, probability)
-    design = np.column_stack([np.ones_like(x), x])
-    slope = logistic_fit(design, pos, pos + neg)[0][1]
-    large = logistic_fit(design[:, :1], pos, pos + neg, offset=x)[0][0] if probability else np.nan
-    return float(large), float(slope)
+    both, large = recalibration_fits(mean_scores, positives, negatives, probability)
+    return large[:, 0], both[:, 1]
 
 
 def equal_calibration_test(
@@ -331,6 +384,8 @@ def own_calibration_test(mean_scores, positives, negatives) -> tuple[float, int,
 
 
 _COUNTED = ["positives", "negatives", "unlabelled", "score_sum"]
+# Sides are computed in blocks of rows of at most this many (side, value) cells (16 MB a count).
+_BLOCK_CELLS = 2_000_000
 
 
 def _matrices(counts: pd.DataFrame):
@@ -351,15 +406,121 @@ def _matrices(counts: pd.DataFrame):
         )
 
 
-def _row(m: dict, i: int) -> dict[str, np.ndarray]:
-    """Group ``i``'s counts per value, dense."""
-    return {c: v[i].toarray().ravel() for c, v in m.items()}
-
-
 def _mean_scores(score_sum: np.ndarray, labelled: np.ndarray, bins: np.ndarray) -> np.ndarray:
     """Each bin's mean score (its lower edge where it holds no labelled row)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(labelled > 0, score_sum / labelled, bins)
+
+
+def _own_values(block: dict[str, np.ndarray], values: np.ndarray):
+    """Each row of a block on the values it holds only, in order, padded with zero counts at
+    the end (every statistic of a side is unchanged by values without its rows): (counts, each
+    row's values)."""
+    present = block["positives"] + block["negatives"] + block["unlabelled"] > 0
+    length = present.sum(1)
+    rows, columns = np.nonzero(present)  # row by row, values ascending
+    slot = np.arange(len(rows)) - np.repeat(np.cumsum(length) - length, length)
+    shape = (len(length), max(1, int(length.max(initial=0))))
+    packed = {c: np.zeros(shape) for c in block}
+    for c, counted in block.items():
+        packed[c][rows, slot] = counted[rows, columns]
+    own = np.zeros(shape)
+    own[rows, slot] = values[columns]
+    return packed, own
+
+
+def _sides(c: dict[str, np.ndarray], values, probability: bool, confidence: float, start=None):
+    """Each row's side of a comparison (counts per value, a side a row; ``values`` the values'
+    scores, shared or per row): its sizes, AUC with DeLong's variance and interval and its
+    recalibration (from ``start``, as :func:`recalibration_fits`)."""
+    labelled = c["positives"] + c["negatives"]
+    auc, variance, low, high = auc_interval(c["positives"], c["negatives"], confidence)
+    mean = _mean_scores(c["score_sum"], labelled, values)
+    both, large = recalibration_fits(mean, c["positives"], c["negatives"], probability, start)
+    return {
+        "n": labelled.sum(-1) + c["unlabelled"].sum(-1),
+        "positives": c["positives"].sum(-1),
+        "negatives": c["negatives"].sum(-1),
+        "auc": auc,
+        "auc_variance": variance,
+        "auc_low": low,
+        "auc_high": high,
+        "in_the_large": large[:, 0],
+        "slope": both[:, 1],
+    }
+
+
+def _calibration_tests(c, other, values, probability: bool, by_value: bool):
+    """(statistic, p-value) per row of a group's counts ``c`` against its reference's ``other``:
+    the group's own calibration for a probability, equal calibration binned by value, else NaN."""
+    tests = []
+    for i in range(len(c["positives"])):
+        mine = (c["positives"][i], c["negatives"][i])
+        if probability:
+            mean = _mean_scores(c["score_sum"][i], mine[0] + mine[1], values)
+            statistic, _, p_value = own_calibration_test(mean, *mine)
+        elif by_value:
+            theirs = (other["positives"][i], other["negatives"][i], other["score_sum"][i])
+            statistic, _, p_value = equal_calibration_test(
+                values, (*mine, c["score_sum"][i]), theirs, probability
+            )
+        else:
+            statistic, p_value = np.nan, np.nan
+        tests.append((statistic, p_value))
+    return np.array(tests, dtype="float64").reshape(-1, 2)
+
+
+def _comparison_rows(attribute, groups, values, m, named, probability, by_value, confidence):
+    """The comparisons of one attribute: each group against the rest of the attribute (all its
+    other groups), then against the named reference group where there is one. The rest is the
+    attribute's total less the group, its recalibration started at the total's fit; groups are
+    taken in blocks of rows, dense over the attribute's values."""
+    total = {c: np.asarray(v.sum(0), dtype="float64") for c, v in m.items()}
+    labelled = total["positives"] + total["negatives"]
+    mean = _mean_scores(total["score_sum"], labelled, values)
+    start = recalibration_fits(mean, total["positives"], total["negatives"], probability)
+    j = int(np.flatnonzero(groups == named)[0]) if named is not None and named in groups else None
+    the_named = {c: v[[j]].toarray() for c, v in m.items()} if j is not None else None
+    step = max(1, _BLOCK_CELLS // max(1, len(values)))
+    parts: dict[str, list] = {"group": [], "rest": [], "rest_tests": [], "named_tests": []}
+    for first in range(0, len(groups), step):
+        block = {c: v[first : first + step].toarray() for c, v in m.items()}
+        rest = {c: total[c] - block[c] for c in block}
+        packed, own = _own_values(block, values)
+        parts["group"].append(_sides(packed, own, probability, confidence))
+        parts["rest"].append(_sides(rest, values, probability, confidence, start))
+        parts["rest_tests"].append(_calibration_tests(block, rest, values, probability, by_value))
+        if the_named is not None and not probability:  # a group's own test is the same twice
+            against = {c: np.repeat(v, len(block[c]), 0) for c, v in the_named.items()}
+            tests = _calibration_tests(block, against, values, probability, by_value)
+            parts["named_tests"].append(tests)
+    group, rest = (
+        {k: np.concatenate([p[k] for p in parts[side]]) for k in parts[side][0]}
+        for side in ("group", "rest")
+    )
+    rest_tests = np.concatenate(parts["rest_tests"])
+    frames = [_pairs(attribute, groups, "rest", group, rest, rest_tests)]
+    if j is not None:
+        reference = {k: np.repeat(v[[j]], len(groups), 0) for k, v in group.items()}
+        tests = rest_tests if probability else np.concatenate(parts["named_tests"])
+        pairs = _pairs(attribute, groups, str(named), group, reference, tests)
+        frames.append(pairs.loc[np.arange(len(groups)) != j])
+    return frames
+
+
+def _pairs(attribute, groups, reference_name, group, reference, tests) -> pd.DataFrame:
+    """One comparison row per group: its side, its reference's side and the tests."""
+    columns = {"attribute": attribute, "group_name": groups, "reference": reference_name}
+    for side, stats in (("group", group), ("reference", reference)):
+        columns |= {f"{k}_{side}": v for k, v in stats.items()}
+    columns["auc_p_value"] = independent_auc_test(
+        *(
+            (stats["auc"], stats["auc_variance"], stats["positives"], stats["negatives"])
+            for stats in (group, reference)
+        )
+    )
+    columns["calibration_statistic"], columns["calibration_p_value"] = tests[:, 0], tests[:, 1]
+    return pd.DataFrame(columns)
 
 
 def score_comparisons(
@@ -370,63 +531,35 @@ def score_comparisons(
     confidence: float = 0.95,
 ) -> pd.DataFrame:
     """One row per (attribute, group, reference): AUC with intervals (:func:`auc_interval`) and
-    the test of equal AUC, calibration-in-the-large and slope (:func:`recalibration`) of the
-    group and of its reference (the rest of the attribute, and the named reference group where
-    there is one), and the calibration test: for a probability, the group's own
-    (:func:`own_calibration_test`, the same on each of its rows); for another score binned by
-    value, equal calibration with its reference (:func:`equal_calibration_test`); none (NaN) for
-    another score binned by quantiles, where no test from counts keeps its size. Each kind of
-    p-value is adjusted by Benjamini-Hochberg across the audit's distinct tests."""
+    the test of equal AUC (:func:`independent_auc_test`), calibration-in-the-large and slope
+    (:func:`recalibration`) of the group and of its reference (the rest of the attribute, and
+    the named reference group where there is one), and the calibration test: for a probability,
+    the group's own (:func:`own_calibration_test`, the same on each of its rows); for another
+    score binned by value, equal calibration with its reference (:func:`equal_calibration_test`);
+    none (NaN) for another score binned by quantiles, where no test from counts keeps its size.
+    Each kind of p-value is adjusted by Benjamini-Hochberg across the audit's distinct tests."""
     probability, by_value = bins.probability, not bins.steps.any()
-    rows = []
-    for attribute, groups, values, m in _matrices(counts):
-        total = {c: np.asarray(v.sum(0)).ravel() for c, v in m.items()}
-        pairs = [(i, "rest") for i in range(len(groups))]
-        named = reference_groups.get(attribute)
-        named_row: dict[str, np.ndarray] = {}
-        if named is not None and named in groups:
-            j = int(np.flatnonzero(groups == named)[0])
-            named_row = _row(m, j)
-            pairs += [(i, named) for i in range(len(groups)) if i != j]
-        own = {}
-        for i, reference in pairs:
-            mine = _row(m, i)
-            other = named_row if reference != "rest" else {c: total[c] - mine[c] for c in mine}
-            row = {"attribute": attribute, "group_name": groups[i], "reference": reference}
-            for side, c in (("group", mine), ("reference", other)):
-                labelled = c["positives"] + c["negatives"]
-                auc, variance, low, high = auc_interval(c["positives"], c["negatives"], confidence)
-                mean = _mean_scores(c["score_sum"], labelled, values)
-                large, slope = recalibration(mean, c["positives"], c["negatives"], probability)
-                row |= {
-                    f"n_{side}": int(labelled.sum() + c["unlabelled"].sum()),
-                    f"positives_{side}": int(c["positives"].sum()),
-                    f"negatives_{side}": int(c["negatives"].sum()),
-                    f"auc_{side}": auc[0],
-                    f"auc_variance_{side}": variance[0],
-                    f"auc_low_{side}": low[0],
-                    f"auc_high_{side}": high[0],
-                    f"in_the_large_{side}": large,
-                    f"slope_{side}": slope,
-                }
-            sides = [
-                (mine["positives"], mine["negatives"], mine["score_sum"]),
-                (other["positives"], other["negatives"], other["score_sum"]),
-            ]
-            row["auc_p_value"] = auc_difference_test(*sides[0][:2], *sides[1][:2])
-            statistic, p_value = np.nan, np.nan
-            if probability:
-                if i not in own:
-                    labelled = sides[0][0] + sides[0][1]
-                    mean = _mean_scores(sides[0][2], labelled, values)
-                    own[i] = own_calibration_test(mean, *sides[0][:2])
-                statistic, _, p_value = own[i]
-            elif by_value:
-                statistic, _, p_value = equal_calibration_test(values, sides[0], sides[1], probability)
-            row |= {"calibration_statistic": statistic, "calibration_p_value": p_value}
-            rows.append(row)
+    frames = [
+        frame
+        for attribute, groups, values, m in _matrices(counts)
+        for frame in _comparison_rows(
+            attribute,
+            groups,
+            values,
+            m,
+            reference_groups.get(attribute),
+            probability,
+            by_value,
+            confidence,
+        )
+    ]
     adjusted = ["auc_p_adjusted", "calibration_p_adjusted", "confidence"]
-    frame = pd.DataFrame(rows, columns=[c for c in SCORE_RESULT_COLUMNS if c not in adjusted])
+    columns = [c for c in SCORE_RESULT_COLUMNS if c not in adjusted]
+    frame = pd.concat([pd.DataFrame(columns=columns), *frames], ignore_index=True)[columns]
+    names = ["attribute", "group_name", "reference"]
+    sizes = [c for c in columns if c.startswith(("n_", "positives_", "negatives_"))]
+    floats = [c for c in columns if c not in names + sizes]
+    frame = frame.astype(dict.fromkeys(sizes, "int64") | dict.fromkeys(floats, "float64"))
     calibration = frame["calibration_p_value"].to_numpy(dtype=float)
     if probability and len(frame):  # one test per group, however many rows show it
         first = ~frame.duplicated(["attribute", "group_name"]).to_numpy()

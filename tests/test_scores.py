@@ -479,3 +479,30 @@ def test_a_continuous_scores_auc_is_the_scores_own():
         edges = S.score_edges(rows["s"].to_numpy())
         binned = roc_auc_score(part["y_true"], S.bin_of(part["s"].to_numpy(), edges))
         assert abs(rest.loc[name, "auc_group"] - binned) > 1e-4  # the binned score's differs
+
+
+def test_each_groups_and_its_rests_recalibration_equal_statsmodels_on_rows(monkeypatch):
+    """Groups are taken in blocks (here two groups a block) and each rest's fit starts at the
+    attribute's: every group's and every rest's slope and in-the-large equal statsmodels' GLM on
+    their rows to 1e-7, and AUC scikit-learn's, with a named reference beside the rest."""
+    monkeypatch.setattr(S, "_BLOCK_CELLS", 2 * 900)
+    rng = np.random.default_rng(45)
+    n = 900
+    rows = pd.DataFrame({"g": rng.choice(list("abcde"), n, p=[0.5, 0.2, 0.15, 0.1, 0.05]),
+                         "score": rng.beta(2, 3, n)})  # fmt: skip
+    rows["y_true"] = (rng.random(n) < rows["score"] ** np.where(rows["g"] == "a", 1.0, 1.4)) * 1.0
+    counts = S.score_counts(rows, [["g"]], np.unique(rows["score"]), rows["score"].median())
+    result = S.score_comparisons(counts, S.bins_of_scores(rows["score"]), {"g": "e"})
+    for (name, reference), row in result.set_index(["group_name", "reference"]).iterrows():
+        for side, part in (("group", rows[rows["g"] == name]),
+                           ("reference", rows[rows["g"] != name] if reference == "rest"
+                            else rows[rows["g"] == reference])):  # fmt: skip
+            x = np.log(part["score"] / (1 - part["score"]))
+            slope = _glm(pd.DataFrame({"x": x}), ["x"], part["y_true"], None).params["x"]
+            large = sm.GLM(part["y_true"], np.ones((len(part), 1)),
+                           family=sm.families.Binomial(), offset=x).fit().params.iloc[0]  # fmt: skip
+            assert row[f"slope_{side}"] == pytest.approx(slope, abs=1e-7), (name, reference, side)
+            assert row[f"in_the_large_{side}"] == pytest.approx(large, abs=1e-7)
+            auc = roc_auc_score(part["y_true"], part["score"])
+            assert row[f"auc_{side}"] == pytest.approx(auc, abs=1e-12)
+    assert len(result) == 5 + 4
