@@ -3,6 +3,7 @@ leaves, how rows become cells, and which prediction ids the window repeats."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -52,6 +53,22 @@ class Scanned:
     # Labelled rows per (attributes, y_true, y_pred, late) where the source has ``labelled_at``
     # (db.cells.arrival_counts), for the label-completeness warnings (tasks.counts.arrival_evidence).
     arrival: pd.DataFrame | None = None
+
+
+def input_fingerprint(scanned: Scanned) -> str:
+    """The run's input fingerprint: the scan's own (its rows, or its cells and quarantine) with,
+    where the audit has them, the score counts and the labels' arrival counts, which determine
+    the score results and the label warnings as the cells determine the rest (a score moved
+    within its decision, or a label's arrival time, changes no cell). The scan's own where it
+    has neither, so a run of such an audit matches its earlier runs."""
+    parts = [p for p in (scanned.score_counts, scanned.arrival) if p is not None]
+    if not parts:
+        return scanned.fingerprint
+    digest = hashlib.sha256(scanned.fingerprint.encode())
+    for part in parts:
+        ordered = part.sort_values(list(part.columns), ignore_index=True)
+        digest.update(ordered.to_csv(index=False).encode())
+    return digest.hexdigest()
 
 
 def cells_of(valid: pd.DataFrame, audit: Audit) -> pd.DataFrame:

@@ -29,7 +29,7 @@ from zoneinfo import ZoneInfo
 
 import pandas as pd
 
-from biasaudit.db.cells import Scanned
+from biasaudit.db.cells import Scanned, input_fingerprint
 from biasaudit.db.engine import database_url, engine_scope, parse_url, safe_url
 from biasaudit.db.history import previous_run_metrics
 from biasaudit.db.models import store_limits
@@ -287,7 +287,7 @@ def execute_audit(
         record.rows_read, record.rows_valid = scanned.rows_read, scanned.rows_valid
         record.rows_unlabelled = scanned.rows_unlabelled
         record.rows_quarantined = scanned.rows_read - scanned.rows_valid
-        record.input_fingerprint = scanned.fingerprint
+        record.input_fingerprint = input_fingerprint(scanned)
         try:
             check_invalid_fraction(
                 record.rows_read,

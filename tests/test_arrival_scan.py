@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from sqlalchemy import Column, DateTime, Float, Integer, MetaData, String, Table
+from sqlalchemy import Column, DateTime, Float, Integer, MetaData, String, Table, text
 
+from biasaudit.db.cells import input_fingerprint
 from biasaudit.db.engine import make_engine
 from biasaudit.db.history import get_run
 from biasaudit.db.scan import memory_cells, pushdown_cells, stream_cells
@@ -76,6 +77,72 @@ def config(mode: str) -> str:
     )
 
 
+def arrival_audit(source: str, **extra):
+    """An audit of ``source`` by grp that reads labelled_at (``arrived``), with ``extra`` keys
+    (a decision from a score, say, in place of ``pred``)."""
+    columns = {"prediction_id": "pid", "model_id": "model", "predicted_at": "at",
+               "y_true": "label", "labelled_at": "arrived"}  # fmt: skip
+    if "decision" not in extra:
+        columns["y_pred"] = "pred"
+    entry = {"name": "a", "model": "m", "source": source, "attributes": ["grp"],
+             "window": "all", "columns": columns, **extra}  # fmt: skip
+    return parse_config({"audits": [entry]}).audits[0]
+
+
+def scans_in_every_mode(engine, audit, chunk_rows: int):
+    """The memory, stream and push-down scans of the window to END."""
+    return [
+        memory_cells(engine, audit, None, END, END),
+        stream_cells(engine, audit, None, END, END, chunk_rows=chunk_rows),
+        pushdown_cells(engine, audit, None, END, END),
+    ]
+
+
+def same_arrival_in_every_mode(engine, audit, chunk_rows: int) -> pd.DataFrame:
+    """The arrival counts, equal in every scan mode and covering every labelled valid row."""
+    scans = scans_in_every_mode(engine, audit, chunk_rows)
+    first = scans[0].arrival
+    assert first is not None and int(first["n"].sum()) == scans[0].rows_valid - (
+        scans[0].rows_unlabelled
+    )
+    for other in scans[1:]:
+        pd.testing.assert_frame_equal(other.arrival, first)
+    return first
+
+
+def write_scored_arrivals(url, rows: int, seed: int):
+    """write_arrivals's source with a score (at least 0.5 where the prediction was 1) in place
+    of the prediction, and labelled_at as ISO text at +02:00."""
+    engine = write_arrivals(url, "outcome", rows=rows, seed=seed)
+    frame = pd.read_sql("SELECT * FROM arrivals", engine)
+    rng = np.random.default_rng(seed)
+    frame = frame.assign(
+        score=np.where(
+            frame["pred"] == 1, rng.uniform(0.5, 1, len(frame)), rng.uniform(0, 0.5, len(frame))
+        ),
+        arrived=pd.to_datetime(frame["arrived"]).map(
+            lambda t: None if pd.isna(t) else (t + pd.Timedelta(hours=2)).isoformat() + "+02:00"
+        ),
+    ).drop(columns="pred")
+    table = Table(
+        "scored_arrivals",
+        MetaData(),
+        Column("pid", String(20), primary_key=True),
+        Column("model", String(10)),
+        Column("at", DateTime),
+        Column("arrived", String(40)),
+        Column("label", Integer),
+        Column("score", Float),
+        Column("grp", String(10)),
+    )
+    table.drop(engine, checkfirst=True)
+    table.create(engine)
+    frame.astype(object).where(frame.notna(), None).to_sql(
+        "scored_arrivals", engine, if_exists="append", index=False
+    )
+    return engine
+
+
 def run_warnings(url, tmp_path) -> dict[str, list[str]]:
     """The stored summary's label-completeness warnings of a run in each scan mode (and, under
     "page", the memory run's report page)."""
@@ -108,9 +175,7 @@ def test_labels_arriving_later_for_positives_are_said_missing_by_outcome(db_url,
     assert "labels are likely missing by the outcome" in told["page"][0]  # the report too
 
 
-def test_labels_arriving_by_decision_are_said_consistent_with_missing_by_decision(
-    db_url, tmp_path
-):
+def test_labels_arriving_by_decision_are_said_consistent_with_missing_by_decision(db_url, tmp_path):
     """Rejections' labels arrive later whatever the outcome: the warning says the arrival times
     are consistent with labels missing by the decision, in every scan mode alike."""
     write_arrivals(db_url, "decision")
@@ -126,38 +191,8 @@ def test_every_scan_mode_counts_the_same_late_labels(db_url):
     """memory, stream and push-down give the same labelled rows per (group, outcome, decision,
     late), one delay threshold per decision; a source without labelled_at gives none."""
     engine = write_arrivals(db_url, "outcome")
-    audit = parse_config(
-        {
-            "audits": [
-                {
-                    "name": "a",
-                    "model": "m",
-                    "source": "arrivals",
-                    "attributes": ["grp"],
-                    "window": "all",
-                    "columns": {
-                        "prediction_id": "pid",
-                        "model_id": "model",
-                        "predicted_at": "at",
-                        "y_true": "label",
-                        "y_pred": "pred",
-                        "labelled_at": "arrived",
-                    },
-                }
-            ]
-        }
-    ).audits[0]
-    scans = [
-        memory_cells(engine, audit, None, END, END),
-        stream_cells(engine, audit, None, END, END, chunk_rows=1000),
-        pushdown_cells(engine, audit, None, END, END),
-    ]
-    first = scans[0].arrival
-    assert first is not None and int(first["n"].sum()) == scans[0].rows_valid - (
-        scans[0].rows_unlabelled
-    )
-    for other in scans[1:]:
-        pd.testing.assert_frame_equal(other.arrival, first)
+    audit = arrival_audit("arrivals")
+    first = same_arrival_in_every_mode(engine, audit, chunk_rows=1000)
     # about half of each decision's labels are late
     late = first.groupby("y_pred").apply(lambda p: p.loc[p["late"], "n"].sum() / p["n"].sum())
     assert np.allclose(late.to_numpy(), 0.5, atol=0.01)
@@ -177,61 +212,37 @@ def test_labelled_at_is_a_reserved_column_name(bad):
 def test_a_decision_from_a_score_and_text_arrival_times_count_alike_in_every_mode(db_url):
     """With the decision derived from a score and labelled_at as ISO text with offsets, the three
     scan modes still count the same late labels, and those follow the decided y_pred."""
-    engine = write_arrivals(db_url, "outcome", rows=2000, seed=3)
-    frame = pd.read_sql("SELECT * FROM arrivals", engine)
-    rng = np.random.default_rng(3)
-    frame = frame.assign(
-        score=np.where(frame["pred"] == 1, rng.uniform(0.5, 1, len(frame)), rng.uniform(0, 0.5)),
-        arrived=pd.to_datetime(frame["arrived"]).map(
-            lambda t: None if pd.isna(t) else (t + pd.Timedelta(hours=2)).isoformat() + "+02:00"
-        ),
-    ).drop(columns="pred")
-    table = Table(
-        "scored_arrivals",
-        MetaData(),
-        Column("pid", String(20), primary_key=True),
-        Column("model", String(10)),
-        Column("at", DateTime),
-        Column("arrived", String(40)),
-        Column("label", Integer),
-        Column("score", Float),
-        Column("grp", String(10)),
-    )
-    table.drop(engine, checkfirst=True)
-    table.create(engine)
-    frame.astype(object).where(frame.notna(), None).to_sql(
-        "scored_arrivals", engine, if_exists="append", index=False
-    )
-    audit = parse_config(
-        {
-            "audits": [
-                {
-                    "name": "a",
-                    "model": "m",
-                    "source": "scored_arrivals",
-                    "attributes": ["grp"],
-                    "window": "all",
-                    "decision": {"score": "score", "threshold": 0.5},
-                    "columns": {
-                        "prediction_id": "pid",
-                        "model_id": "model",
-                        "predicted_at": "at",
-                        "y_true": "label",
-                        "labelled_at": "arrived",
-                    },
-                }
-            ]
-        }
-    ).audits[0]
-    scans = [
-        memory_cells(engine, audit, None, END, END),
-        stream_cells(engine, audit, None, END, END, chunk_rows=700),
-        pushdown_cells(engine, audit, None, END, END),
-    ]
-    first = scans[0].arrival
-    assert first is not None and int(first["n"].sum()) == scans[0].rows_valid - (
-        scans[0].rows_unlabelled
-    )
-    for other in scans[1:]:
-        pd.testing.assert_frame_equal(other.arrival, first)
+    engine = write_scored_arrivals(db_url, rows=2000, seed=3)
+    audit = arrival_audit("scored_arrivals", decision={"score": "score", "threshold": 0.5})
+    first = same_arrival_in_every_mode(engine, audit, chunk_rows=700)
     assert set(first["y_pred"]) == {0, 1} and first["late"].any()
+
+
+@pytest.mark.parametrize("change", ["arrival", "score"])
+def test_the_input_fingerprint_sees_changes_no_cell_shows(db_url, change):
+    """The label that arrived last arriving at once, or a score moved within its decision,
+    changes no cell but the arrival counts or the score counts: every scan mode's input
+    fingerprint changes (the push-down's cells and quarantine alone do not)."""
+    engine = write_scored_arrivals(db_url, rows=600, seed=4)
+    audit = arrival_audit("scored_arrivals", decision={"score": "score", "threshold": 0.5})
+    before = scans_in_every_mode(engine, audit, chunk_rows=250)
+    frame = pd.read_sql("SELECT * FROM scored_arrivals", engine)
+    if change == "arrival":
+        at = pd.to_datetime(frame["at"])
+        delay = pd.to_datetime(frame["arrived"], utc=True) - at.dt.tz_localize("UTC")
+        row = frame.loc[delay.idxmax()]
+        value = (at[delay.idxmax()] + pd.Timedelta(hours=2)).isoformat() + "+02:00"
+        column = "arrived"
+    else:
+        row = frame.loc[(frame["score"] - 0.7).abs().idxmin()]
+        value, column = float(row["score"]) + 1e-3, "score"
+    with engine.begin() as connection:
+        connection.execute(
+            text(f"UPDATE scored_arrivals SET {column} = :value WHERE pid = :pid"),
+            {"value": value, "pid": row["pid"]},
+        )
+    after = scans_in_every_mode(engine, audit, chunk_rows=250)
+    for mode, old, new in zip(MODES, before, after):
+        pd.testing.assert_frame_equal(new.cells, old.cells)
+        assert input_fingerprint(new) != input_fingerprint(old), mode
+    assert after[2].fingerprint == before[2].fingerprint
