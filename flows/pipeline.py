@@ -277,7 +277,7 @@ def execute_audit(
     record = new_record(audit, as_of or datetime.now(UTC), flow_run_id, cron, timezone)
     thresholds, timings = audit.thresholds, record.timings
     run_id = run("begin", begin, url, record, timedelta(hours=thresholds.stale_run_hours))
-    quarantine = warning = None
+    quarantine = None
     try:
         with _timed(timings, f"scan ({audit.scan.mode})"):
             scanned = run(
@@ -297,7 +297,6 @@ def execute_audit(
             )
         except TooManyInvalidRows as exc:
             raise _invalid_rows(exc, run_id, audit, quarantine) from None
-        warning = threshold_warning(audit, scanned)
         existing = None if force else run("identical_run", identical_run, url, run_id, record)
         completeness = None  # this run's label completeness, when it computed and stored it
         if existing is not None:
@@ -322,7 +321,7 @@ def execute_audit(
     run_id = saved.run_id
     STORED_RUNS.append({"run_id": run_id, "version": saved.version, "audit": audit.name})
     _print_outcome(audit, saved, record)
-    if warning:
+    if warning := record.summary.get("threshold_warning"):
         log.warning(warning)
         print(f"  warning: {warning}")
     outcome = {
@@ -426,7 +425,7 @@ def _audit_and_persist(
             scanned.scores_in_window,
         )
         result = replace(result, **scores, scoring=scoring)
-    record.summary = dict(result.summary)
+    record.summary = {**result.summary, "threshold_warning": threshold_warning(audit, scanned)}
     monitoring = {}
     if audit.monitor is not None:  # this run's increment, anytime-valid alarms
         with _timed(timings, "monitor"):

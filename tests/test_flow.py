@@ -18,11 +18,14 @@ from biasaudit.db.models import (
     PlanningResult,
     QuarantinedRow,
 )
+from biasaudit.db.report_data import report_frames
 from biasaudit.db.source import SourceError
 from biasaudit.flows.audit import audit_flow
 from biasaudit.flows.demo import END, GROUPS, INJECTED, synthetic_predictions
 from biasaudit.flows.nightly import nightly_flow
 from biasaudit.schemas.quarantine import NoValidRows, TooManyInvalidRows
+from biasaudit.tasks.report.markdown import md, render_markdown
+from biasaudit.tasks.report.page import esc, render_html
 
 from .conftest import DEMO_CONFIG, on_databases
 
@@ -294,11 +297,20 @@ def test_a_threshold_outside_the_scores_range_is_a_warning(db_url, tmp_path, mod
         "is 34.5: all 60 predictions are decided negative",
         "inside": None,
     }
+    engine = make_engine(db_url)
     for name, line in expected.items():
         capsys.readouterr()
-        run_audit(name, str(config), db_url, END)
+        run_id = run_audit(name, str(config), db_url, END)["run_id"]
         out = capsys.readouterr().out
+        frames = report_frames(engine, run_id)
+        stored = frames.run["summary"]["threshold_warning"]
+        pages = render_html(frames), render_markdown(frames)
         if line is None:
             assert "warning" not in out, out
-        else:
+            assert stored is None and not any("every valid score" in page for page in pages)
+        else:  # printed, stored with the run, and on the report's first lines
             assert line in out, out
+            assert stored.startswith(line.removeprefix("warning: "))
+            said = line.removeprefix("warning: ")
+            assert esc(said) in pages[0] and md(said) in pages[1]
+    engine.dispose()

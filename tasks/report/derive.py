@@ -268,6 +268,13 @@ def completeness_by_attribute(frames: ReportFrames) -> dict[str, tuple[float, st
     }
 
 
+def threshold_warning(frames: ReportFrames) -> str | None:
+    """The run's stored warning that its decision's threshold lies outside every valid score
+    (flows.pipeline.threshold_warning), where it has one."""
+    warning = ((frames.run or {}).get("summary") or {}).get("threshold_warning")
+    return warning if isinstance(warning, str) and warning else None
+
+
 def completeness_said(frames: ReportFrames, attribute: str) -> str:
     """What the run's stored label-completeness warning for ``attribute`` says after its p-value
     (tasks.counts.completeness_warnings): what the labels' arrival times show, where the source

@@ -18,6 +18,7 @@ from biasaudit.tasks.report.derive import (
     hdi_mass,
     points_plain,
     ranked_findings,
+    threshold_warning,
     thresholds,
     verdicts,
 )
@@ -78,6 +79,7 @@ def render_markdown(frames: ReportFrames, report_path: str | None = None) -> str
             f"model {md(run.get('model_id'))}{md(_model_version(run))}, as of {as_of}, "
             f"{count(run.get('rows_valid'))} valid predictions"
         ),
+        *([] if (warning := threshold_warning(frames)) is None else ["", f"> ⚠ {md(warning)}"]),
         "",
         "| attribute | verdict | why | groups (predictions) |",
         "|---|---|---|---|",

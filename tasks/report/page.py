@@ -38,6 +38,7 @@ from biasaudit.tasks.report.derive import (
     score_attributes,
     score_groups,
     tested_metrics,
+    threshold_warning,
     thresholds,
     verdicts,
 )
@@ -161,7 +162,9 @@ def _column_cells(values: pd.Series, number: Callable[[float], str]) -> list[str
     dtype = values.dtype
     if isinstance(dtype, np.dtype) and dtype.kind in "iuf":
         return _CELLS.get(number, sig3_cells)(values.to_numpy(dtype=float)).tolist()
-    if isinstance(dtype, pd.StringDtype):  # its missing values are its na_value, as _tuples has them
+    if isinstance(
+        dtype, pd.StringDtype
+    ):  # its missing values are its na_value, as _tuples has them
         codes, distinct = pd.factorize(values)
         texts = np.array([datum(v) for v in distinct.tolist()] + [""], dtype=object)
         texts[-1] = _format(dtype.na_value, number)  # code -1: missing
@@ -185,9 +188,7 @@ def _frame_table(frame: pd.DataFrame, columns: list[str] | None = None) -> str:
         return '<p class="muted">none</p>'
     columns = [c for c in (columns or list(frame.columns)) if c in frame.columns]
     shown = frame[columns]
-    cells = [
-        _column_cells(shown.iloc[:, i], _number_format(str(c))) for i, c in enumerate(columns)
-    ]
+    cells = [_column_cells(shown.iloc[:, i], _number_format(str(c))) for i, c in enumerate(columns)]
     return _table([esc(c) for c in columns], zip(*cells), left=2)
 
 
@@ -457,7 +458,15 @@ def attribute_sections(frames: ReportFrames) -> str:
             body.append(score_block(frames, str(attribute), kept))
         part = table[table["attribute"] == attribute] if not table.empty else table
         for metric, rows in part.groupby("metric", sort=True) if not part.empty else []:
-            header = ["group", "labelled", "tp", "fp", "fn", "tn", f"rate<br>[{percent_confident}% interval]"]
+            header = [
+                "group",
+                "labelled",
+                "tp",
+                "fp",
+                "fn",
+                "tn",
+                f"rate<br>[{percent_confident}% interval]",
+            ]
             for name in ([ref] if ref else []) + ["rest"]:
                 label = "vs rest:" if name == "rest" else clipped(f"vs ref. {name}:")
                 header += [f"{label}<br>difference [HDI]", "ratio,<br>4/5 rule", "verdict"]
@@ -768,6 +777,11 @@ def render_html(frames: ReportFrames) -> str:
     body = (
         f"<h1>{esc(title)}</h1>{_run_line(frames)}"
         + (f'<p class="flag">error: {_lines(run["error"])}</p>' if run.get("error") else "")
+        + (
+            f'<p class="flag">⚠ {esc(warning)}</p>'
+            if (warning := threshold_warning(frames))
+            else ""
+        )
         + first_screen(frames)
         + attribute_sections(frames)
         + trend_section(frames)

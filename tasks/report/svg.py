@@ -263,8 +263,10 @@ def reliability_plot(
     plot of the attribute); groups in ``small`` are faint and marked ⚠."""
     if curves.empty:
         return ""
-    x_range = (0.0, 1.0) if probability else (
-        float(curves["mean_score"].min()), float(curves["mean_score"].max())
+    x_range = (
+        (0.0, 1.0)
+        if probability
+        else (float(curves["mean_score"].min()), float(curves["mean_score"].max()))
     )
     parts, x, y = _xy_axes(x_range, "mean score in the bin", "observed outcome rate", probability)
     if probability:
@@ -278,7 +280,8 @@ def reliability_plot(
         style, dodge = _style(i, name in small), 3 * (i - (len(order) - 1) / 2)
         dot = f'fill="#fff" {style}' if name in small else f'fill="{PALETTE[i % len(PALETTE)]}"'
         line = " ".join(
-            f"{x(s) + dodge:.1f},{y(r):.1f}" for s, r in zip(part["mean_score"], part["observed_rate"])
+            f"{x(s) + dodge:.1f},{y(r):.1f}"
+            for s, r in zip(part["mean_score"], part["observed_rate"])
         )
         marks = []
         for row in _tuples(part):

@@ -29,7 +29,9 @@ def _values(series: pd.Series) -> list[Any]:
     scalars (but timestamps), a text column's as its strings and its missing value."""
     dtype = series.dtype
     plain = isinstance(dtype, np.dtype) and dtype.kind not in "mM"
-    return series.to_numpy().tolist() if plain or isinstance(dtype, pd.StringDtype) else list(series)
+    return (
+        series.to_numpy().tolist() if plain or isinstance(dtype, pd.StringDtype) else list(series)
+    )
 
 
 @functools.lru_cache(maxsize=256)
@@ -163,7 +165,10 @@ def sig3_cells(values: np.ndarray) -> np.ndarray:
     decimals = np.maximum(0, 2 - _exponents(magnitude[middle]))
     for mask, texts in (
         (large, [format(v, ",.0f") for v in values[large].tolist()]),
-        (middle, [format(v, _FIXED[d]) for v, d in zip(values[middle].tolist(), decimals.tolist())]),
+        (
+            middle,
+            [format(v, _FIXED[d]) for v, d in zip(values[middle].tolist(), decimals.tolist())],
+        ),
         (small, [format(v, ".2g") for v in values[small].tolist()]),
     ):
         out[mask] = [t.replace("-", "−") for t in texts]
