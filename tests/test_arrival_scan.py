@@ -44,23 +44,25 @@ def write_arrivals(url, by: str, rows: int = 4000, seed: int = 1):
         }
     )
     engine = make_engine(url)
+    _replace(engine, "arrivals", frame, {"arrived": DateTime, "pred": Integer})
+    return engine
+
+
+def _replace(engine, name: str, frame: pd.DataFrame, types: dict) -> None:
+    """Table ``name`` made anew, keyed by pid, holding ``frame`` (NaN as NULL): pid, model, at,
+    label and grp with their usual types, the other columns of the types given."""
+    columns = {"model": String(10), "at": DateTime, "label": Integer, "grp": String(10), **types}
     table = Table(
-        "arrivals",
+        name,
         MetaData(),
         Column("pid", String(20), primary_key=True),
-        Column("model", String(10)),
-        Column("at", DateTime),
-        Column("arrived", DateTime),
-        Column("label", Integer),
-        Column("pred", Integer),
-        Column("grp", String(10)),
+        *(Column(c, columns[c]) for c in frame.columns if c != "pid"),
     )
     table.drop(engine, checkfirst=True)
     table.create(engine)
     frame.astype(object).where(frame.notna(), None).to_sql(
-        "arrivals", engine, if_exists="append", index=False
+        name, engine, if_exists="append", index=False
     )
-    return engine
 
 
 COLUMNS = (
@@ -124,22 +126,7 @@ def write_scored_arrivals(url, rows: int, seed: int):
             lambda t: None if pd.isna(t) else (t + pd.Timedelta(hours=2)).isoformat() + "+02:00"
         ),
     ).drop(columns="pred")
-    table = Table(
-        "scored_arrivals",
-        MetaData(),
-        Column("pid", String(20), primary_key=True),
-        Column("model", String(10)),
-        Column("at", DateTime),
-        Column("arrived", String(40)),
-        Column("label", Integer),
-        Column("score", Float),
-        Column("grp", String(10)),
-    )
-    table.drop(engine, checkfirst=True)
-    table.create(engine)
-    frame.astype(object).where(frame.notna(), None).to_sql(
-        "scored_arrivals", engine, if_exists="append", index=False
-    )
+    _replace(engine, "scored_arrivals", frame, {"arrived": String(40), "score": Float})
     return engine
 
 
