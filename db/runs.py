@@ -382,6 +382,18 @@ def _end_lost_sessions(lock: Connection, record: RunRecord) -> None:
         )
 
 
+def _silent(backend: str, lease: float, stale: timedelta) -> Any:
+    """A run row with no sign of life by the database's clock (db.clock): its heartbeat older
+    than ``lease`` seconds, or, for a row without one, ``started_at`` older than ``stale``."""
+    return or_(
+        AuditRun.heartbeat_at < server_now(backend, lease),
+        and_(
+            AuditRun.heartbeat_at.is_(None),
+            AuditRun.started_at < server_now(backend, stale.total_seconds()),
+        ),
+    )
+
+
 def _mark_dead_runs(
     session: Session, record: RunRecord, owner_gone: bool, lease: float, stale: timedelta
 ) -> list[int]:
@@ -392,14 +404,7 @@ def _mark_dead_runs(
     """
     backend = session.get_bind().dialect.name
     same = _running(record)
-    silent = or_(
-        AuditRun.heartbeat_at < server_now(backend, lease),
-        and_(
-            AuditRun.heartbeat_at.is_(None),
-            AuditRun.started_at < server_now(backend, stale.total_seconds()),
-        ),
-    )
-    condition = same if owner_gone else and_(same, silent)
+    condition = same if owner_gone else and_(same, _silent(backend, lease, stale))
     proof = (
         "its session lock was free"
         if owner_gone
@@ -411,7 +416,7 @@ def _mark_dead_runs(
         session.execute(
             update(AuditRun)
             .where(AuditRun.id.in_(dead), condition)
-            .values(status=FAILED, error=error, finished_at=datetime.now(UTC))
+            .values(status=FAILED, error=error, finished_at=server_now(backend))
         )
         log.warning(
             "audit %r: run(s) %s had no live process: marked failed (%s)",
@@ -515,7 +520,8 @@ def _bound_start(connection: Connection, lease: float) -> None:
 
 
 def abandon_run(engine: Engine, run_id: int) -> bool:
-    """Mark one ``running`` run failed as abandoned (an operator knows its process is gone)."""
+    """Mark one ``running`` run failed as abandoned (an operator knows its process is gone);
+    its ``finished_at`` is the database's time, as for any run another process ends."""
     with Session(engine) as session, session.begin():
         result = session.execute(
             update(AuditRun)
@@ -523,24 +529,27 @@ def abandon_run(engine: Engine, run_id: int) -> bool:
             .values(
                 status=FAILED,
                 error=ABANDONED + " (marked by an operator)",
-                finished_at=datetime.now(UTC),
+                finished_at=server_now(engine.dialect.name),
             )
         )
         return _rowcount(result) == 1
 
 
 def abandon_stale_runs(engine: Engine, audit_name: str, older_than: timedelta) -> int:
-    """Mark ``running`` runs of this audit started more than ``older_than`` ago as failed."""
-    cutoff = datetime.now(UTC) - older_than
+    """Mark ``running`` runs of this audit with no sign of life for ``older_than`` as failed:
+    no heartbeat (else, for rows without one, no start) for that long by the database's clock
+    (db.clock; on SQLite the clock of the machine holding the file), never this process's.
+    ``finished_at`` is the database's time too."""
+    backend = engine.dialect.name
     with Session(engine) as session, session.begin():
         result = session.execute(
             update(AuditRun)
             .where(
                 AuditRun.audit_name == audit_name,
                 AuditRun.status == RUNNING,
-                AuditRun.started_at < cutoff,
+                _silent(backend, older_than.total_seconds(), older_than),
             )
-            .values(status=FAILED, error=ABANDONED, finished_at=datetime.now(UTC))
+            .values(status=FAILED, error=ABANDONED, finished_at=server_now(backend))
         )
         return _rowcount(result)
 

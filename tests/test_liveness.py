@@ -24,7 +24,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -34,7 +34,13 @@ import biasaudit.db.runs
 from biasaudit.db.engine import make_engine
 from biasaudit.db.history import list_runs
 from biasaudit.db.models import GroupCount, MetricResult
-from biasaudit.db.runs import ABANDONED, RunInProgress, release_run, start_run
+from biasaudit.db.runs import (
+    ABANDONED,
+    RunInProgress,
+    abandon_stale_runs,
+    release_run,
+    start_run,
+)
 from biasaudit.flows.audit import run_audit
 from biasaudit.flows.config_files import load_audit
 from biasaudit.flows.demo import END
@@ -265,6 +271,58 @@ def test_a_clock_behind_still_sees_a_dead_runs_lease_lapse(db_url, monkeypatch):
     assert time.monotonic() - started < 15
     runs = list_runs(engine).set_index("id")
     assert runs.loc[first, "status"] == "failed" and runs.loc[first, "error"].startswith(ABANDONED)
+
+
+def _finished_at(engine, run_id: int) -> datetime:
+    return list_runs(engine).set_index("id").loc[run_id, "finished_at"].to_pydatetime()
+
+
+def test_abandoning_stale_runs_with_a_clock_ahead_spares_a_live_run(db_url, monkeypatch):
+    """``abandon_stale_runs`` from a process whose clock is five minutes ahead leaves a run whose
+    heartbeats are fresh by the database's clock alone (the process's clock would take it for
+    four minutes stale)."""
+    engine = make_engine(db_url)
+    first = start_run(engine, _record())
+    try:
+        _skew(monkeypatch, timedelta(minutes=5))
+        assert abandon_stale_runs(engine, AUDIT, timedelta(minutes=1)) == 0
+        assert list_runs(engine)["status"].tolist() == ["running"]
+    finally:
+        release_run(first)
+
+
+def test_abandoning_stale_runs_with_a_clock_behind_ends_a_dead_run_at_the_database_time(
+    db_url, monkeypatch
+):
+    """``abandon_stale_runs`` from a process whose clock is five minutes behind marks a run with
+    no heartbeat for the given time (by the database's clock) failed, and its ``finished_at`` is
+    the database's time, not the process's."""
+    engine = make_engine(db_url)
+    first = start_run(engine, _record())
+    release_run(first)  # its heartbeats stop
+    time.sleep(1.5)
+    _skew(monkeypatch, timedelta(minutes=-5))
+    assert abandon_stale_runs(engine, AUDIT, timedelta(seconds=1)) == 1
+    runs = list_runs(engine).set_index("id")
+    assert (runs.loc[first, "status"], runs.loc[first, "error"]) == ("failed", ABANDONED)
+    finished = _finished_at(engine, first).replace(tzinfo=UTC)
+    assert abs(finished - datetime.now(UTC)) < timedelta(minutes=1), finished
+
+
+@on_databases("sqlite", "mariadb")  # PostgreSQL: the free session lock proves it at once
+def test_a_run_marked_abandoned_by_a_clock_ahead_finishes_at_the_database_time(db_url, monkeypatch):
+    """The next run, from a process whose clock is five minutes ahead, marks a dead run failed
+    with the database's time as its ``finished_at``."""
+    monkeypatch.setenv("BIASAUDIT_LEASE_SECONDS", "1")
+    engine = make_engine(db_url)
+    first = start_run(engine, _record())
+    release_run(first)
+    time.sleep(1.5)
+    _skew(monkeypatch, timedelta(minutes=5))
+    release_run(start_run(engine, _record(), wait=timedelta(seconds=20), poll=0.2))
+    assert list_runs(engine).set_index("id").loc[first, "status"] == "failed"
+    finished = _finished_at(engine, first).replace(tzinfo=UTC)
+    assert abs(finished - datetime.now(UTC)) < timedelta(minutes=1), finished
 
 
 @pytest.mark.slow
