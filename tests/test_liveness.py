@@ -23,21 +23,24 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text, update
+from sqlalchemy.exc import SQLAlchemyError
 
 import biasaudit.db.runs
 from biasaudit.db.engine import make_engine
 from biasaudit.db.history import list_runs
-from biasaudit.db.models import GroupCount, MetricResult
+from biasaudit.db.models import AuditRun, GroupCount, MetricResult
 from biasaudit.db.runs import (
     ABANDONED,
     RunInProgress,
     abandon_stale_runs,
+    bound_session,
     release_run,
     start_run,
 )
@@ -291,6 +294,38 @@ def test_a_clock_behind_still_sees_a_dead_runs_lease_lapse(db_url, monkeypatch):
     assert time.monotonic() - started < 15
     runs = list_runs(engine).set_index("id")
     assert runs.loc[first, "status"] == "failed" and runs.loc[first, "error"].startswith(ABANDONED)
+
+
+@on_databases("mariadb")
+def test_a_lapsed_runs_busy_session_is_not_ended(db_url, monkeypatch):
+    """The next run ends only the idle sessions of a run whose lease lapsed: a session of that
+    run still at work (a statement running, its row locked) finishes and commits, and the next
+    run waits for it, then goes on."""
+    monkeypatch.setenv("BIASAUDIT_LEASE_SECONDS", "2")
+    engine = make_engine(db_url)
+    first = start_run(engine, _record())
+    release_run(first)  # its heartbeats stop: its lease lapses in 2 s
+    outcome: list[object] = []
+
+    def busy() -> None:  # the run's persist, still at work for 6 s
+        try:
+            with engine.begin() as connection:
+                bound_session(connection, first)
+                connection.execute(update(AuditRun).where(AuditRun.id == first).values(rows_read=1))
+                connection.execute(text("SELECT SLEEP(6)"))
+            outcome.append("committed")
+        except SQLAlchemyError as exc:  # ended by the next run: what this test rules out
+            outcome.append(exc)
+
+    worker = threading.Thread(target=busy)
+    worker.start()
+    time.sleep(3)
+    second = start_run(engine, _record(), wait=timedelta(seconds=30), poll=0.2)
+    release_run(second)
+    worker.join(30)
+    assert outcome == ["committed"]
+    runs = list_runs(engine).set_index("id")
+    assert runs.loc[first, "status"] == "failed" and runs.loc[first, "rows_read"] == 1
 
 
 def _finished_at(engine, run_id: int) -> datetime:
