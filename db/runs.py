@@ -399,8 +399,13 @@ def _end_lapsed_sessions(engine: Engine, record: RunRecord, lease: float, stale:
                 select(AuditRun.id).where(_running(record), _silent(backend, lease, stale))
             )
         )
-        ended = end_sessions(connection, lapsed, lease) if lapsed else []
-        connection.commit()
+        try:
+            ended = end_sessions(connection, lapsed, lease) if lapsed else []
+            connection.commit()
+        except DBAPIError as exc:  # not allowed to look or end: the server's limits will
+            connection.rollback()
+            log.warning("could not end the sessions of lost runs: %s", type(exc).__name__)
+            return
     if ended:
         log.warning(
             "audit %r: ended %d idle session(s) of lost run(s) %s (connections %s)",
