@@ -12,8 +12,10 @@ TCP keepalives and ``tcp_user_timeout``, the client's and (for the engine's sess
 server's (``SERVER_TCP``), also end a connection whose network went dead on either side, and the
 client gives up on any one call (a statement, a fetch, a commit) that has no answer a second after
 the statement timeout, closing its connection: a server that stopped (SIGSTOP, a frozen VM) keeps
-its TCP connections answering keepalives and would never enforce its own timeout. A timed-out call
-raises OperationalError, which the retry policy (db.retry) retries.
+its TCP connections answering keepalives and would never enforce its own timeout. On MariaDB the
+opening of a connection (greeting, authentication) is bounded by the connect timeout too, not
+only its TCP connect. A timed-out call raises OperationalError, which the retry policy (db.retry)
+retries.
 """
 
 from __future__ import annotations
@@ -236,6 +238,16 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
 
             return engine
         engine = create_engine(parsed, pool_pre_ping=True, connect_args=_connect_args(parsed))
+        if (
+            parsed.get_backend_name() in ("mysql", "mariadb")
+            and parsed.get_driver_name() == "pymysql"
+        ):
+            opening = _opening_bounded_pymysql(connect_timeout())
+
+            @event.listens_for(engine, "do_connect")
+            def _connect_mysql(_dialect, _record, cargs, cparams):
+                return opening(*cargs, **cparams)
+
         if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() == "psycopg":
             connection_class = _answering_psycopg(answer_deadline())
 
@@ -260,6 +272,28 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
             f"cannot use database {safe_url(parsed.render_as_string(hide_password=False))}: "
             f"{type(exc).__name__}"
         ) from None
+
+
+def _opening_bounded_pymysql(seconds: float) -> Any:
+    """PyMySQL's connection class, whose opening (the server's greeting, authentication, the
+    first statements) waits at most ``seconds`` for each read and write: PyMySQL bounds only the
+    TCP connect by ``connect_timeout`` and reads the greeting with the read timeout (the statement
+    timeout), so a retry through a silent network would wait that long before failing."""
+    import pymysql  # type: ignore[import-untyped]  # (no stubs installed)
+
+    class OpeningBounded(pymysql.connections.Connection):
+        _read_timeout: int | None
+        _write_timeout: int | None
+
+        def connect(self, sock: Any = None) -> None:
+            read, write = self._read_timeout, self._write_timeout
+            self._read_timeout = self._write_timeout = max(1, round(seconds))
+            try:
+                super().connect(sock)
+            finally:  # later reads and writes: the statement's limits again
+                self._read_timeout, self._write_timeout = read, write
+
+    return OpeningBounded
 
 
 def _answering_psycopg(deadline: float) -> Any:

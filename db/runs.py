@@ -35,6 +35,8 @@ server's TCP keepalives. On PostgreSQL a run's writing transactions name themsel
 (``application_name`` = ``biasaudit run ID``): the next run, once it holds the run lock (so the
 owner's session has ended), terminates what is left of them before it marks the row failed, so a
 session stuck where the server's own limits do not reach (a COPY waiting for data) holds nothing.
+On MariaDB they hold a lock named after the run (db.lost): the next run, once the run's lease
+lapsed, ends those idle for a lease, so it need not wait for ``wait_timeout``.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ from sqlalchemy.orm import Session
 
 from biasaudit.db.clock import server_now
 from biasaudit.db.engine import statement_timeout
+from biasaudit.db.lost import end_sessions, tag_session
 from biasaudit.db.models import AuditRun, QuarantinedRow
 
 RUNNING, SUCCEEDED, FAILED = "running", "succeeded", "failed"
@@ -215,7 +218,8 @@ def bound_session(connection: Connection, run_id: int | None = None) -> None:
     """Have the server end this session if its client falls silent: for the rest of the
     transaction on PostgreSQL (``idle_in_transaction_session_timeout``, and the run's tag as
     ``application_name``), for the session on MariaDB (``wait_timeout``, ``net_read_timeout``,
-    ``net_write_timeout``). SQLite has no session to end: a process that is gone holds no lock."""
+    ``net_write_timeout``, and a name of the run: db.lost). SQLite has no session to end: a
+    process that is gone holds no lock."""
     silence = round(session_silence())
     backend = connection.dialect.name
     if backend == "postgresql":
@@ -232,6 +236,8 @@ def bound_session(connection: Connection, run_id: int | None = None) -> None:
             f"SET SESSION wait_timeout = {silence}, net_read_timeout = {silence}, "
             f"net_write_timeout = {silence}"
         )
+        if run_id is not None:
+            tag_session(connection, run_id)
 
 
 def _bound_lock_session(lock: Connection) -> None:
@@ -285,7 +291,7 @@ class RunLease:
         if backend == "postgresql":
             connection.exec_driver_sql("SET LOCAL lock_timeout = '500ms'")
         else:
-            bound_session(connection)
+            bound_session(connection, self.run_id)
             if backend in ("mysql", "mariadb"):
                 connection.exec_driver_sql("SET SESSION innodb_lock_wait_timeout = 1")
         connection.execute(
@@ -382,6 +388,46 @@ def _end_lost_sessions(lock: Connection, record: RunRecord) -> None:
         )
 
 
+def _end_lapsed_sessions(engine: Engine, record: RunRecord, lease: float, stale: timedelta) -> None:
+    """End the idle sessions of the audit's ``running`` runs whose lease lapsed by the database's
+    clock (MariaDB, db.lost): the rows they lock are then free at once, not after the server's
+    ``wait_timeout``."""
+    with engine.connect() as connection:
+        backend = engine.dialect.name
+        lapsed = list(
+            connection.scalars(
+                select(AuditRun.id).where(_running(record), _silent(backend, lease, stale))
+            )
+        )
+        try:
+            ended = end_sessions(connection, lapsed, lease) if lapsed else []
+            connection.commit()
+        except DBAPIError as exc:  # not allowed to look or end: the server's limits will
+            connection.rollback()
+            log.warning("could not end the sessions of lost runs: %s", type(exc).__name__)
+            return
+    if ended:
+        log.warning(
+            "audit %r: ended %d idle session(s) of lost run(s) %s (connections %s)",
+            record.audit_name,
+            len(ended),
+            lapsed,
+            ended,
+        )
+
+
+def _silent(backend: str, lease: float, stale: timedelta) -> Any:
+    """A run row with no sign of life by the database's clock (db.clock): its heartbeat older
+    than ``lease`` seconds, or, for a row without one, ``started_at`` older than ``stale``."""
+    return or_(
+        AuditRun.heartbeat_at < server_now(backend, lease),
+        and_(
+            AuditRun.heartbeat_at.is_(None),
+            AuditRun.started_at < server_now(backend, stale.total_seconds()),
+        ),
+    )
+
+
 def _mark_dead_runs(
     session: Session, record: RunRecord, owner_gone: bool, lease: float, stale: timedelta
 ) -> list[int]:
@@ -392,14 +438,7 @@ def _mark_dead_runs(
     """
     backend = session.get_bind().dialect.name
     same = _running(record)
-    silent = or_(
-        AuditRun.heartbeat_at < server_now(backend, lease),
-        and_(
-            AuditRun.heartbeat_at.is_(None),
-            AuditRun.started_at < server_now(backend, stale.total_seconds()),
-        ),
-    )
-    condition = same if owner_gone else and_(same, silent)
+    condition = same if owner_gone else and_(same, _silent(backend, lease, stale))
     proof = (
         "its session lock was free"
         if owner_gone
@@ -411,7 +450,7 @@ def _mark_dead_runs(
         session.execute(
             update(AuditRun)
             .where(AuditRun.id.in_(dead), condition)
-            .values(status=FAILED, error=error, finished_at=datetime.now(UTC))
+            .values(status=FAILED, error=error, finished_at=server_now(backend))
         )
         log.warning(
             "audit %r: run(s) %s had no live process: marked failed (%s)",
@@ -459,6 +498,8 @@ def start_run(
                 busy = None if owner_gone else "(held by a live process)"
                 if owner_gone:
                     _end_lost_sessions(lock, record)
+            elif engine.dialect.name in ("mysql", "mariadb"):
+                _end_lapsed_sessions(engine, record, lease, stale)
             if busy is None:  # (PostgreSQL: the run lock is free; else the rows decide)
                 with Session(engine) as session, session.begin():
                     _bound_start(session.connection(), lease)
@@ -515,7 +556,8 @@ def _bound_start(connection: Connection, lease: float) -> None:
 
 
 def abandon_run(engine: Engine, run_id: int) -> bool:
-    """Mark one ``running`` run failed as abandoned (an operator knows its process is gone)."""
+    """Mark one ``running`` run failed as abandoned (an operator knows its process is gone);
+    its ``finished_at`` is the database's time, as for any run another process ends."""
     with Session(engine) as session, session.begin():
         result = session.execute(
             update(AuditRun)
@@ -523,24 +565,27 @@ def abandon_run(engine: Engine, run_id: int) -> bool:
             .values(
                 status=FAILED,
                 error=ABANDONED + " (marked by an operator)",
-                finished_at=datetime.now(UTC),
+                finished_at=server_now(engine.dialect.name),
             )
         )
         return _rowcount(result) == 1
 
 
 def abandon_stale_runs(engine: Engine, audit_name: str, older_than: timedelta) -> int:
-    """Mark ``running`` runs of this audit started more than ``older_than`` ago as failed."""
-    cutoff = datetime.now(UTC) - older_than
+    """Mark ``running`` runs of this audit with no sign of life for ``older_than`` as failed:
+    no heartbeat (else, for rows without one, no start) for that long by the database's clock
+    (db.clock; on SQLite the clock of the machine holding the file), never this process's.
+    ``finished_at`` is the database's time too."""
+    backend = engine.dialect.name
     with Session(engine) as session, session.begin():
         result = session.execute(
             update(AuditRun)
             .where(
                 AuditRun.audit_name == audit_name,
                 AuditRun.status == RUNNING,
-                AuditRun.started_at < cutoff,
+                _silent(backend, older_than.total_seconds(), older_than),
             )
-            .values(status=FAILED, error=ABANDONED, finished_at=datetime.now(UTC))
+            .values(status=FAILED, error=ABANDONED, finished_at=server_now(backend))
         )
         return _rowcount(result)
 

@@ -14,6 +14,8 @@ and keepalives keep answering. ``frozen`` is set when that happened. It is a par
 packets (never refuses or resets them): neither end is told. ``thaw()`` heals it: the bytes held
 at the cut (the request that met it) go on first, as TCP's retransmission would deliver them, and
 forwarding resumes; a connection the server ended meanwhile then ends for its client too.
+``freeze(after, deliver=True)`` lets the request that meets the cut reach the server first: the
+server acts on it (a query runs and its rows are sent) and only its answer is lost.
 
 Everything is bounded: sockets poll with short timeouts, the proxy stops itself after
 ``lifetime`` seconds, and ``close()`` (or leaving the ``with`` block) stops it at once.
@@ -47,6 +49,8 @@ class FaultProxy:
         self._armed: tuple[bytes, bytes] | None = None
         self.frozen = threading.Event()
         self._freeze_after: bytes | None = None
+        self._deliver = False
+        self.frozen_at = 0.0  # time.monotonic() when the partition last began
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._listener.settimeout(POLL)
         self.port: int = self._listener.getsockname()[1]
@@ -65,11 +69,15 @@ class FaultProxy:
             self._armed = (trigger, after)
         self.fired.clear()
 
-    def freeze(self, after: bytes = b"") -> None:
-        """Stop forwarding on every connection once one has sent ``after``."""
+    def freeze(self, after: bytes = b"", deliver: bool = False) -> None:
+        """Stop forwarding on every connection once one has sent ``after``; with ``deliver``
+        the request that sent it still reaches the server (its answer is what the partition
+        loses), else it is held until ``thaw()``."""
         with self._lock:
             self._freeze_after = after
+            self._deliver = deliver
         if not after:
+            self.frozen_at = time.monotonic()
             self.frozen.set()
 
     def thaw(self) -> None:
@@ -81,6 +89,7 @@ class FaultProxy:
     def _watch_freeze(self, sent: bytes) -> None:
         with self._lock:
             if self._freeze_after is not None and self._freeze_after in sent:
+                self.frozen_at = time.monotonic()
                 self.frozen.set()
 
     def _stopped(self) -> bool:
@@ -135,7 +144,10 @@ class FaultProxy:
                         return
                     self._watch_freeze(tail[-WINDOW:] + data)
                     if self.frozen.is_set():
-                        held = data  # this request is held in the frozen network
+                        if self._deliver:  # it reached the server; no answer comes back
+                            server.sendall(data)
+                        else:
+                            held = data  # this request is held in the frozen network
                         continue
                     server.sendall(data)
                     if not dropping:

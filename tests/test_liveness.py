@@ -23,18 +23,28 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text, update
+from sqlalchemy.exc import SQLAlchemyError
 
 import biasaudit.db.runs
 from biasaudit.db.engine import make_engine
 from biasaudit.db.history import list_runs
-from biasaudit.db.models import GroupCount, MetricResult
-from biasaudit.db.runs import ABANDONED, RunInProgress, release_run, start_run
+from biasaudit.db.models import AuditRun, GroupCount, MetricResult
+from biasaudit.db.runs import (
+    ABANDONED,
+    RunInProgress,
+    abandon_stale_runs,
+    bound_session,
+    release_run,
+    start_run,
+)
+from biasaudit.flows import pipeline
 from biasaudit.flows.audit import run_audit
 from biasaudit.flows.config_files import load_audit
 from biasaudit.flows.demo import END
@@ -101,6 +111,17 @@ def _result_rows(url: str, run_id: int) -> list[int]:
         ]
 
 
+def _timed(function, times: list[float]):
+    """``function``, appending to ``times`` the monotonic time at which each call returns."""
+
+    def timed(*args, **kwargs):
+        result = function(*args, **kwargs)
+        times.append(time.monotonic())
+        return result
+
+    return timed
+
+
 def _wait_for(condition, child: subprocess.Popen, what: str, limit: float = 120.0) -> None:
     deadline = time.monotonic() + limit
     while not condition():
@@ -130,8 +151,9 @@ def test_a_partition_during_persist_never_blocks_the_next_run(
 ):
     """Packets between an audit and its store are dropped (not refused) while persist writes the
     results: the server ends the lost sessions and their locks (or the next run ends them, once
-    it holds the run lock), so the next run of the same audit, from a healthy network, starts
-    within two leases and succeeds; the partitioned run's row says failed, with the reason, and
+    it holds the run lock; on MariaDB, once their run's lease lapsed and they idled a lease),
+    so the next run of the same audit, from a healthy network, starts within two leases (on
+    MariaDB one lease and its poll) and succeeds; the partitioned run's row says failed, with the reason, and
     none of its results is ever stored."""
     load_small(db_url)
     config = tmp_path / "audits.toml"
@@ -140,6 +162,8 @@ def test_a_partition_during_persist_never_blocks_the_next_run(
     # the next run's waits on a lock are bounded by the statement timeout: 90 s here, so that a
     # lock held by a lost session fails the test within minutes instead of the default 10
     monkeypatch.setenv("BIASAUDIT_STATEMENT_TIMEOUT_SECONDS", "90")
+    began: list[float] = []  # when the next run's row is committed and its lease taken
+    monkeypatch.setattr(pipeline, "start_run", _timed(pipeline.start_run, began))
     parsed = make_engine(db_url).url
     with FaultProxy(parsed.host or "127.0.0.1", parsed.port or 0, lifetime=300) as proxy:
         proxy.freeze(after=marker)
@@ -157,7 +181,10 @@ def test_a_partition_during_persist_never_blocks_the_next_run(
             result = run_audit(AUDIT, str(config), db_url, END, force=True)
             waited = time.monotonic() - started
             runs = list_runs(make_engine(db_url)).set_index("id")
-            print(f"the next run completed {waited:.1f} s after the partition")
+            print(
+                f"the next run started {began[0] - started:.1f} s and completed {waited:.1f} s "
+                "after the partition"
+            )
             assert child.poll() is None  # the partitioned process is still alive, still cut off
             proxy.thaw()  # the network heals: the lost run hears that its sessions ended
             child.wait(timeout=120)
@@ -166,6 +193,8 @@ def test_a_partition_during_persist_never_blocks_the_next_run(
             child.wait(timeout=30)
     assert result["new"] and result["version"] == 1
     assert waited < 2 * LEASE + 30  # the bound of docs/operations.md, and the run's own time
+    if db_url.startswith("mysql"):  # the next run ends the lost sessions: a lease and its poll
+        assert began[0] - started < LEASE + 4  # (the server's wait_timeout alone: two leases)
     assert runs.loc[result["run_id"], "status"] == "succeeded"
     lost = runs.loc[partitioned]
     assert lost["status"] == "failed" and lost["error"].startswith(ABANDONED)
@@ -265,6 +294,90 @@ def test_a_clock_behind_still_sees_a_dead_runs_lease_lapse(db_url, monkeypatch):
     assert time.monotonic() - started < 15
     runs = list_runs(engine).set_index("id")
     assert runs.loc[first, "status"] == "failed" and runs.loc[first, "error"].startswith(ABANDONED)
+
+
+@on_databases("mariadb")
+def test_a_lapsed_runs_busy_session_is_not_ended(db_url, monkeypatch):
+    """The next run ends only the idle sessions of a run whose lease lapsed: a session of that
+    run still at work (a statement running, its row locked) finishes and commits, and the next
+    run waits for it, then goes on."""
+    monkeypatch.setenv("BIASAUDIT_LEASE_SECONDS", "2")
+    engine = make_engine(db_url)
+    first = start_run(engine, _record())
+    release_run(first)  # its heartbeats stop: its lease lapses in 2 s
+    outcome: list[object] = []
+
+    def busy() -> None:  # the run's persist, still at work for 6 s
+        try:
+            with engine.begin() as connection:
+                bound_session(connection, first)
+                connection.execute(update(AuditRun).where(AuditRun.id == first).values(rows_read=1))
+                connection.execute(text("SELECT SLEEP(6)"))
+            outcome.append("committed")
+        except SQLAlchemyError as exc:  # ended by the next run: what this test rules out
+            outcome.append(exc)
+
+    worker = threading.Thread(target=busy)
+    worker.start()
+    time.sleep(3)
+    second = start_run(engine, _record(), wait=timedelta(seconds=30), poll=0.2)
+    release_run(second)
+    worker.join(30)
+    assert outcome == ["committed"]
+    runs = list_runs(engine).set_index("id")
+    assert runs.loc[first, "status"] == "failed" and runs.loc[first, "rows_read"] == 1
+
+
+def _finished_at(engine, run_id: int) -> datetime:
+    return list_runs(engine).set_index("id").loc[run_id, "finished_at"].to_pydatetime()
+
+
+def test_abandoning_stale_runs_with_a_clock_ahead_spares_a_live_run(db_url, monkeypatch):
+    """``abandon_stale_runs`` from a process whose clock is five minutes ahead leaves a run whose
+    heartbeats are fresh by the database's clock alone (the process's clock would take it for
+    four minutes stale)."""
+    engine = make_engine(db_url)
+    first = start_run(engine, _record())
+    try:
+        _skew(monkeypatch, timedelta(minutes=5))
+        assert abandon_stale_runs(engine, AUDIT, timedelta(minutes=1)) == 0
+        assert list_runs(engine)["status"].tolist() == ["running"]
+    finally:
+        release_run(first)
+
+
+def test_abandoning_stale_runs_with_a_clock_behind_ends_a_dead_run_at_the_database_time(
+    db_url, monkeypatch
+):
+    """``abandon_stale_runs`` from a process whose clock is five minutes behind marks a run with
+    no heartbeat for the given time (by the database's clock) failed, and its ``finished_at`` is
+    the database's time, not the process's."""
+    engine = make_engine(db_url)
+    first = start_run(engine, _record())
+    release_run(first)  # its heartbeats stop
+    time.sleep(1.5)
+    _skew(monkeypatch, timedelta(minutes=-5))
+    assert abandon_stale_runs(engine, AUDIT, timedelta(seconds=1)) == 1
+    runs = list_runs(engine).set_index("id")
+    assert (runs.loc[first, "status"], runs.loc[first, "error"]) == ("failed", ABANDONED)
+    finished = _finished_at(engine, first).replace(tzinfo=UTC)
+    assert abs(finished - datetime.now(UTC)) < timedelta(minutes=1), finished
+
+
+@on_databases("sqlite", "mariadb")  # PostgreSQL: the free session lock proves it at once
+def test_a_run_marked_abandoned_by_a_clock_ahead_finishes_at_the_database_time(db_url, monkeypatch):
+    """The next run, from a process whose clock is five minutes ahead, marks a dead run failed
+    with the database's time as its ``finished_at``."""
+    monkeypatch.setenv("BIASAUDIT_LEASE_SECONDS", "1")
+    engine = make_engine(db_url)
+    first = start_run(engine, _record())
+    release_run(first)
+    time.sleep(1.5)
+    _skew(monkeypatch, timedelta(minutes=5))
+    release_run(start_run(engine, _record(), wait=timedelta(seconds=20), poll=0.2))
+    assert list_runs(engine).set_index("id").loc[first, "status"] == "failed"
+    finished = _finished_at(engine, first).replace(tzinfo=UTC)
+    assert abs(finished - datetime.now(UTC)) < timedelta(minutes=1), finished
 
 
 @pytest.mark.slow
