@@ -7,7 +7,7 @@ run (a persist, its retry, a heartbeat) each hold one. A user-level lock lives a
 session (or until released), and ``IS_USED_LOCK`` gives its holder's ``CONNECTION_ID()``.
 
 The next run ends the sessions of a run it has proven lost (its lease lapsed by the database's
-clock, db.runs) with ``KILL CONNECTION``, if they have been idle (``Sleep``) for a lease too: a
+clock, db.runs) with ``KILL CONNECTION``, if they have been idle (``Sleep``) for half a lease: a
 live run's session is never idle that long inside its work, while a session whose client is gone
 stays idle until ``wait_timeout``. Killing rolls back its transaction, releasing its row locks at
 once. Only sessions of this user are seen and ended (information_schema.PROCESSLIST shows a user's

@@ -391,7 +391,10 @@ def _end_lost_sessions(lock: Connection, record: RunRecord) -> None:
 def _end_lapsed_sessions(engine: Engine, record: RunRecord, lease: float, stale: timedelta) -> None:
     """End the idle sessions of the audit's ``running`` runs whose lease lapsed by the database's
     clock (MariaDB, db.lost): the rows they lock are then free at once, not after the server's
-    ``wait_timeout``."""
+    ``wait_timeout``. Idle means silent for half a lease: a lost run's last statement can follow
+    its last heartbeat by a heartbeat period (lease / 6), and the server counts idle seconds
+    whole, so a full lease would miss it at the first look (the start then waits a lease for the
+    row it locks and looks again)."""
     with engine.connect() as connection:
         backend = engine.dialect.name
         lapsed = list(
@@ -400,7 +403,7 @@ def _end_lapsed_sessions(engine: Engine, record: RunRecord, lease: float, stale:
             )
         )
         try:
-            ended = end_sessions(connection, lapsed, lease) if lapsed else []
+            ended = end_sessions(connection, lapsed, lease / 2) if lapsed else []
             connection.commit()
         except DBAPIError as exc:  # not allowed to look or end: the server's limits will
             connection.rollback()
