@@ -307,7 +307,7 @@ def test_docker_compose_structure():
     services = compose["services"]
     assert set(services) == {"postgres", "prefect-server", "worker"}
     assert services["postgres"]["image"].startswith("postgres:")
-    assert services["prefect-server"]["image"].startswith("prefecthq/prefect:3.8")
+    assert services["prefect-server"]["image"].startswith("prefecthq/prefect:3.9")
     assert (
         "postgresql+asyncpg://"
         in services["prefect-server"]["environment"]["PREFECT_API_DATABASE_CONNECTION_URL"]
