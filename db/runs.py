@@ -632,6 +632,12 @@ def _locked_status(session: Session, run_id: int) -> str | None:
     return session.scalar(select(AuditRun.status).where(AuditRun.id == run_id).with_for_update())
 
 
+def run_status(engine: Engine, run_id: int) -> str | None:
+    """Run ``run_id``'s status (None: no such run)."""
+    with engine.connect() as connection:
+        return connection.scalar(select(AuditRun.status).where(AuditRun.id == run_id))
+
+
 def _saved(run: AuditRun | None, new: bool) -> SavedRun:
     """A succeeded run as saved: its id, whether this run wrote it, its version (a succeeded run
     has one)."""

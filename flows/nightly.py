@@ -223,9 +223,61 @@ def serve(
         if runner.stopping_task is not None:
             await runner.stopping_task
 
-    with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
-        asyncio.run(serving())
+    _quiet_poll_failures()
+    try:
+        with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
+            asyncio.run(serving())
+    except Exception as exc:
+        if not _poll_gave_up(exc):
+            raise
+        raise PrefectLost(
+            f"serve stopped: the Prefect API at {_api_url()} did not answer {POLLS_IN_A_ROW} polls "
+            f"for scheduled runs in a row (each up to PREFECT_API_REQUEST_TIMEOUT, "
+            f"{_request_seconds():.0f} s, and its retries); restart serve once Prefect answers "
+            f"(`biasaudit history` shows which runs are stored)"
+        ) from None
     print(f"stopped serving nightly/{name}")
+
+
+POLLS_IN_A_ROW = 3  # Prefect's runner stops polling after 3 failed polls in a row
+
+
+class PrefectLost(RuntimeError):
+    """``serve`` stopped: its Prefect API did not answer POLLS_IN_A_ROW polls in a row."""
+
+
+def _poll_gave_up(error: BaseException) -> bool:
+    """Whether ``error`` (possibly a group) is Prefect's runner giving up its poll loop."""
+    if isinstance(error, BaseExceptionGroup):
+        return any(_poll_gave_up(inner) for inner in error.exceptions)
+    return isinstance(error, RuntimeError) and "exceeded error threshold" in str(error)
+
+
+def _quiet_poll_failures() -> None:
+    """Prefect's runner prints each failed poll's traceback to stdout; log them at debug
+    instead (--debug shows them): serve's one line says why it stopped."""
+    import functools
+    import logging
+
+    from prefect.runner import _scheduled_run_poller as poller
+    from prefect.utilities.services import critical_service_loop
+
+    log = logging.getLogger("biasaudit.serve")
+    poller.critical_service_loop = functools.partial(
+        critical_service_loop, printer=lambda *parts: log.debug(" ".join(map(str, parts)))
+    )
+
+
+def _api_url() -> str:
+    from prefect.settings import get_current_settings
+
+    return str(get_current_settings().api.url)
+
+
+def _request_seconds() -> float:
+    from prefect.settings import get_current_settings
+
+    return float(get_current_settings().api.request_timeout)
 
 
 if __name__ == "__main__":

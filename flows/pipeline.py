@@ -37,11 +37,13 @@ from biasaudit.db.results import result_tables
 from biasaudit.db.retry import is_transient, step_failed
 from biasaudit.db.runs import (
     ERROR_CHARACTERS,
+    SUCCEEDED,
     RunRecord,
     SavedRun,
     record_failed_run,
     release_run,
     reuse_identical_run,
+    run_status,
     save_run,
     start_run,
 )
@@ -70,6 +72,9 @@ R = TypeVar("R")
 # is committed: a command whose flow then fails or hangs in Prefect says which runs are stored
 # (flows.cli.server.bounded_flow).
 STORED_RUNS: list[dict] = []
+# Every run this process began, as {"url", "run_id", "record"}: a command that gives up
+# on Prefect before storing a run marks it failed (``give_up``).
+BEGUN_RUNS: list[dict] = []
 
 
 def new_record(
@@ -108,7 +113,9 @@ def begin(db_url: str, record: RunRecord, stale_after: timedelta) -> int:
     """Mark this audit's dead runs failed, wait for a live run of it still going (up to
     ``stale_after``), then commit a ``running`` row and take its lease (db.runs)."""
     with engine_scope(db_url) as engine:
-        return start_run(engine, record, wait=stale_after, stale=stale_after)
+        run_id = start_run(engine, record, wait=stale_after, stale=stale_after)
+    BEGUN_RUNS.append({"url": db_url, "run_id": run_id, "record": record})
+    return run_id
 
 
 def scan(
@@ -182,6 +189,15 @@ def record_failure(
         failed = record_failed_run(engine, run_id, record, error, quarantine)
     release_run(run_id)
     return failed
+
+
+def give_up(db_url: str, run_id: int, record: RunRecord, error: str) -> bool:
+    """Mark a begun run failed with ``error`` unless it committed; whether it is stored."""
+    with engine_scope(db_url) as engine:
+        record_failed_run(engine, run_id, record, error)
+        stored = run_status(engine, run_id) == SUCCEEDED
+    release_run(run_id)
+    return stored
 
 
 def report(

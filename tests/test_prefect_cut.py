@@ -134,3 +134,97 @@ def test_a_flow_failing_in_prefect_after_storing_its_run_says_it_is_stored():
 
     with pytest.raises(httpx.ReadTimeout):
         bounded_flow(cut_before)
+
+
+def _freeze_when_begun(
+    url: str, proxy: FaultProxy, command: subprocess.Popen, cut_at: list
+) -> None:
+    """Cut Prefect the moment the run's row is committed as `running` (before its results), and
+    slow its scan down from then on (20 ms a row: a minute), so it cannot commit meanwhile."""
+    engine = make_engine(url)
+    query = text("SELECT count(*) FROM audit_runs WHERE status = 'running'")
+    while command.poll() is None:
+        with contextlib.suppress(Exception), engine.begin() as connection:
+            if connection.scalar(query):
+                proxy.freeze()
+                connection.execute(text("UPDATE scan_delay SET seconds = 0.02"))
+                cut_at.append(time.monotonic())
+                return
+        time.sleep(0.01)
+
+
+@pytest.mark.slow
+def test_a_prefect_api_cut_before_the_run_commits_ends_the_command_in_bound(
+    prefect_server,  # noqa: F811
+    postgres_server_url,
+    tmp_path,
+):
+    """With the Prefect API cut while the run is `running` (its scan still reading), `biasaudit
+    run` exits 1 within BIASAUDIT_PREFECT_WAIT_SECONDS of Prefect's last answer (plus the time to
+    print and stop), says the run was NOT stored, leaves no process behind and no `running` row:
+    the run is marked failed with the reason, and the next run of the audit succeeds."""
+    from biasaudit.flows.pipeline import run_audit
+
+    url = postgres_server_url
+    engine = make_engine(url)
+    with engine.begin() as connection:
+        connection.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+    _demo_database(url)
+    with engine.begin() as connection:  # each row waits scan_delay's seconds (0 for the checks)
+        connection.execute(
+            text("CREATE TABLE scan_delay (seconds float); INSERT INTO scan_delay VALUES (0)")
+        )
+        connection.execute(
+            text(
+                "CREATE VIEW slow_predictions AS SELECT p.* FROM predictions p WHERE "
+                "length(p.prediction_id || pg_sleep((SELECT seconds FROM scan_delay))::text) > 0"
+            )
+        )
+    config = tmp_path / "cut.toml"
+    config.write_text(SCHEDULED_AUDIT + 'source = "slow_predictions"\n')
+    api = urlparse(prefect_server)
+    assert api.hostname and api.port
+    with FaultProxy(api.hostname, api.port, lifetime=600) as proxy:
+        env = _client_env(
+            f"http://127.0.0.1:{proxy.port}/api", BIASAUDIT_PREFECT_WAIT_SECONDS=str(WAIT)
+        )
+        command = subprocess.Popen(
+            [str(BIN / "biasaudit"), "run", "credit-race", "-c", str(config), "--db", url],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=tmp_path,
+        )
+        cut_at: list[float] = []
+        threading.Thread(
+            target=_freeze_when_begun, args=(url, proxy, command, cut_at), daemon=True
+        ).start()
+        try:
+            out, _ = command.communicate(timeout=WAIT + SLACK + 120)
+        except subprocess.TimeoutExpired:
+            command.kill()
+            out, _ = command.communicate()
+            pytest.fail(f"`biasaudit run` still running: {out.decode()[-2000:]}")
+        ended = time.monotonic()
+    printed = out.decode(errors="replace")
+    tail = printed[-2000:]
+    assert cut_at, tail
+    after_cut = ended - cut_at[0]
+    print(f"exit {command.returncode} {after_cut:.1f} s after the cut")
+    print(tail[-700:])
+    runs = list_runs(make_engine(url))
+    assert runs["status"].tolist() == ["failed"], tail  # no `running` row is left
+    run_id = int(runs["id"].iloc[0])
+    assert command.returncode == 1, tail
+    lines = [line for line in printed.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and f"run {run_id} of 'credit-race' was NOT stored" in lines[0], tail
+    assert after_cut < WAIT + SLACK, tail  # the bound stated in docs/operations.md
+    leftover = subprocess.run(
+        ["pgrep", "-s", str(command.pid)], capture_output=True, text=True, check=False
+    )
+    assert leftover.stdout.strip() == "", f"processes left: {leftover.stdout}"
+    with engine.connect() as connection:
+        error = connection.scalar(text("SELECT error FROM audit_runs"))
+    assert "Prefect" in error, error
+    assert run_audit("credit-race", str(config), url)["run_id"] != run_id  # not blocked

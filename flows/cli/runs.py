@@ -279,13 +279,17 @@ def serve(
     make_engine(db).dispose()
     upgrade(db)
     _prefect_environment(logs=True)
+    from biasaudit.flows.nightly import PrefectLost
     from biasaudit.flows.nightly import serve as serve_nightly
 
     _say(
         f"serving nightly/{name}: {len(names)} audits of {path} on "
         f"{safe_url(database_url(db))}, cron {cron!r} ({timezone_}); Ctrl-C stops"
     )
-    serve_nightly(path, db, cron, timezone_, task_runner, dask_address, name)
+    try:
+        serve_nightly(path, db, cron, timezone_, task_runner, dask_address, name)
+    except PrefectLost as exc:
+        raise Mistake(str(exc)) from None
 
 
 def _source_problems(

@@ -169,18 +169,26 @@ def bounded_flow(call: Callable[[], T], runs: int = 1) -> T:
     Prefect server it started and exits 1 at once (``os._exit``: Prefect's exit handlers, which
     flush logs and events to a server that does not answer, would hold the process for many
     minutes). A flow that fails in Prefect after storing its runs is a Mistake saying so."""
+    from prefect.settings import get_current_settings
+
+    from biasaudit.flows.cli.probe import PrefectProbe
     from biasaudit.flows.logs import AuditsFailed, one_line
-    from biasaudit.flows.pipeline import STORED_RUNS
+    from biasaudit.flows.pipeline import BEGUN_RUNS, STORED_RUNS
 
     before, wait, done = len(STORED_RUNS), prefect_wait(), threading.Event()
+    begun = len(BEGUN_RUNS)
     stored_at: list[float] = []
+    probe = PrefectProbe(get_current_settings().api.url)
 
     def watch() -> None:
         while not done.wait(0.5):
             if not stored_at and len(STORED_RUNS) - before >= runs:
                 stored_at.append(time.monotonic())
+                probe.stop()
             if stored_at and time.monotonic() - stored_at[0] > wait:
                 _exit_stored(STORED_RUNS[before:], f"Prefect did not answer within {wait:.0f} s")
+            if not stored_at and probe.silent_for() > wait:
+                _exit_unstored(BEGUN_RUNS[begun:], STORED_RUNS[before:], wait)
 
     threading.Thread(target=watch, name="biasaudit-prefect-deadline", daemon=True).start()
     try:
@@ -197,6 +205,7 @@ def bounded_flow(call: Callable[[], T], runs: int = 1) -> T:
         ) from None
     finally:
         done.set()
+        probe.stop()
         # the exit's share of the same budget (at least 5 s) once the runs are stored
         spent = time.monotonic() - stored_at[0] if stored_at else 0.0
         _bound_exit(max(5.0, wait - spent))
@@ -253,6 +262,40 @@ def _exit_stored(stored: list[dict], why: str) -> NoReturn:
             highlight=False,
             markup=False,
         )
+    _exit_now()
+
+
+def _exit_unstored(begun: list[dict], stored: list[dict], wait: float) -> NoReturn:
+    """Prefect has not answered for ``wait`` seconds before the runs are stored: mark each begun
+    run that did not commit failed, say which runs are NOT stored (and which are), stop this
+    process's temporary Prefect servers, exit 1 now."""
+    from biasaudit.flows.cli.common import errors
+    from biasaudit.flows.pipeline import give_up
+
+    why = f"the Prefect API did not answer for {wait:.0f} s"
+    said = [_stored_runs(stored)] if stored else []
+    for run in begun:
+        run_id, audit = run["run_id"], run["record"].audit_name
+        if any(s["run_id"] == run_id for s in stored):
+            continue
+        try:  # a run that committed meanwhile stays succeeded; one marked failed never commits
+            committed = give_up(run["url"], run_id, run["record"], f"PrefectUnreachable: {why}")
+        except Exception:  # noqa: BLE001 - unmarked, its lease lapses and the next run ends it
+            committed = False
+        state = "succeeded and is stored" if committed else "was NOT stored"
+        said.append(f"run {run_id} of {audit!r} {state}")
+    with contextlib.suppress(Exception):
+        errors.print(
+            f"error: {'; '.join(said) or 'no run was stored'}; {why}: the command stops (run it "
+            f"again once Prefect answers)",
+            soft_wrap=True,
+            highlight=False,
+            markup=False,
+        )
+    _exit_now()
+
+
+def _exit_now() -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
