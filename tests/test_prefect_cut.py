@@ -228,3 +228,38 @@ def test_a_prefect_api_cut_before_the_run_commits_ends_the_command_in_bound(
         error = connection.scalar(text("SELECT error FROM audit_runs"))
     assert "Prefect" in error, error
     assert run_audit("credit-race", str(config), url)["run_id"] != run_id  # not blocked
+
+
+def test_the_probe_takes_any_http_answer_for_prefect_and_no_answer_for_silence(monkeypatch):
+    """A server that answers 401 (one wanting credentials, as Prefect Cloud) is there: the
+    command must not give up on it. A port that accepts and never answers is silence."""
+    import http.server
+    import socket
+
+    from biasaudit.flows.cli import probe
+
+    monkeypatch.setattr(probe, "ANSWER_WITHIN", 0.5)
+    monkeypatch.setattr(probe, "EVERY", 0.2)
+
+    class Refusing(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(401)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    mute = socket.create_server(("127.0.0.1", 0))  # listens, never reads nor answers
+    try:
+        there = probe.PrefectProbe(f"http://127.0.0.1:{server.server_address[1]}/api")
+        silent = probe.PrefectProbe(f"http://127.0.0.1:{mute.getsockname()[1]}/api")
+        time.sleep(2.0)
+        assert there.silent_for() < 1.0
+        assert silent.silent_for() > 1.9
+        there.stop()
+        silent.stop()
+    finally:
+        server.shutdown()
+        mute.close()

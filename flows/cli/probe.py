@@ -1,14 +1,28 @@
-"""Whether the Prefect API answers: its /health endpoint asked every few seconds, in a thread."""
+"""Whether the Prefect API answers: its /health endpoint asked every few seconds, in a thread.
+Any HTTP answer counts (a server that wants credentials, as Prefect Cloud, or lacks the path, is
+there all the same); only no answer (refused, reset, timed out) is silence."""
 
 from __future__ import annotations
 
-import contextlib
+import http.client
 import threading
 import time
+import urllib.error
 import urllib.request
 
 EVERY = 2.0  # seconds between questions
 ANSWER_WITHIN = 5.0  # seconds a question waits for its answer
+
+
+def _answers(url: str) -> bool:
+    """Whether ``url`` gives any HTTP answer within ANSWER_WITHIN seconds."""
+    try:
+        urllib.request.urlopen(url, timeout=ANSWER_WITHIN).close()
+    except urllib.error.HTTPError:  # an answer all the same
+        return True
+    except (OSError, http.client.HTTPException):  # refused, reset, timed out, garbled
+        return False
+    return True
 
 
 class PrefectProbe:
@@ -25,12 +39,8 @@ class PrefectProbe:
     def _ask(self) -> None:
         assert self._url
         while not self._stop.is_set():
-            with (
-                contextlib.suppress(Exception),
-                urllib.request.urlopen(self._url, timeout=ANSWER_WITHIN) as response,
-            ):
-                if response.status == 200:
-                    self._answered = time.monotonic()
+            if _answers(self._url):
+                self._answered = time.monotonic()
             self._stop.wait(EVERY)
 
     def silent_for(self) -> float:
