@@ -379,13 +379,7 @@ def _end_lost_sessions(lock: Connection, record: RunRecord) -> None:
         lock.rollback()
         log.warning("could not end the sessions of lost runs: %s", type(exc).__name__)
         return
-    if ended:
-        log.warning(
-            "audit %r: ended %d session(s) of lost run(s) (backends %s)",
-            record.audit_name,
-            len(ended),
-            ended,
-        )
+    _log_ended(record, ended)
 
 
 def _end_lapsed_sessions(engine: Engine, record: RunRecord, lease: float, stale: timedelta) -> None:
@@ -409,13 +403,17 @@ def _end_lapsed_sessions(engine: Engine, record: RunRecord, lease: float, stale:
             connection.rollback()
             log.warning("could not end the sessions of lost runs: %s", type(exc).__name__)
             return
+    _log_ended(record, ended)
+
+
+def _log_ended(record: RunRecord, ended: list[int]) -> None:
+    """A warning naming the sessions of lost runs this start ended (none: nothing)."""
     if ended:
         log.warning(
-            "audit %r: ended %d idle session(s) of lost run(s) %s (connections %s)",
+            "audit %r: ended %d session(s) of lost run(s) (%s)",
             record.audit_name,
             len(ended),
-            lapsed,
-            ended,
+            ", ".join(map(str, ended)),
         )
 
 

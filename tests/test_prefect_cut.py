@@ -51,6 +51,22 @@ def _freeze_when_stored(
         time.sleep(0.01)
 
 
+def _run_through(proxy: FaultProxy, config, url: str, tmp_path) -> subprocess.Popen:
+    """``biasaudit run credit-race`` in a session of its own, its Prefect API through ``proxy``,
+    its output (both streams) in its stdout."""
+    env = _client_env(
+        f"http://127.0.0.1:{proxy.port}/api", BIASAUDIT_PREFECT_WAIT_SECONDS=str(WAIT)
+    )
+    return subprocess.Popen(
+        [str(BIN / "biasaudit"), "run", "credit-race", "-c", str(config), "--db", url],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        cwd=tmp_path,
+    )
+
+
 @pytest.mark.slow
 def test_a_prefect_api_cut_after_the_run_commits_ends_the_command_in_bound(
     prefect_server,  # noqa: F811
@@ -63,18 +79,8 @@ def test_a_prefect_api_cut_after_the_run_commits_ends_the_command_in_bound(
     api = urlparse(prefect_server)
     assert api.hostname and api.port
     with FaultProxy(api.hostname, api.port, lifetime=600) as proxy:
-        env = _client_env(
-            f"http://127.0.0.1:{proxy.port}/api", BIASAUDIT_PREFECT_WAIT_SECONDS=str(WAIT)
-        )
         started = time.monotonic()
-        command = subprocess.Popen(
-            [str(BIN / "biasaudit"), "run", "credit-race", "-c", str(config), "--db", url],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            cwd=tmp_path,
-        )
+        command = _run_through(proxy, config, url, tmp_path)
         cut_at: list[float] = []
         cut = threading.Thread(
             target=_freeze_when_stored, args=(url, proxy, command, cut_at), daemon=True
@@ -185,17 +191,7 @@ def test_a_prefect_api_cut_before_the_run_commits_ends_the_command_in_bound(
     api = urlparse(prefect_server)
     assert api.hostname and api.port
     with FaultProxy(api.hostname, api.port, lifetime=600) as proxy:
-        env = _client_env(
-            f"http://127.0.0.1:{proxy.port}/api", BIASAUDIT_PREFECT_WAIT_SECONDS=str(WAIT)
-        )
-        command = subprocess.Popen(
-            [str(BIN / "biasaudit"), "run", "credit-race", "-c", str(config), "--db", url],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            cwd=tmp_path,
-        )
+        command = _run_through(proxy, config, url, tmp_path)
         cut_at: list[float] = []
         threading.Thread(
             target=_freeze_when_begun, args=(url, proxy, command, cut_at), daemon=True

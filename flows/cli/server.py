@@ -252,16 +252,10 @@ def _bound_exit(wait: float) -> None:
 def _exit_stored(stored: list[dict], why: str) -> NoReturn:
     """Say which runs are stored and why the command stops, stop this process's temporary
     Prefect servers, exit 1 now."""
-    from biasaudit.flows.cli.common import errors
-
-    with contextlib.suppress(Exception):
-        errors.print(
-            f"error: {_stored_runs(stored)}; {why}: the command stops without its report (write "
-            f"it with {_report_commands(stored)})",
-            soft_wrap=True,
-            highlight=False,
-            markup=False,
-        )
+    _say_error(
+        f"{_stored_runs(stored)}; {why}: the command stops without its report (write it with "
+        f"{_report_commands(stored)})"
+    )
     _exit_now()
 
 
@@ -269,7 +263,6 @@ def _exit_unstored(begun: list[dict], stored: list[dict], wait: float) -> NoRetu
     """Prefect has not answered for ``wait`` seconds before the runs are stored: mark each begun
     run that did not commit failed, say which runs are NOT stored (and which are), stop this
     process's temporary Prefect servers, exit 1 now."""
-    from biasaudit.flows.cli.common import errors
     from biasaudit.flows.pipeline import give_up
 
     why = f"the Prefect API did not answer for {wait:.0f} s"
@@ -284,15 +277,19 @@ def _exit_unstored(begun: list[dict], stored: list[dict], wait: float) -> NoRetu
             committed = False
         state = "succeeded and is stored" if committed else "was NOT stored"
         said.append(f"run {run_id} of {audit!r} {state}")
-    with contextlib.suppress(Exception):
-        errors.print(
-            f"error: {'; '.join(said) or 'no run was stored'}; {why}: the command stops (run it "
-            f"again once Prefect answers)",
-            soft_wrap=True,
-            highlight=False,
-            markup=False,
-        )
+    _say_error(
+        f"{'; '.join(said) or 'no run was stored'}; {why}: the command stops (run it again once "
+        "Prefect answers)"
+    )
     _exit_now()
+
+
+def _say_error(text: str) -> None:
+    """One error line on stderr, whatever the terminal (a failure to print is no second error)."""
+    from biasaudit.flows.cli.common import errors
+
+    with contextlib.suppress(Exception):
+        errors.print(f"error: {text}", soft_wrap=True, highlight=False, markup=False)
 
 
 def _exit_now() -> NoReturn:
