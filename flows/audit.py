@@ -1,6 +1,7 @@
 """The audit flow: one Prefect flow run audits one model. Wiring only: the body is
 flows.pipeline.execute_audit, run here with each database step as a Prefect task that retries and
-the pure stages as plain calls (flows.stages.in_flow). ``run_audit``, the same body as plain calls
+the pure stages as plain calls (flows.stages.in_flow), and its findings emitted as Prefect events
+(flows.events). ``run_audit``, the same body as plain calls
 throughout, lives in flows.pipeline (importing it does not import Prefect) and is re-exported here.
 """
 
@@ -10,8 +11,8 @@ from datetime import datetime
 
 from prefect import flow, runtime
 
-from biasaudit.flows import stages
-from biasaudit.flows.pipeline import execute_audit, run_audit
+from biasaudit.flows import events, stages
+from biasaudit.flows.pipeline import BEGUN_RUNS, execute_audit, run_audit
 
 __all__ = ["audit_flow", "run_audit"]
 
@@ -31,17 +32,27 @@ def audit_flow(
     schedule of a scheduled run, the window ends at the schedule's nominal instant at or before
     ``as_of`` (flows.schedule)."""
     flow_run_id = str(runtime.flow_run.id) if runtime.flow_run.id else None
-    return execute_audit(
-        audit_name,
-        config_path,
-        db_url,
-        as_of,
-        force,
-        run=stages.in_flow,
-        flow_run_id=flow_run_id,
-        cron=cron,
-        timezone=timezone,
-    )
+    begun = len(BEGUN_RUNS)
+    try:
+        outcome = execute_audit(
+            audit_name,
+            config_path,
+            db_url,
+            as_of,
+            force,
+            run=stages.in_flow,
+            flow_run_id=flow_run_id,
+            cron=cron,
+            timezone=timezone,
+        )
+    except Exception as exc:
+        mine = [r["run_id"] for r in BEGUN_RUNS[begun:] if r["record"].audit_name == audit_name]
+        run_id = mine[-1] if mine else None
+        events.emit(events.FAILED, audit_name, events.failure_payload(audit_name, exc, run_id))
+        raise
+    for event, payload in events.run_events(outcome):
+        events.emit(event, audit_name, payload)
+    return outcome
 
 
 if __name__ == "__main__":

@@ -346,6 +346,8 @@ def execute_audit(
         "run_id": run_id,
         "version": saved.version,
         "new": saved.new,
+        "flagged": len(record.summary.get("flagged") or []),
+        "alarms": int(record.summary.get("monitor_alarms") or 0),
         "report": None,
     }
     try:
@@ -446,6 +448,8 @@ def _audit_and_persist(
     if audit.monitor is not None:  # this run's increment, anytime-valid alarms
         with _timed(timings, "monitor"):
             monitoring = run("monitor", monitor, url, audit, record.as_of, record.started_at)
+        alarms = sum(int(frame["alarm"].sum()) for frame in monitoring.values() if "alarm" in frame)
+        record.summary["monitor_alarms"] = alarms
     with _timed(timings, "persist"):
         saved = run(
             "persist", persist, url, run_id, record, result, scanned.quarantine, force, monitoring
