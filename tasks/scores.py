@@ -229,7 +229,8 @@ def logistic_fits(design, successes, trials, offset=None, start=None, iterations
         step[rows] = (np.linalg.pinv(hessian[keep]) @ gradient[keep][..., None])[..., 0]
         beta[rows] += step[rows]
         decrement = np.einsum("rk,rk->r", gradient[keep], step[rows]) / 2
-        active = np.concatenate([back, rows[decrement >= tolerance[keep]]])
+        # in row order: with every row active, the rows are read whole (``every``)
+        active = np.sort(np.concatenate([back, rows[decrement >= tolerance[keep]]]))
         if not len(active):
             break
     return beta, loglik

@@ -10,7 +10,7 @@ import pytest
 import statsmodels.api as sm
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy import optimize, stats
+from scipy import optimize, special, stats
 from sklearn.metrics import roc_auc_score
 from statsmodels.stats.contingency_tables import StratifiedTable
 from statsmodels.stats.multitest import multipletests
@@ -506,3 +506,21 @@ def test_each_groups_and_its_rests_recalibration_equal_statsmodels_on_rows(monke
             auc = roc_auc_score(part["y_true"], part["score"])
             assert row[f"auc_{side}"] == pytest.approx(auc, abs=1e-12)
     assert len(result) == 5 + 4
+
+
+def test_batched_fits_halving_some_rows_keep_each_rows_own_fit():
+    """Rows of one batch started far from their fits (as a rest from its attribute's fit) with
+    slopes 0.2 to 6: some rows' steps are halved while others go on, and every row still ends at
+    its own fit, statsmodels' GLM on its counts, to 1e-6."""
+    rng = np.random.default_rng(46)
+    values = np.linspace(-4, 4, 60)
+    slopes = np.array([0.2, 1.0, 3.0, 6.0, 6.0, 0.2])
+    trials = rng.integers(1, 30, (len(slopes), len(values))).astype(float)
+    successes = rng.binomial(trials.astype(int), special.expit(slopes[:, None] * values)) * 1.0
+    design = np.stack([np.ones_like(trials), np.broadcast_to(values, trials.shape)])
+    start = np.tile([2.0, 8.0], (len(slopes), 1))
+    fitted, _ = S.logistic_fits(design, successes, trials, start=start)
+    for row, (y, m) in enumerate(zip(successes, trials)):
+        glm = sm.GLM(np.column_stack([y, m - y]), sm.add_constant(values),
+                     family=sm.families.Binomial()).fit()  # fmt: skip
+        np.testing.assert_allclose(fitted[row], glm.params, atol=1e-6, err_msg=str(row))
