@@ -59,14 +59,17 @@ def input_fingerprint(scanned: Scanned) -> str:
     """The run's input fingerprint: the scan's own (its rows, or its cells and quarantine) with,
     where the audit has them, the score counts and the labels' arrival counts, which determine
     the score results and the label warnings as the cells determine the rest (a score moved
-    within its decision, or a label's arrival time, changes no cell). The scan's own where it
-    has neither, so a run of such an audit matches its earlier runs."""
+    within its decision, or a label's arrival time, changes no cell). Their counts only: a sum
+    of scores (``score_sum``) differs in its last bits with the order the database or the
+    chunks add it in. The scan's own where it has neither, so a run of such an audit matches its
+    earlier runs."""
     parts = [p for p in (scanned.score_counts, scanned.arrival) if p is not None]
     if not parts:
         return scanned.fingerprint
     digest = hashlib.sha256(scanned.fingerprint.encode())
     for part in parts:
-        ordered = part.sort_values(list(part.columns), ignore_index=True)
+        counted = part.drop(columns=["score_sum"], errors="ignore")
+        ordered = counted.sort_values(list(counted.columns), ignore_index=True)
         digest.update(ordered.to_csv(index=False).encode())
     return digest.hexdigest()
 

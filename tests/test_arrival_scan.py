@@ -209,10 +209,16 @@ def test_a_decision_from_a_score_and_text_arrival_times_count_alike_in_every_mod
 def test_the_input_fingerprint_sees_changes_no_cell_shows(db_url, change):
     """The label that arrived last arriving at once, or a score moved within its decision,
     changes no cell but the arrival counts or the score counts: every scan mode's input
-    fingerprint changes (the push-down's cells and quarantine alone do not)."""
+    fingerprint changes (the push-down's cells and quarantine alone do not). Read again, or in
+    other chunks, it is unchanged."""
     engine = write_scored_arrivals(db_url, rows=600, seed=4)
     audit = arrival_audit("scored_arrivals", decision={"score": "score", "threshold": 0.5})
     before = scans_in_every_mode(engine, audit, chunk_rows=250)
+    # the same input in other chunks, or read again, is the same input (memory's and stream's
+    # fingerprints are equal)
+    again = scans_in_every_mode(engine, audit, chunk_rows=90)
+    assert len({input_fingerprint(s) for s in (*before[:2], *again[:2])}) == 1
+    assert input_fingerprint(again[2]) == input_fingerprint(before[2])
     frame = pd.read_sql("SELECT * FROM scored_arrivals", engine)
     if change == "arrival":
         at = pd.to_datetime(frame["at"])
