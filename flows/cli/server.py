@@ -178,7 +178,9 @@ def bounded_flow(call: Callable[[], T], runs: int = 1) -> T:
     before, wait, done = len(STORED_RUNS), prefect_wait(), threading.Event()
     begun = len(BEGUN_RUNS)
     stored_at: list[float] = []
-    probe = PrefectProbe(get_current_settings().api.url)
+    api = get_current_settings().api
+    verify = False if api.tls_insecure_skip_verify else (api.ssl_cert_file or True)
+    probe = PrefectProbe(api.url, verify)
 
     def watch() -> None:
         while not done.wait(0.5):
@@ -273,9 +275,12 @@ def _exit_unstored(begun: list[dict], stored: list[dict], wait: float) -> NoRetu
             continue
         try:  # a run that committed meanwhile stays succeeded; one marked failed never commits
             committed = give_up(run["url"], run_id, run["record"], f"PrefectUnreachable: {why}")
-        except Exception:  # noqa: BLE001 - unmarked, its lease lapses and the next run ends it
-            committed = False
-        state = "succeeded and is stored" if committed else "was NOT stored"
+            state = "succeeded and is stored" if committed else "was NOT stored"
+        except Exception as exc:  # noqa: BLE001 - unmarked, its lease lapses, the next run ends it
+            state = (
+                f"may or may not be stored (its row could not be read: {type(exc).__name__}; "
+                f"`biasaudit history` tells)"
+            )
         said.append(f"run {run_id} of {audit!r} {state}")
     _say_error(
         f"{'; '.join(said) or 'no run was stored'}; {why}: the command stops (run it again once "
