@@ -7,6 +7,7 @@ that Prefect left."""
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 
@@ -16,7 +17,15 @@ EVERY = 2.0  # seconds between questions
 ANSWER_WITHIN = 5.0  # seconds a question waits for its answer
 
 
-def _answers(url: str, verify: bool | str) -> bool:
+def prefect_verify(skip: bool, cert_file: str | None) -> bool | ssl.SSLContext:
+    """httpx's ``verify`` from Prefect's TLS settings (PREFECT_API_TLS_INSECURE_SKIP_VERIFY,
+    PREFECT_API_SSL_CERT_FILE), as Prefect's own client reads them."""
+    if skip:
+        return False
+    return ssl.create_default_context(cafile=cert_file) if cert_file else True
+
+
+def _answers(url: str, verify: bool | ssl.SSLContext) -> bool:
     """Whether ``url`` gives any HTTP answer within ANSWER_WITHIN seconds."""
     try:
         httpx.get(url, timeout=ANSWER_WITHIN, verify=verify)
@@ -28,9 +37,9 @@ def _answers(url: str, verify: bool | str) -> bool:
 class PrefectProbe:
     """Asks ``{api}/health`` until ``stop()``; ``silent_for()`` is how long since the first
     question unanswered after the last answer (0 while the last one was answered, and always 0
-    without an API URL). ``verify`` is Prefect's: False to skip TLS checks, a CA file, or True."""
+    without an API URL). ``verify`` is Prefect's TLS setting (:func:`prefect_verify`)."""
 
-    def __init__(self, api: str | None, verify: bool | str = True):
+    def __init__(self, api: str | None, verify: bool | ssl.SSLContext = True):
         self._url = f"{api.rstrip('/')}/health" if api else None
         self._verify = verify
         self._unanswered_since: float | None = None

@@ -171,7 +171,7 @@ def bounded_flow(call: Callable[[], T], runs: int = 1) -> T:
     minutes). A flow that fails in Prefect after storing its runs is a Mistake saying so."""
     from prefect.settings import get_current_settings
 
-    from biasaudit.flows.cli.probe import PrefectProbe
+    from biasaudit.flows.cli.probe import PrefectProbe, prefect_verify
     from biasaudit.flows.logs import AuditsFailed, one_line
     from biasaudit.flows.pipeline import BEGUN_RUNS, STORED_RUNS
 
@@ -179,8 +179,7 @@ def bounded_flow(call: Callable[[], T], runs: int = 1) -> T:
     begun = len(BEGUN_RUNS)
     stored_at: list[float] = []
     api = get_current_settings().api
-    verify = False if api.tls_insecure_skip_verify else (api.ssl_cert_file or True)
-    probe = PrefectProbe(api.url, verify)
+    probe = PrefectProbe(api.url, prefect_verify(api.tls_insecure_skip_verify, api.ssl_cert_file))
 
     def watch() -> None:
         while not done.wait(0.5):
