@@ -77,11 +77,22 @@ def nightly_flow(
     """Run every configured audit (or the named ones) concurrently; one failure does not stop
     the others, and the flow fails at the end naming every failed audit.
 
-    ``cron`` and ``timezone``: the deployment's schedule (set by ``nightly_deployment``). Each
-    audit's window then ends at the schedule's nominal instant: the latest fire at or before
-    ``as_of``, by default this flow run's scheduled start time (not the clock when it started),
-    so a run that starts late audits the same window as one on time, and consecutive nightly
-    windows tile time across daylight-saving changes (flows.schedule)."""
+    With a schedule, each audit's window ends at the schedule's nominal instant: the latest fire
+    at or before ``as_of``, by default this flow run's scheduled start time (not the clock when it
+    started), so a run that starts late audits the same window as one on time, and consecutive
+    nightly windows tile time across daylight-saving changes (flows.schedule). Prefect shows the
+    descriptions below beside the deployment's parameters.
+
+    Args:
+        config_path: The audit configuration (TOML) on the machine that runs the flow.
+        db_url: The audit store: a SQLAlchemy URL without a password, or env:VARIABLE, the
+            variable of the flow run's environment that holds the URL.
+        as_of: Audit the window that ends at this moment (ISO 8601); empty: the scheduled start.
+        audits: The audits to run, by name; empty: every audit of the configuration.
+        force: Store a new version even where the input is unchanged since the last run.
+        cron: The deployment's schedule; windows end at its fires.
+        timezone: The time zone of the schedule and of the windows' calendar days.
+    """
     config_path = config_path or default_config_path()
     names = list(audits or configured_names(config_path))
     if cron and as_of is None:
@@ -163,19 +174,26 @@ def nightly_deployment(
     parameters. Runs of one audit never overlap: the database serialises them (db.runs.start_run),
     which holds across processes and servers. ``db_url`` reaches Prefect only without a password
     (``db.engine.flow_url``)."""
+    return with_task_runner(task_runner, dask_address).to_deployment(
+        name=name, **deployment_options(config_path, db_url, cron, timezone)
+    )
+
+
+def deployment_options(config_path: str, db_url: str | None, cron: str, timezone: str) -> dict:
+    """The schedule, default parameters and description of a nightly deployment, served or on a
+    work pool."""
     from prefect.schedules import Cron
 
-    return with_task_runner(task_runner, dask_address).to_deployment(
-        name=name,
-        schedules=[Cron(cron, timezone=timezone)],
-        parameters={
+    return {
+        "schedules": [Cron(cron, timezone=timezone)],
+        "parameters": {
             "config_path": config_path,
             "db_url": flow_url(db_url),
             "cron": cron,
             "timezone": timezone,
         },
-        description="Every configured bias audit, nightly.",
-    )
+        "description": "Every configured bias audit, nightly.",
+    }
 
 
 def serve(

@@ -395,3 +395,41 @@ def test_an_intersections_reference_typo_fails_before_the_server(store, monkeypa
         "(audit 'inter'): 'Whte' is not a value of 'race'; groups of 'race': 'White', 'Black', "
         "'Hispanic', 'Asian', 'Pacific Islander', 'Native American'"
     )
+
+
+@pytest.mark.parametrize(
+    ("api", "message"),
+    [
+        (None, "error: deploy needs a Prefect server that outlives this command: set PREFECT_API_URL"),
+        (
+            "http://127.0.0.1:1/api",
+            "error: deploy: the Prefect API at http://127.0.0.1:1/api did not answer (ConnectError",
+        ),
+    ],
+)
+def test_deploy_without_a_reachable_prefect_server_is_one_line(store, tmp_path, api, message):
+    """`biasaudit deploy` needs a server that outlives it (no temporary one), and says so; an
+    unreachable one is named with what to do, not a traceback. Run as a process: Prefect reads
+    its settings once per interpreter."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env["PREFECT_HOME"] = str(tmp_path)  # no profile of the machine's
+    if api:
+        env["PREFECT_API_URL"] = api
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "biasaudit"), "deploy", "--pool", "p"]
+        + ["-c", str(store["config"]), "--db", store["url"]],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    output = done.stdout + done.stderr
+    lines = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert done.returncode == 1 and len(lines) == 1, output
+    assert lines[0].startswith(message) and "Traceback" not in output, output

@@ -313,7 +313,7 @@ def test_docker_compose_structure():
         in services["prefect-server"]["environment"]["PREFECT_API_DATABASE_CONNECTION_URL"]
     )
     worker = services["worker"]
-    assert worker["build"] == "." and worker["command"].startswith("serve")
+    assert worker["build"] == "." and worker["command"][0].startswith("biasaudit deploy")
     assert worker["environment"]["PREFECT_API_URL"] == "http://prefect-server:4200/api"
     assert worker["environment"]["BIASAUDIT_DATABASE_URL"].startswith("postgresql+psycopg://")
     for name in ("postgres", "prefect-server"):

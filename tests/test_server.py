@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import signal
 import socket
 import subprocess
@@ -18,7 +17,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-import yaml
 from sqlalchemy import text
 
 from biasaudit.db.engine import make_engine, safe_url
@@ -109,15 +107,9 @@ def _client_env(api: str, **extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-def _worker_command(config: Path, name: str) -> list[str]:
-    """The docker-compose worker's command, with its defaults filled in and the config path
-    pointed at ``config``: the test serves exactly what the compose stack serves."""
-    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    command = compose["services"]["worker"]["command"]
-    command = re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", command)
-    args = shlex.split(command)
-    args[args.index("--config") + 1] = str(config)
-    return [str(BIN / "biasaudit"), *args, "--name", name]
+def _serve_command(config: Path, name: str) -> list[str]:
+    """`biasaudit serve` of ``config`` on the nightly schedule, as deployment ``name``."""
+    return [str(BIN / "biasaudit"), "serve", "--config", str(config), "--name", name]
 
 
 def _trigger(api: str, env: dict, name: str, audits: list[str]) -> subprocess.CompletedProcess:
@@ -177,12 +169,12 @@ def postgres_with_password(postgres_server_url):
 def test_serve_and_trigger_on_a_real_server(
     prefect_server, postgres_with_password, tmp_path, runner
 ):
-    """It serves the nightly deployment with the docker-compose worker's command, runs a run
+    """It serves the nightly deployment, runs a run
     triggered with `prefect deployment run -p audits=[...]` to completion, and the run appears in
     `history`; the password of the database URL reaches neither Prefect nor any output."""
     url, name = postgres_with_password, f"test-{runner}"
     env = _client_env(prefect_server, BIASAUDIT_DATABASE_URL=url)
-    command = _worker_command(DEMO_CONFIG, name)
+    command = _serve_command(DEMO_CONFIG, name)
     if runner == "dask":  # the URL on the command line this time: Prefect gets a reference
         command += ["--task-runner", "dask", "--db", url]
         env = _client_env(prefect_server)

@@ -1,4 +1,5 @@
-"""Commands that run audits: `run`, `demo`, `backfill`, `backtest`, `serve`, `abandon`, `audits`."""
+"""Commands that run audits: `run`, `demo`, `backfill`, `backtest`, `serve`, `deploy`, `abandon`,
+`audits`."""
 
 from __future__ import annotations
 
@@ -290,6 +291,59 @@ def serve(
         serve_nightly(path, db, cron, timezone_, task_runner, dask_address, name)
     except PrefectLost as exc:
         raise Mistake(str(exc)) from None
+
+
+@app.command()
+def deploy(
+    pool: Annotated[
+        str,
+        typer.Option(metavar="POOL", help="Prefect work pool (a process pool; created if absent)"),
+    ],
+    config: ConfigOption = None,
+    db: DbOption = None,
+    cron: Annotated[str, typer.Option(metavar="CRON", help="Schedule (cron syntax)")] = "0 2 * * *",
+    timezone_: Annotated[
+        str, typer.Option("--timezone", metavar="ZONE", help="Time zone of the schedule")
+    ] = "UTC",
+    name: Annotated[str, typer.Option(metavar="NAME", help="Deployment name")] = "nightly",
+) -> None:
+    """Deploy the nightly flow to a work pool on the configured Prefect server, and exit; a
+    worker runs it: `prefect worker start --pool POOL`, where biasaudit is installed and the
+    configuration file is at the same path."""
+    import httpx
+    from prefect.settings import get_current_settings
+
+    from biasaudit.db.engine import database_url, make_engine, safe_url
+    from biasaudit.db.migrate import upgrade
+    from biasaudit.flows.config_files import configured_names, default_config_path
+
+    path = str(Path(config or default_config_path()).resolve())
+    names = configured_names(path)
+    if not get_current_settings().api.url:
+        raise Mistake(
+            "deploy needs a Prefect server that outlives this command: set PREFECT_API_URL "
+            "(or a Prefect profile's), e.g. http://127.0.0.1:4200/api"
+        )
+    make_engine(db).dispose()
+    upgrade(db)
+    _prefect_environment(logs=False)
+    from biasaudit.flows.work_pool import deploy as deploy_nightly
+
+    api = get_current_settings().api.url
+    try:
+        deploy_nightly(path, db, pool, cron, timezone_, name)
+    except ValueError as exc:
+        raise Mistake(str(exc)) from None
+    except httpx.HTTPError as exc:
+        raise Mistake(
+            f"deploy: the Prefect API at {api} did not answer ({type(exc).__name__}: {exc}); "
+            "start the server or correct PREFECT_API_URL"
+        ) from None
+    _say(
+        f"deployed nightly/{name} to work pool {pool!r}: {len(names)} audits of {path} on "
+        f"{safe_url(database_url(db))}, cron {cron!r} ({timezone_}); "
+        f"run it with: prefect worker start --pool {pool}"
+    )
 
 
 def _source_problems(
