@@ -2,7 +2,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-slow test-all lint typecheck spark
+.PHONY: demo test test-slow test-all test-lines lint typecheck spark
 demo: $(VENV)/.installed
 	$(VENV)/bin/biasaudit demo
 
@@ -16,6 +16,24 @@ test-slow: $(VENV)/.installed
 
 test-all: test test-slow
 
+# The release lines pyproject.toml allows beside the main environment's: a project on Prefect 3.9.1
+# and SQLAlchemy 2.1 (the main environment holds 2.0 for clickhouse-sqlalchemy, the `clickhouse`
+# extra) with pandas 2.2 (the main environment has 3.1), installed in one resolve with biasaudit,
+# so pip fails if they cannot stand together. In it: the fast tests (every engine but ClickHouse
+# required), and the scheduled-run, serve, trigger, work-pool and event tests on a real Prefect.
+LINES := .venv-lines
+LINES_PINS := "prefect==3.9.1" "sqlalchemy==2.1.9" "pandas==2.2.3"
+LINES_SLOW := tests/test_server.py tests/test_work_pool.py tests/test_events.py
+test-lines: $(LINES)/.installed
+	$(LINES)/bin/python -m pytest -n auto --dist worksteal -p no:cacheprovider -m "not slow"
+	$(LINES)/bin/python -m pytest -n auto --dist worksteal -p no:cacheprovider $(LINES_SLOW)
+
+$(LINES)/.installed: pyproject.toml
+	python3 -m venv $(LINES)
+	$(LINES)/bin/python -m pip install --quiet --upgrade pip
+	$(LINES)/bin/python -m pip install --quiet -e ".[test]" $(LINES_PINS)
+	touch $@
+
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
@@ -28,7 +46,7 @@ typecheck: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet -e ".[test,clickhouse]"
 	touch $@
 
 # Spark for the Spark SQL tests, from the pyspark package (4.3: Java 17, the Thrift server and the

@@ -131,10 +131,12 @@ def _storage_failures(frame: pd.DataFrame, attributes: list[str]) -> pd.DataFram
 
 
 def _prediction_rows(valid: pd.DataFrame, attributes: list[str], naive: bool) -> list[dict]:
-    times = valid["predicted_at"].dt.tz_convert("UTC")
-    if naive:
-        times = times.dt.tz_localize(None)
-    moments = times.dt.to_pydatetime()
+    # Python datetimes in UTC, through numpy: Series.dt.to_pydatetime changes what it returns
+    # between pandas 2.2 (an array, with a FutureWarning) and 3 (a Series).
+    utc = valid["predicted_at"].dt.tz_convert("UTC").dt.tz_localize(None)
+    moments = utc.to_numpy(dtype="datetime64[us]").astype(object)
+    if not naive:
+        moments = [moment.replace(tzinfo=UTC) for moment in moments]
     truth = valid["y_true"].to_numpy()
     attrs = valid[attributes].astype(str).to_dict(orient="records")
     scores = as_number(valid["score"]).to_numpy()

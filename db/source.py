@@ -403,7 +403,7 @@ def _kind(column) -> str:
         return "boolean"
     if _is_text(column):
         return "text"
-    if isinstance(kind, (Integer, Numeric)):
+    if isinstance(kind, (Integer, Numeric, Float)):
         return "number"
     if isinstance(kind, (DateTime, Date)):
         return "timestamp"

@@ -613,7 +613,7 @@ def monitor_update(
     before["_mirror"] = mirrors(before[COMPARISON_KEY])  # last night's family left these out
     merged = before.merge(increment, on=COMPARISON_KEY, how="outer", sort=True)
     fresh = merged["nights"].isna().to_numpy()
-    members = ~fresh & ~merged["_mirror"].fillna(True).to_numpy(dtype=bool)
+    members = ~fresh & merged["_mirror"].eq(False).to_numpy(dtype=bool)  # NaN: not last night's
     start = initial_state(len(merged))
     arrays = {c: np.where(fresh, start[c], merged[c].to_numpy(dtype=float)) for c in MONITOR_STATE}
     counts = merged[RATE_COUNTS + UNLABELLED_FIELDS].fillna(0).to_numpy(dtype=float)

@@ -556,7 +556,9 @@ def score_comparisons(
     ]
     adjusted = ["auc_p_adjusted", "calibration_p_adjusted", "confidence"]
     columns = [c for c in SCORE_RESULT_COLUMNS if c not in adjusted]
-    frame = pd.concat([pd.DataFrame(columns=columns), *frames], ignore_index=True)[columns]
+    frame = (
+        pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
+    )
     names = ["attribute", "group_name", "reference"]
     sizes = [c for c in columns if c.startswith(("n_", "positives_", "negatives_"))]
     floats = [c for c in columns if c not in names + sizes]

@@ -276,3 +276,13 @@ def separate_database(kind: str, folder: Path):
         with admin.connect() as connection:
             connection.execute(text(drop))
         admin.dispose()
+
+
+def insert_rows(engine, table, frame) -> None:
+    """``frame``'s rows inserted into the created ``table`` (NaN and NaT as NULL) through the
+    table's own column types: pandas' ``to_sql`` types its parameters from the frame, and on
+    pandas 2.2 with SQLAlchemy 2.1 PostgreSQL then refuses text parameters for an integer
+    column."""
+    rows = frame.astype(object).where(frame.notna(), None).to_dict("records")
+    with engine.begin() as connection:
+        connection.execute(table.insert(), rows)

@@ -15,6 +15,8 @@ from biasaudit.db.history import get_run
 from biasaudit.db.scan import memory_cells, pushdown_cells, stream_cells
 from biasaudit.schemas.config import parse_config
 
+from .conftest import insert_rows
+
 END = datetime(2026, 6, 1, tzinfo=UTC)
 MODES = ["memory", "stream", "pushdown"]
 
@@ -60,9 +62,7 @@ def _replace(engine, name: str, frame: pd.DataFrame, types: dict) -> None:
     )
     table.drop(engine, checkfirst=True)
     table.create(engine)
-    frame.astype(object).where(frame.notna(), None).to_sql(
-        name, engine, if_exists="append", index=False
-    )
+    insert_rows(engine, table, frame)
 
 
 COLUMNS = (
@@ -181,7 +181,7 @@ def test_every_scan_mode_counts_the_same_late_labels(db_url):
     audit = arrival_audit("arrivals")
     first = same_arrival_in_every_mode(engine, audit, chunk_rows=1000)
     # about half of each decision's labels are late
-    late = first.groupby("y_pred").apply(lambda p: p.loc[p["late"], "n"].sum() / p["n"].sum())
+    late = first[first["late"]].groupby("y_pred")["n"].sum() / first.groupby("y_pred")["n"].sum()
     assert np.allclose(late.to_numpy(), 0.5, atol=0.01)
     plain = audit.model_copy(
         update={"columns": {k: v for k, v in audit.columns.items() if k != "labelled_at"}}

@@ -14,6 +14,8 @@ from biasaudit.schemas.config import parse_config
 from biasaudit.schemas.quarantine import split_valid
 from biasaudit.tasks.counts import group_counts
 
+from .conftest import insert_rows
+
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
 
@@ -52,9 +54,7 @@ def write_source(url, rows=5000, seed=0):
     )
     table.drop(engine, checkfirst=True)
     table.create(engine)
-    frame.astype(object).where(frame.notna(), None).to_sql(
-        "scored", engine, if_exists="append", index=False
-    )
+    insert_rows(engine, table, frame)
     return engine
 
 
