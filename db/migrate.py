@@ -47,15 +47,26 @@ def alembic_config(url: str | None = None) -> Config:
     return config
 
 
+# Each history view: the migration that made it and the statement's name there.
+VIEWS = {
+    "latest_succeeded_runs": ("0007", "LATEST"),
+    "metric_series": ("0007", "SERIES"),
+    "disparity_series": ("0022", "DISPARITIES"),
+}
+
+
 def views() -> list[tuple[str, str]]:
-    """(name, CREATE VIEW statement) of the history views, from the migration that made them
+    """(name, CREATE VIEW statement) of the history views, from the migrations that made them
     (a later migration that alters a column they read drops and re-creates them)."""
-    path = next((MIGRATIONS / "versions").glob("0007_*.py"))
-    spec = importlib.util.spec_from_file_location("biasaudit_views_0007", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return [("latest_succeeded_runs", module.LATEST), ("metric_series", module.SERIES)]
+    found = []
+    for name, (revision, statement) in VIEWS.items():
+        path = next((MIGRATIONS / "versions").glob(f"{revision}_*.py"))
+        spec = importlib.util.spec_from_file_location(f"biasaudit_views_{revision}", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        found.append((name, getattr(module, statement)))
+    return found
 
 
 def store_objects() -> set[str]:

@@ -21,7 +21,7 @@ from sqlalchemy import (
 
 from biasaudit.db.engine import make_engine
 from biasaudit.db.history import flagged_detections, run_results
-from biasaudit.db.migrate import alembic_config, upgrade
+from biasaudit.db.migrate import alembic_config, upgrade, views
 from biasaudit.db.models import DetectionResult, PlanningResult
 from biasaudit.db.results import TABLES, result_tables
 from biasaudit.schemas.results import CONTRACTS
@@ -164,7 +164,7 @@ def _store_at(db_url: str, revision: str):
                     else f"DROP TABLE IF EXISTS {name.name}"
                 )
             )
-        for view in ("latest_succeeded_runs", "metric_series"):
+        for view, _ in views():
             connection.execute(text(f"DROP VIEW IF EXISTS {view}"))
     upgrade(db_url, revision)
     return engine

@@ -189,9 +189,9 @@ def test_a_store_missing_one_of_its_tables_is_refused(db_url):
     """A store whose migration record says head but which lacks a table is named half-built."""
     engine = make_engine(db_url)
     with engine.begin() as connection:
-        connection.execute(text("DROP TABLE monitor_results"))
+        connection.execute(text("DROP TABLE planning_results"))
     engine.dispose()
-    with pytest.raises(UpgradeError, match=r"lacks \['monitor_results'\]: a half-built store"):
+    with pytest.raises(UpgradeError, match=r"lacks \['planning_results'\]: a half-built store"):
         upgrade(db_url)
 
 

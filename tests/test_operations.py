@@ -305,7 +305,7 @@ def test_docker_compose_structure():
     """It defines PostgreSQL, a Prefect server on PostgreSQL and a worker, with health checks."""
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert set(services) == {"postgres", "prefect-server", "worker"}
+    assert set(services) == {"postgres", "prefect-server", "worker", "grafana"}
     assert services["postgres"]["image"].startswith("postgres:")
     assert services["prefect-server"]["image"].startswith("prefecthq/prefect:3.9")
     assert (

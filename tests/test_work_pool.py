@@ -51,7 +51,7 @@ def compose_worker_script(values: dict[str, str], config: Path) -> str:
 def test_the_compose_worker_deploys_then_runs_a_worker_on_the_same_pool(tmp_path):
     script = compose_worker_script({"BIASAUDIT_POOL": "p1"}, tmp_path / "a.toml")
     deploy, worker = script.split(" && ")
-    assert deploy.startswith("biasaudit deploy --pool \"p1\"") and str(tmp_path / "a.toml") in deploy
+    assert deploy.startswith('biasaudit deploy --pool "p1"') and str(tmp_path / "a.toml") in deploy
     assert '--cron "0 2 * * *"' in deploy and '--timezone "UTC"' in deploy
     assert worker == 'exec prefect worker start --pool "p1"'
 
