@@ -16,13 +16,13 @@ test-slow: $(VENV)/.installed
 
 test-all: test test-slow
 
-# The release lines pyproject.toml allows beside the main environment's: a project on Prefect 3.9.1
+# The release line pyproject.toml allows beside the main environment's: a project on Prefect 3.9.1
 # and SQLAlchemy 2.1 (the main environment holds 2.0 for clickhouse-sqlalchemy, the `clickhouse`
-# extra) with pandas 2.2 (the main environment has 3.1), installed in one resolve with biasaudit,
-# so pip fails if they cannot stand together. In it: the fast tests (every engine but ClickHouse
-# required), and the scheduled-run, serve, trigger, work-pool and event tests on a real Prefect.
+# extra), installed in one resolve with biasaudit, so pip fails if they cannot stand together. In
+# it: the fast tests (every engine but ClickHouse required), and the scheduled-run, serve,
+# trigger, work-pool and event tests on a real Prefect server.
 LINES := .venv-lines
-LINES_PINS := "prefect==3.9.1" "sqlalchemy==2.1.9" "pandas==2.2.3"
+LINES_PINS := "prefect==3.9.1" "sqlalchemy==2.1.9"
 LINES_SLOW := tests/test_server.py tests/test_work_pool.py tests/test_events.py
 test-lines: $(LINES)/.installed
 	$(LINES)/bin/python -m pytest -n auto --dist worksteal -p no:cacheprovider -m "not slow"

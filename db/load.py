@@ -131,8 +131,7 @@ def _storage_failures(frame: pd.DataFrame, attributes: list[str]) -> pd.DataFram
 
 
 def _prediction_rows(valid: pd.DataFrame, attributes: list[str], naive: bool) -> list[dict]:
-    # Python datetimes in UTC, through numpy: Series.dt.to_pydatetime changes what it returns
-    # between pandas 2.2 (an array, with a FutureWarning) and 3 (a Series).
+    # Python datetimes in UTC (microseconds), through numpy: one conversion of the whole column.
     utc = valid["predicted_at"].dt.tz_convert("UTC").dt.tz_localize(None)
     moments = utc.to_numpy(dtype="datetime64[us]").astype(object)
     if not naive:

@@ -279,10 +279,18 @@ def separate_database(kind: str, folder: Path):
 
 
 def insert_rows(engine, table, frame) -> None:
-    """``frame``'s rows inserted into the created ``table`` (NaN and NaT as NULL) through the
-    table's own column types: pandas' ``to_sql`` types its parameters from the frame, and on
-    pandas 2.2 with SQLAlchemy 2.1 PostgreSQL then refuses text parameters for an integer
-    column."""
-    rows = frame.astype(object).where(frame.notna(), None).to_dict("records")
-    with engine.begin() as connection:
-        connection.execute(table.insert(), rows)
+    """``frame``'s rows appended to the created ``table`` (NaN and NaT as NULL) by pandas'
+    ``to_sql``, its parameters typed by the table's columns rather than guessed from the frame: on
+    SQLAlchemy 2.1 a guessed text parameter is cast to text, which PostgreSQL refuses for an
+    integer column. A timestamp column given as text stays text (SQLite's dynamic typing keeps
+    the hostile values the scans must judge)."""
+    from pandas.api.types import is_datetime64_any_dtype
+    from sqlalchemy import Date, DateTime
+
+    def as_given(name: str) -> bool:
+        kind = table.columns[name].type
+        return isinstance(kind, (Date, DateTime)) and not is_datetime64_any_dtype(frame[name])
+
+    types = {name: table.columns[name].type for name in frame.columns if not as_given(name)}
+    rows = frame.astype(object).where(frame.notna(), None)
+    rows.to_sql(table.name, engine, if_exists="append", index=False, dtype=types)

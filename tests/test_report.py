@@ -1089,8 +1089,8 @@ def test_rows_are_those_of_itertuples():
                 a is b or (pd.isna(a) and pd.isna(b)) or a == b
                 for a, b in zip(mine, pandas_row, strict=True)
             )
-    no_columns = frame[[]]
-    assert list(_tuples(no_columns, index=False)) == list(no_columns.itertuples(index=False))
+    no_columns = frame[[]]  # a row each, with no field (pandas 3.0's itertuples gives no row)
+    assert [tuple(r) for r in _tuples(no_columns, index=False)] == [()] * len(frame)
 
 
 def test_a_derived_table_is_computed_once_per_arguments_and_copied(compas):
