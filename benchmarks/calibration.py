@@ -54,7 +54,7 @@ RACES = [f"r{i}" for i in range(len(RACE_SHARES))]
 def worst_size(region: np.ndarray, u_tol: float) -> float:
     """max over the rate grid of P(reject) on H0's boundary (and at equal rates)."""
     worst = 0.0
-    for p in RATES[RATES <= 1 - u_tol]:
+    for p in RATES[1 - u_tol >= RATES]:
         pairs = [(p + u_tol, p), (p, p + u_tol)] if u_tol > 0 else [(p, p)]
         for p_a, p_b in pairs:
             worst = max(worst, float(rejection_probability(region, p_a, p_b)[0]))
@@ -65,7 +65,7 @@ def worst_exact_size(n_a: int, n_b: int, u_tol: float) -> float:
     """worst_size of detection's test, by its exact power on H0's boundary (tasks.twosample
     .exact_power equals the sum over the region of its p-values: tests/test_twosample.py)."""
     worst = 0.0
-    for p in RATES[RATES <= 1 - u_tol]:
+    for p in RATES[1 - u_tol >= RATES]:
         pairs = [(p + u_tol, p), (p, p + u_tol)] if u_tol > 0 else [(p, p)]
         for p_a, p_b in pairs:
             worst = max(worst, exact_power(n_a, n_b, p_a, p_b, u_tol, ALPHA))
@@ -333,7 +333,7 @@ def metametric_coverage(rng, replicates: int = 1000) -> pd.DataFrame:
         sizes = sizes.astype(int)
         truth = mu.var(ddof=1)
         hits, widths = 0, []
-        for r in range(replicates):
+        for _ in range(replicates):
             x = rng.binomial(sizes, mu)
             _, low, high = bootstrap_variance_interval(x, sizes, n_boot=500, seed=rng)
             hits += low <= truth <= high

@@ -42,7 +42,7 @@ def coverage(replicates: int, boot: int, rng) -> pd.DataFrame:
     for name, (sizes, mu) in scenarios().items():
         truth = mu.var(ddof=1)
         hits = {"uncorrected": 0, "corrected": 0, "double": 0}
-        for r in range(replicates):
+        for _ in range(replicates):
             x = rng.binomial(sizes, mu)
             for method in hits:
                 _, low, high = bootstrap_variance_interval(

@@ -374,9 +374,10 @@ def prefect_server(folder: Path) -> tuple[subprocess.Popen, str]:
     for _ in range(240):
         try:
             urllib.request.urlopen(f"{api}/health", timeout=2)
-            return server, api
         except OSError:
             time.sleep(0.5)
+        else:
+            return server, api
     os.killpg(server.pid, signal.SIGKILL)
     raise RuntimeError("the Prefect server did not come up in 120 s")
 

@@ -256,7 +256,6 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
                 options = " ".join(filter(None, [cparams.get("options"), server_tcp_options()]))
                 return connection_class.connect(*cargs, **{**cparams, "options": options})
 
-        return engine
     except NoSuchModuleError:
         raise DatabaseUrlError(
             f"unknown database kind {parsed.drivername!r} in {safe_url(str(parsed))}"
@@ -272,6 +271,7 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
             f"cannot use database {safe_url(parsed.render_as_string(hide_password=False))}: "
             f"{type(exc).__name__}"
         ) from None
+    return engine
 
 
 def _opening_bounded_pymysql(seconds: float) -> Any:

@@ -95,7 +95,7 @@ def _records(bad: list[tuple[int, str]]) -> pd.DataFrame:
 def _storage_failures(frame: pd.DataFrame, attributes: list[str]) -> pd.DataFrame:
     """Quarantine records of values the predictions table cannot hold: text longer than its
     column, or holding a NUL byte (PostgreSQL text and JSON cannot)."""
-    records = []
+    records: list[tuple[int, str, str, str]] = []
     limits = {c: getattr(Prediction.__table__.c[c].type, "length", None) for c in TEXT_COLUMNS}
     limits.update({a: MAX_ATTRIBUTE_CHARS for a in attributes})
     for column, limit in limits.items():
@@ -105,8 +105,10 @@ def _storage_failures(frame: pd.DataFrame, attributes: list[str]) -> pd.DataFram
         too_long = text.str.len() > limit
         nul = text.str.contains("\x00", regex=False)
         for rule, mask in ((f"max_length_{limit}", too_long), (NO_NUL, nul)):
-            for position in mask[mask.fillna(False)].index:
-                records.append((position, column, text[position], rule))
+            records.extend(
+                (position, column, text[position], rule)
+                for position in mask[mask.fillna(False)].index
+            )
     if not records:
         return pd.DataFrame(columns=QUARANTINE_COLUMNS)
     from biasaudit.schemas.quarantine import _rows_as_json

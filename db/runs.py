@@ -533,7 +533,7 @@ def start_run(
                 )
                 announced = True
             if time.monotonic() >= deadline:
-                raise RunInProgress(
+                raise RunInProgress(  # noqa: TRY301 - the handler below releases the lock
                     f"run {busy} of audit {record.audit_name!r} (model {record.model_id!r}) is "
                     f"still running after waiting {wait}"
                 )

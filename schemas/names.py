@@ -57,7 +57,7 @@ def spreadsheet_frame(frame):
         return spreadsheet_text(value) if isinstance(value, str) else value
 
     safe = frame.copy()
-    for position, column in enumerate(frame.columns):
+    for position in range(len(frame.columns)):
         values = frame.iloc[:, position]
         if values.dtype.kind in "OSU":  # object and text dtypes: the columns that hold text
             safe.isetitem(position, values.map(cell))

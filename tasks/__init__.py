@@ -1,2 +1,5 @@
-"""The statistics: one module per audit stage, pure vectorised functions of frames (no database,
-no Prefect; the audit flow calls them as they are)."""
+"""The statistics: one module per audit stage.
+
+Pure vectorised functions of frames (no database, no Prefect); the audit flow calls them as they
+are.
+"""

@@ -137,7 +137,7 @@ def _newton(pair: Pair, mass, sd, low, high):
             det = -f_lo * g_hi + f_hi * g_lo
             lo = lo - (g_hi * r1 - f_hi * r2) / det
             hi = hi - (g_lo * r1 - f_lo * r2) / det
-        moving = ~converged & np.isfinite(lo) & np.isfinite(hi) & (-1 < lo) & (lo < hi) & (hi < 1)
+        moving = ~converged & np.isfinite(lo) & np.isfinite(hi) & (lo > -1) & (lo < hi) & (hi < 1)
         if step == _NEWTON_STEPS:
             break
         low[active[moving]], high[active[moving]] = lo[moving], hi[moving]

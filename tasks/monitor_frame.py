@@ -38,9 +38,11 @@ def replay_increments(
     label_delay: str = "0D",
     label_time_column: str | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per prediction: index in ``schedule`` of the run that consumes its decision and of the
-    run at which its outcome matures (len(schedule): never), and whether it was labelled by then.
-    The same rule as tasks.increments.increment_masks, for all runs at once."""
+    """Per prediction: the runs that consume its decision and its outcome, and its label.
+
+    The index in ``schedule`` of the run that consumes its decision and of the run at which its
+    outcome matures (len(schedule): never), and whether it was labelled by then. The same rule as tasks.increments.increment_masks, for all runs at once.
+    """
     times = _naive_utc(frame[time_column])
     runs = schedule.tz_convert("UTC").tz_localize(None).to_numpy(dtype="datetime64[ns]")
     decision = np.searchsorted(runs, times, side="left")
@@ -68,7 +70,9 @@ def monitor_frame(
     end=None,
     **options,
 ) -> pd.DataFrame:
-    """Per night (``as_of``) and comparison (attribute, group_name, reference, metric): the
+    """Replay ``frame`` as nightly increments through the monitor.
+
+    Per night (``as_of``) and comparison (attribute, group_name, reference, metric): the
     increment's counts, e-values, e-process, confidence sequence and alarms.
 
     ``frame`` holds predictions (``y_pred``, ``y_true`` with NaN for unknown outcomes, the
@@ -103,8 +107,9 @@ def monitor_frame(
 
 
 def replay_counts(counts: pd.DataFrame, schedule, settings: Settings) -> pd.DataFrame:
-    """Run the monitor over increments already counted (``increment`` = index in
-    ``schedule``): the loop of tasks.monitor.advance that nightly monitor_update calls make,
+    """Run the monitor over increments already counted.
+
+    ``increment`` is the index in ``schedule``: the loop of tasks.monitor.advance that nightly monitor_update calls make,
     on arrays. A comparison joins the monitor (and the e-BH family) the first night it has rows.
     """
     fields_ = RATE_COUNTS + UNLABELLED_FIELDS

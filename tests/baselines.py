@@ -168,8 +168,7 @@ def record_help(out: Path) -> None:
     paths: list[list[str]] = [[]]
     for name, command in sorted(group.commands.items()):  # type: ignore[attr-defined]
         paths.append([name])
-        for sub in sorted(getattr(command, "commands", {}) or {}):
-            paths.append([name, sub])
+        paths.extend([name, sub] for sub in sorted(getattr(command, "commands", {}) or {}))
     for path in paths:
         result = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "100", "TERM": "dumb"})
         target = out / "help" / f"{'-'.join(path) or 'biasaudit'}.txt"

@@ -192,8 +192,8 @@ def spark_cluster(folder: Path, workers: int = 2, memory: str = "1g") -> Iterato
                 env,
             )
         )
-        for _ in range(workers):
-            processes.append(
+        for _ in range(workers):  # each kept as it starts: stopped below if a later one fails
+            processes.append(  # noqa: PERF401
                 _start(
                     [*spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
                      "--cores", "1", "--memory", memory, "--webui-port", str(free_port()),

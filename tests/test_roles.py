@@ -111,10 +111,9 @@ class Server:
 
 def _mariadb_passwords(blocks: list[tuple[str, str]]) -> None:
     """The passwords written in the MariaDB blocks (its client has no variables)."""
-    for user, password in re.findall(
-        r"CREATE USER biasaudit_(\w+) IDENTIFIED BY '([^']*)'", blocks[0][1]
-    ):
-        PASSWORDS[user] = password
+    PASSWORDS.update(
+        re.findall(r"CREATE USER biasaudit_(\w+) IDENTIFIED BY '([^']*)'", blocks[0][1])
+    )
 
 
 def _refused(url: URL, statement: str) -> bool:

@@ -243,7 +243,7 @@ def test_auc_interval_contains_its_estimate_in_tiny_groups():
         for p, q in groups
     ]
     np.testing.assert_allclose(auc, expected, atol=1e-12)
-    assert ((0 <= low) & (low <= auc) & (auc <= high) & (high <= 1)).all()
+    assert ((low >= 0) & (low <= auc) & (auc <= high) & (high <= 1)).all()
     assert (high[auc == 1] == 1).all() and (low[auc == 0] == 0).all()
     assert {0.0, 1.0} < set(auc) and ((auc > 0) & (auc < 1)).sum() > 2000
     assert (low < high).all()  # no group, however small, gets a point interval

@@ -34,7 +34,7 @@ def enumerated_size(n_a, n_b, u_tol, alpha=ALPHA):
     _, p, _ = two_sample_test(x_a, n_a, x_b, n_b, u_tol)
     reject = (p <= alpha).astype(float)
     worst = 0.0
-    for p_b in BOUNDARY[BOUNDARY <= 1 - u_tol]:
+    for p_b in BOUNDARY[1 - u_tol >= BOUNDARY]:
         for p_a, q_b in ((p_b + u_tol, p_b), (p_b, p_b + u_tol)):
             pmf_a = stats.binom.pmf(np.arange(n_a + 1), n_a, p_a)
             pmf_b = stats.binom.pmf(np.arange(n_b + 1), n_b, q_b)
@@ -320,10 +320,8 @@ def test_region_edges_are_those_of_every_table(n_a, n_b, u_tol):
         a_small, edge = twosample._boundary(n_a, n_b, t, u_tol)
         assert np.array_equal(edge, row)
         region = table >= t - twosample._TIE * (1 + t)
-        if a_small:  # {x_B <= edge[x_A]}
-            described = x_b <= edge[:, None]
-        else:  # {x_A >= edge[x_B]}
-            described = x_a >= edge[None, :]
+        # {x_B <= edge[x_A]} where A is the smaller side, else {x_A >= edge[x_B]}
+        described = x_b <= edge[:, None] if a_small else x_a >= edge[None, :]
         assert np.array_equal(described, region), (t, a_small, edge)
 
 

@@ -1,4 +1,5 @@
-"""Report stage (pure): the HTML report, the markdown first screen and the table records of a run:
+"""Report stage (pure): the HTML report, the markdown first screen and the table records of a run.
+
 ``derive`` computes what the report says from the result frames, ``page`` (HTML), ``markdown`` and
 ``svg`` render it, ``text`` formats values for people.
 

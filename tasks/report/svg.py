@@ -92,13 +92,13 @@ def forest_plot(rows: pd.DataFrame, tolerance: float, title: str, minimum: int) 
         )
     ]
     axis_y = top + line * len(rows)
-    for tick in ticks:
-        parts.append(
-            f'<line x1="{x(tick):.1f}" y1="{top - 6}" x2="{x(tick):.1f}" y2="{axis_y + 3}" '
-            f'stroke="{"#666" if tick == 0 else "#e0e0e0"}"/>'
-            f'<text x="{x(tick):.1f}" y="{axis_y + 15}" text-anchor="middle" font-size="11">'
-            f"{esc(tick_label(tick, ticks))}</text>"
-        )
+    parts.extend(
+        f'<line x1="{x(tick):.1f}" y1="{top - 6}" x2="{x(tick):.1f}" y2="{axis_y + 3}" '
+        f'stroke="{"#666" if tick == 0 else "#e0e0e0"}"/>'
+        f'<text x="{x(tick):.1f}" y="{axis_y + 15}" text-anchor="middle" font-size="11">'
+        f"{esc(tick_label(tick, ticks))}</text>"
+        for tick in ticks
+    )
     parts.append(
         f'<text x="{label_w + plot_w / 2}" y="{axis_y + 29}" text-anchor="middle" '
         f'font-size="11" fill="#555">difference, percentage points</text>'
@@ -199,21 +199,20 @@ def _xy_axes(
     def y(value: float) -> float:
         return top + (1 - min(max(value, 0.0), 1.0)) * SIDE
 
-    parts = []
     x_scale, x_unit = (100, "%") if x_percent else (1, "")
-    for tick in x_ticks:
-        parts.append(
-            f'<line x1="{x(tick):.1f}" y1="{top}" x2="{x(tick):.1f}" y2="{top + SIDE + 3}" '
-            f'stroke="#e0e0e0"/><text x="{x(tick):.1f}" y="{top + SIDE + 15}" '
-            f'text-anchor="middle" font-size="11">'
-            f"{esc(tick_label(tick, x_ticks, x_scale, False, x_unit))}</text>"
-        )
-    for tick in y_ticks:
-        parts.append(
-            f'<line x1="{MARGIN - 3}" y1="{y(tick):.1f}" x2="{MARGIN + SIDE}" y2="{y(tick):.1f}" '
-            f'stroke="#e0e0e0"/><text x="{MARGIN - 5}" y="{y(tick) + 4:.1f}" text-anchor="end" '
-            f'font-size="11">{esc(tick_label(tick, y_ticks, 100, False, "%"))}</text>'
-        )
+    parts = [
+        f'<line x1="{x(tick):.1f}" y1="{top}" x2="{x(tick):.1f}" y2="{top + SIDE + 3}" '
+        f'stroke="#e0e0e0"/><text x="{x(tick):.1f}" y="{top + SIDE + 15}" '
+        f'text-anchor="middle" font-size="11">'
+        f"{esc(tick_label(tick, x_ticks, x_scale, False, x_unit))}</text>"
+        for tick in x_ticks
+    ]
+    parts.extend(
+        f'<line x1="{MARGIN - 3}" y1="{y(tick):.1f}" x2="{MARGIN + SIDE}" y2="{y(tick):.1f}" '
+        f'stroke="#e0e0e0"/><text x="{MARGIN - 5}" y="{y(tick) + 4:.1f}" text-anchor="end" '
+        f'font-size="11">{esc(tick_label(tick, y_ticks, 100, False, "%"))}</text>'
+        for tick in y_ticks
+    )
     parts.append(
         f'<text x="{MARGIN + SIDE / 2}" y="{top + SIDE + 29}" text-anchor="middle" '
         f'font-size="11" fill="#555">{esc(x_title)}</text>'
