@@ -26,9 +26,9 @@ LINES_PINS := "prefect==3.9.1" "sqlalchemy==2.1.9"
 LINES_SLOW := tests/test_server.py tests/test_work_pool.py tests/test_events.py
 test-lines: $(LINES)/.installed
 	$(LINES)/bin/python -m pytest -n auto --dist worksteal -p no:cacheprovider -m "not slow"
-	$(LINES)/bin/python -m pytest -n auto --dist worksteal -p no:cacheprovider $(LINES_SLOW)
+	$(LINES)/bin/python -m pytest -n auto --dist worksteal -p no:cacheprovider -m slow $(LINES_SLOW)
 
-$(LINES)/.installed: pyproject.toml
+$(LINES)/.installed: pyproject.toml Makefile
 	python3 -m venv $(LINES)
 	$(LINES)/bin/python -m pip install --quiet --upgrade pip
 	$(LINES)/bin/python -m pip install --quiet -e ".[test]" $(LINES_PINS)

@@ -18,7 +18,9 @@ held before, never half a store. Later migrations then run one by one as elsewhe
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import types
 from pathlib import Path
 
 from alembic import command
@@ -58,15 +60,18 @@ VIEWS = {
 def views() -> list[tuple[str, str]]:
     """(name, CREATE VIEW statement) of the history views, from the migrations that made them
     (a later migration that alters a column they read drops and re-creates them)."""
-    found = []
-    for name, (revision, statement) in VIEWS.items():
-        path = next((MIGRATIONS / "versions").glob(f"{revision}_*.py"))
-        spec = importlib.util.spec_from_file_location(f"biasaudit_views_{revision}", path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        found.append((name, getattr(module, statement)))
-    return found
+    return [(name, getattr(_migration(rev), statement)) for name, (rev, statement) in VIEWS.items()]
+
+
+@functools.cache
+def _migration(revision: str) -> types.ModuleType:
+    """The migration module of ``revision``, loaded from its file once."""
+    path = next((MIGRATIONS / "versions").glob(f"{revision}_*.py"))
+    spec = importlib.util.spec_from_file_location(f"biasaudit_migration_{revision}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def store_objects() -> set[str]:

@@ -85,8 +85,7 @@ def nightly_flow(
 
     Args:
         config_path: The audit configuration (TOML) on the machine that runs the flow.
-        db_url: The audit store: a SQLAlchemy URL without a password, or env:VARIABLE, the
-            variable of the flow run's environment that holds the URL.
+        db_url: The audit store: a SQLAlchemy URL without password, or env:VARIABLE naming one.
         as_of: Audit the window that ends at this moment (ISO 8601); empty: the scheduled start.
         audits: The audits to run, by name; empty: every audit of the configuration.
         force: Store a new version even where the input is unchanged since the last run.

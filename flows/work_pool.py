@@ -6,6 +6,7 @@ installed package; the configuration file's path is the worker's."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from uuid import UUID
 
 from biasaudit.flows.nightly import deployment_options, nightly_flow
@@ -14,9 +15,32 @@ from biasaudit.flows.report import REPORTS_ENV, reports_dir
 POOL_TYPE = "process"  # a worker runs each flow run as a process of its own environment
 
 
-def ensure_pool(pool: str) -> bool:
-    """Create the process work pool ``pool`` unless it exists; whether it was created. A pool of
-    another type is refused: the deployment names no image or storage for it to pull."""
+def worker_store_url(given: str | None) -> str | None:
+    """The store URL a work-pool deployment hands its flow runs, which a worker runs in folders
+    of its own: ``given`` (``--db``), else ``BIASAUDIT_DATABASE_URL``, else the embedded default,
+    a SQLite file's relative path made absolute. None where the URL holds a password and came
+    from the environment: the flow run reads the worker's own ``BIASAUDIT_DATABASE_URL``. A
+    password given on the command line is refused (ValueError): Prefect would need it."""
+    from biasaudit.db.engine import URL_ENV, database_url, parse_url
+    from biasaudit.schemas.urls import holds_secret
+
+    url = parse_url(database_url(given))
+    if holds_secret(url):
+        if given:
+            raise ValueError(
+                f"deploy hands the store's URL to Prefect, which must never hold its password: "
+                f"put the URL in {URL_ENV} in the worker's environment and leave out --db"
+            )
+        return None
+    database = url.database or ""
+    if url.get_backend_name() == "sqlite" and database not in ("", ":memory:"):
+        url = url.set(database=str(Path(database).resolve()))
+    return url.render_as_string(hide_password=False)
+
+
+def ensure_pool(pool: str) -> None:
+    """Create the process work pool ``pool`` unless it exists. A pool of another type is refused
+    (ValueError): the deployment names no image or storage for it to pull."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import WorkPoolCreate
     from prefect.exceptions import ObjectNotFound
@@ -26,28 +50,26 @@ def ensure_pool(pool: str) -> bool:
             found = client.read_work_pool(pool)
         except ObjectNotFound:
             client.create_work_pool(WorkPoolCreate(name=pool, type=POOL_TYPE))
-            return True
+            return
     if found.type != POOL_TYPE:
         raise ValueError(
             f"work pool {pool!r} is of type {found.type!r}; biasaudit deploys to a "
             f"{POOL_TYPE!r} pool (name another pool, or create one: "
             f"prefect work-pool create NAME --type {POOL_TYPE})"
         )
-    return False
 
 
 def deploy(
     config_path: str,
-    db_url: str | None,
+    store_url: str | None,
     pool: str,
     cron: str,
     timezone: str,
     name: str = "nightly",
 ) -> UUID:
     """Create or update the deployment ``nightly/NAME`` on the process work pool ``pool``
-    (created if absent): the schedule and parameters of ``biasaudit serve``. ``db_url`` reaches
-    Prefect only without a password (``db.engine.flow_url``): otherwise the flow run reads it from
-    the worker's environment."""
+    (created if absent): the schedule and parameters of ``biasaudit serve``, the store's URL as
+    ``worker_store_url`` gives it (no password)."""
     import contextlib
     import io
 
@@ -65,7 +87,7 @@ def deploy(
             job_variables={"env": reports},
             print_next_steps=False,
             ignore_warnings=True,
-            **deployment_options(config_path, db_url, cron, timezone),
+            **deployment_options(config_path, store_url, cron, timezone),
         )
     assert isinstance(deployed, UUID)  # called from synchronous code: not a coroutine
     return deployed

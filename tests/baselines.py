@@ -8,8 +8,8 @@ that a restructuring changed nothing for users.
   what differs between two runs of the same code (times, durations, flow run ids);
 - ``reports/*.html``: the demo's reports, the moments of the run's own clock masked;
 - ``compas/FRAME.csv``: every result frame of ``audit_frame`` on ProPublica's COMPAS file (race,
-  sex and race x sex, every metric, the decile score audited too), when the file is beside the
-  repository (``shared/data``);
+  sex and race x sex, every metric, the decile score audited too), where the tests find the file
+  (``tests.conftest.COMPAS``);
 - ``help/COMMAND.txt``: ``biasaudit [COMMAND] --help`` for every command;
 - ``sql/ENGINE-MODE.sql``: every statement the scan of the demo's credit audit sends to a source in
   each scan mode, on SQLite and DuckDB (files), PostgreSQL and MariaDB (servers at
@@ -40,8 +40,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from tests.conftest import COMPAS
+
 ROOT = Path(__file__).resolve().parents[1]
-COMPAS = ROOT.parent / "shared" / "data" / "compas-two-years.csv"
 # Columns whose values differ between two runs of the same code on the same input.
 VOLATILE = {
     "audit_runs": {"started_at", "finished_at", "heartbeat_at", "flow_run_id", "timings"},

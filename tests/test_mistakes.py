@@ -398,19 +398,31 @@ def test_an_intersections_reference_typo_fails_before_the_server(store, monkeypa
 
 
 @pytest.mark.parametrize(
-    ("api", "message"),
+    ("api", "db", "message"),
     [
-        (None, "error: deploy needs a Prefect server that outlives this command: set PREFECT_API_URL"),
+        (
+            None,
+            None,
+            "error: deploy needs a Prefect server that outlives this command: set PREFECT_API_URL",
+        ),
         (
             "http://127.0.0.1:1/api",
+            None,
             "error: deploy: the Prefect API at http://127.0.0.1:1/api did not answer (ConnectError",
+        ),
+        (
+            "http://127.0.0.1:1/api",
+            f"postgresql://u:{PASSWORD}@127.0.0.1:1/x",
+            "error: deploy hands the store's URL to Prefect, which must never hold its password: "
+            "put the URL in BIASAUDIT_DATABASE_URL in the worker's environment and leave out --db",
         ),
     ],
 )
-def test_deploy_without_a_reachable_prefect_server_is_one_line(store, tmp_path, api, message):
+def test_deploy_without_a_reachable_prefect_server_is_one_line(store, tmp_path, api, db, message):
     """`biasaudit deploy` needs a server that outlives it (no temporary one), and says so; an
-    unreachable one is named with what to do, not a traceback. Run as a process: Prefect reads
-    its settings once per interpreter."""
+    unreachable one is named with what to do, not a traceback; a password on the command line is
+    refused before anything is contacted. Run as a process: Prefect reads its settings once per
+    interpreter."""
     import os
     import subprocess
     import sys
@@ -422,7 +434,7 @@ def test_deploy_without_a_reachable_prefect_server_is_one_line(store, tmp_path, 
         env["PREFECT_API_URL"] = api
     done = subprocess.run(
         [str(Path(sys.executable).parent / "biasaudit"), "deploy", "--pool", "p"]
-        + ["-c", str(store["config"]), "--db", store["url"]],
+        + ["-c", str(store["config"]), "--db", db or store["url"]],
         env=env,
         capture_output=True,
         text=True,
@@ -433,3 +445,4 @@ def test_deploy_without_a_reachable_prefect_server_is_one_line(store, tmp_path, 
     lines = [line for line in output.splitlines() if line.startswith("error: ")]
     assert done.returncode == 1 and len(lines) == 1, output
     assert lines[0].startswith(message) and "Traceback" not in output, output
+    assert PASSWORD not in output

@@ -19,6 +19,7 @@ from sqlalchemy.exc import DBAPIError
 from biasaudit.db.engine import make_engine, parse_url
 from biasaudit.db.history import list_runs
 from biasaudit.db.load import load_predictions
+from biasaudit.db.migrate import views
 from biasaudit.db.retry import is_transient
 from biasaudit.flows.cli import app
 from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
@@ -182,6 +183,11 @@ def test_the_documented_least_privilege_roles_work(kind, tmp_path, monkeypatch):
         page = tmp_path / "again.html"
         assert exit_code(["report", str(second), "--db", reporting, "--out", str(page)]) == 0
         assert page.stat().st_size > 10_000
+        viewer = make_engine(reporting)  # reads every view, as BI tools and Grafana do
+        with viewer.connect() as connection:
+            for view, _ in views():
+                assert connection.execute(text(f"SELECT count(*) FROM {view}")).scalar_one() > 0
+        viewer.dispose()
 
         reader_url, reporting_url = server.role_url("reader"), server.role_url("reporting")
         assert _refused(reader_url, "DELETE FROM predictions")

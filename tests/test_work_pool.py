@@ -17,6 +17,7 @@ import yaml
 from biasaudit.db.engine import make_engine
 from biasaudit.db.history import list_runs
 from biasaudit.flows.report import REPORTS_ENV
+from biasaudit.flows.work_pool import worker_store_url
 
 from .test_server import (
     BIN,
@@ -46,6 +47,24 @@ def compose_worker_script(values: dict[str, str], config: Path) -> str:
         r"\$\{([A-Z_]+):-([^}]*)\}", lambda m: values.get(m.group(1), m.group(2)), script
     )
     return script.replace(CONTAINER_CONFIG, str(config))
+
+
+def test_the_worker_gets_an_absolute_store_url_and_never_a_password(tmp_path, monkeypatch):
+    """A worker runs each flow run in a folder of its own: a SQLite store's relative path (the
+    default too) is made absolute; a URL with a password from the environment is left to the
+    worker's own environment; one on the command line is refused."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("BIASAUDIT_DATABASE_URL", raising=False)
+    assert worker_store_url(None) == f"sqlite:///{tmp_path / 'biasaudit.db'}"
+    assert worker_store_url("sqlite:///s/x.db") == f"sqlite:///{tmp_path / 's' / 'x.db'}"
+    assert worker_store_url("sqlite:////abs/x.db") == "sqlite:////abs/x.db"
+    assert worker_store_url("postgresql://u@h/db") == "postgresql+psycopg://u@h/db"
+    secret = f"postgresql://u:{PASSWORD}@h/db"
+    with pytest.raises(ValueError, match="leave out --db") as refused:
+        worker_store_url(secret)
+    assert PASSWORD not in str(refused.value)
+    monkeypatch.setenv("BIASAUDIT_DATABASE_URL", secret)
+    assert worker_store_url(None) is None
 
 
 def test_the_compose_worker_deploys_then_runs_a_worker_on_the_same_pool(tmp_path):

@@ -32,6 +32,12 @@ from biasaudit.flows.cli.history import _print_flagged, _print_runs
 from biasaudit.flows.cli.server import FIRST_RUN_NOTE, _prefect_environment, bounded_flow
 
 DEMO_CONFIG = Path(__file__).parents[1] / "demo_audits.toml"
+# The nightly deployment's options, served or deployed to a work pool.
+CronOption = Annotated[str, typer.Option(metavar="CRON", help="Schedule (cron syntax)")]
+ScheduleZoneOption = Annotated[
+    str, typer.Option("--timezone", metavar="ZONE", help="Time zone of the schedule")
+]
+DeploymentOption = Annotated[str, typer.Option(metavar="NAME", help="Deployment name")]
 
 
 @app.command()
@@ -255,17 +261,15 @@ def backtest(
 def serve(
     config: ConfigOption = None,
     db: DbOption = None,
-    cron: Annotated[str, typer.Option(metavar="CRON", help="Schedule (cron syntax)")] = "0 2 * * *",
-    timezone_: Annotated[
-        str, typer.Option("--timezone", metavar="ZONE", help="Time zone of the schedule")
-    ] = "UTC",
+    cron: CronOption = "0 2 * * *",
+    timezone_: ScheduleZoneOption = "UTC",
     task_runner: Annotated[
         str, typer.Option(metavar="RUNNER", help="threads, or dask (the dask extra)")
     ] = "threads",
     dask_address: Annotated[
         str | None, typer.Option(metavar="ADDRESS", help="Dask scheduler, e.g. tcp://host:8786")
     ] = None,
-    name: Annotated[str, typer.Option(metavar="NAME", help="Deployment name")] = "nightly",
+    name: DeploymentOption = "nightly",
 ) -> None:
     """Serve the nightly deployment (runs until stopped; trigger with
     `prefect deployment run 'nightly/NAME' -p audits='["AUDIT"]'`)."""
@@ -301,11 +305,9 @@ def deploy(
     ],
     config: ConfigOption = None,
     db: DbOption = None,
-    cron: Annotated[str, typer.Option(metavar="CRON", help="Schedule (cron syntax)")] = "0 2 * * *",
-    timezone_: Annotated[
-        str, typer.Option("--timezone", metavar="ZONE", help="Time zone of the schedule")
-    ] = "UTC",
-    name: Annotated[str, typer.Option(metavar="NAME", help="Deployment name")] = "nightly",
+    cron: CronOption = "0 2 * * *",
+    timezone_: ScheduleZoneOption = "UTC",
+    name: DeploymentOption = "nightly",
 ) -> None:
     """Deploy the nightly flow to a work pool on the configured Prefect server, and exit; a
     worker runs it: `prefect worker start --pool POOL`, where biasaudit is installed and the
@@ -313,7 +315,7 @@ def deploy(
     import httpx
     from prefect.settings import get_current_settings
 
-    from biasaudit.db.engine import database_url, make_engine, safe_url
+    from biasaudit.db.engine import URL_ENV, database_url, make_engine, safe_url
     from biasaudit.db.migrate import upgrade
     from biasaudit.flows.config_files import configured_names, default_config_path
 
@@ -324,25 +326,36 @@ def deploy(
             "deploy needs a Prefect server that outlives this command: set PREFECT_API_URL "
             "(or a Prefect profile's), e.g. http://127.0.0.1:4200/api"
         )
+    from biasaudit.flows.work_pool import deploy as deploy_nightly
+    from biasaudit.flows.work_pool import worker_store_url
+
+    try:
+        store = worker_store_url(db)
+    except ValueError as exc:
+        raise Mistake(str(exc)) from None
     make_engine(db).dispose()
     upgrade(db)
     _prefect_environment(logs=False)
-    from biasaudit.flows.work_pool import deploy as deploy_nightly
-
     api = get_current_settings().api.url
     try:
-        deploy_nightly(path, db, pool, cron, timezone_, name)
+        deploy_nightly(path, store, pool, cron, timezone_, name)
     except ValueError as exc:
         raise Mistake(str(exc)) from None
+    except httpx.HTTPStatusError as exc:
+        raise Mistake(
+            f"deploy: the Prefect API at {api} refused the deployment "
+            f"(HTTP {exc.response.status_code}: {exc.response.text[:200]})"
+        ) from None
     except httpx.HTTPError as exc:
         raise Mistake(
             f"deploy: the Prefect API at {api} did not answer ({type(exc).__name__}: {exc}); "
             "start the server or correct PREFECT_API_URL"
         ) from None
+    here = safe_url(database_url(db))
+    where = safe_url(store) if store else f"the worker's ${URL_ENV} ({here} here)"
     _say(
         f"deployed nightly/{name} to work pool {pool!r}: {len(names)} audits of {path} on "
-        f"{safe_url(database_url(db))}, cron {cron!r} ({timezone_}); "
-        f"run it with: prefect worker start --pool {pool}"
+        f"{where}, cron {cron!r} ({timezone_}); run it with: prefect worker start --pool {pool}"
     )
 
 
