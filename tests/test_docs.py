@@ -150,3 +150,25 @@ def test_the_module_map_names_every_module():
         and not (path.parent != ROOT / package and f"{path.parent.name}/" in named)
     ]
     assert not unnamed, f"docs/design.md's module map lacks {unnamed}"
+
+
+def test_the_api_page_names_every_parameter_and_result_frame_of_audit_frame():
+    """docs/python-api.md gives `audit_frame`'s signature as the function has it, and names every
+    field of its result."""
+    import inspect
+    import re
+    from dataclasses import fields
+
+    from biasaudit.tasks.api import audit_frame
+    from biasaudit.tasks.core import AuditResult
+
+    page = (ROOT / "docs" / "python-api.md").read_text()
+    (shown,) = re.findall(r"`audit_frame\((.*?)\)`", page)
+    signature = inspect.signature(audit_frame)
+    bare = signature.replace(
+        parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+        return_annotation=signature.empty,
+    )
+    assert f"({shown})" == str(bare)
+    unnamed = [f.name for f in fields(AuditResult) if f"`{f.name}`" not in page]
+    assert not unnamed, f"docs/python-api.md names no {unnamed}"
