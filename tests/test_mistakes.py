@@ -413,8 +413,11 @@ def test_an_intersections_reference_typo_fails_before_the_server(store, monkeypa
         (
             "http://127.0.0.1:1/api",
             f"postgresql://u:{PASSWORD}@127.0.0.1:1/x",
-            "error: deploy hands the store's URL to Prefect, which must never hold its password: "
-            "put the URL in BIASAUDIT_DATABASE_URL in the worker's environment and leave out --db",
+            (
+                "error: deploy hands the store's URL to Prefect, which must never hold its "
+                "password: put the URL in BIASAUDIT_DATABASE_URL in the worker's environment and "
+                "leave out --db"
+            ),
         ),
     ],
 )
