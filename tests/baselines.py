@@ -11,6 +11,8 @@ that a restructuring changed nothing for users.
   sex and race x sex, every metric, the decile score audited too), where the tests find the file
   (``tests.conftest.COMPAS``);
 - ``help/COMMAND.txt``: ``biasaudit [COMMAND] --help`` for every command;
+- ``cli/NAME.txt``: what the commands that read the store print on the demo's store (history in
+  each mode and format, compare, quarantine, audits, plan, rank, metrics), with their exit codes;
 - ``sql/ENGINE-MODE.sql``: every statement the scan of the demo's credit audit sends to a source in
   each scan mode, on SQLite and DuckDB (files), PostgreSQL and MariaDB (servers at
   ``BIASAUDIT_TEST_POSTGRES_URL`` / ``BIASAUDIT_TEST_MARIADB_URL``, or the test defaults;
@@ -85,6 +87,7 @@ def _demo_store(folder: Path) -> str:
     with redirect_stdout(io.StringIO()):
         for name in configured_names(config):
             run_audit(name, config, url, END)
+        run_audit("credit-race", config, url, END - timedelta(days=5))  # what compare compares
     return url
 
 
@@ -273,6 +276,43 @@ def record_sql(folder: Path, out: Path) -> None:
                 _drop(kind, url)
 
 
+# The read-only commands a user runs on the demo's store (runs 1 to 4 as of the demo's end, run 5
+# credit-race's five days earlier), by the file they are recorded in.
+READS = {
+    "history": ["history"],
+    "history-json": ["history", "--format", "json"],
+    "history-run": ["history", "1", "--all"],
+    "history-run-csv": ["history", "2", "--format", "csv"],
+    "history-metric": ["history", "--metric", "fpr", "--attribute", "race"]
+    + ["--audit", "credit-race"],
+    "history-monitor": ["history", "--monitor"],
+    "compare": ["compare", "1", "--all"],
+    "compare-csv": ["compare", "1", "5", "--format", "csv"],
+    "quarantine": ["quarantine", "4"],
+    "audits": ["audits", "-c", str(ROOT / "flows" / "demo_audits.toml")],
+    "plan": ["plan", "--metric", "tpr", "--rate", "0.6", "--rate", "0.7"]
+    + ["--prev", "0.3", "--prev", "0.4"],
+    "rank": ["rank", "1", "--metric", "fpr", "--attribute", "race", "--group", "Black"],
+    "metrics": ["metrics"],
+}
+
+
+def record_reads(url: str, folder: Path, out: Path) -> None:
+    from typer.testing import CliRunner
+
+    from biasaudit.flows.cli import app
+
+    runner = CliRunner()
+    for name, args in READS.items():
+        store = [] if args[0] in ("plan", "metrics") else ["--db", url]
+        result = runner.invoke(app, [*args, *store], env={"COLUMNS": "160", "TERM": "dumb"})
+        target = out / "cli" / f"{name}.txt"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shown = masked(result.output).replace(str(folder), "<work>").replace(str(ROOT), "<root>")
+        lines = (line.strip() for line in shown.splitlines())  # a centred title's margins
+        target.write_text(f"exit {result.exit_code}\n" + "\n".join(lines) + "\n")
+
+
 def record(out: Path) -> None:
     import tempfile
 
@@ -281,6 +321,7 @@ def record(out: Path) -> None:
         folder = Path(work)
         url = _demo_store(folder)
         record_store(url, out)
+        record_reads(url, folder, out)
         record_reports(folder, out)
         record_sql(folder, out)
     record_compas(out)
