@@ -352,7 +352,7 @@ def _reflect_columns(bind: Engine | Connection, schema: str, name: str) -> Table
 def reflect_source(bind: Engine | Connection, source: str) -> Table:
     """The source table or view as the database describes it (``schema.table`` allowed), read
     through ``bind``: given the scan's connection, no other connection is checked out (each
-    checkout is a round trip to test it, 30-90 ms on Spark's Thrift server)."""
+    checkout is a round trip to test it, a slow one on Spark's Thrift server)."""
     schema, _, name = source.rpartition(".")
     engine = bind.engine
     if engine.dialect.name == "duckdb":
@@ -813,7 +813,8 @@ def window_of(engine_or_connection, audit: Audit) -> Window:
 def rows_frame(result, columns) -> pd.DataFrame:
     """A frame of driver values, one object column each (no dtype inference). A result is read
     whole by ``all()``: row by row, clickhouse-sqlalchemy's HTTP cursor pops each row from the
-    front of its prefetched list, a time quadratic in the rows (147 s for 1M)."""
+    front of its prefetched list, a time quadratic in the rows (benchmarks/README.md, the
+    engines' memory scans)."""
     rows = result if isinstance(result, list) else result.all()
     return pd.DataFrame(
         {name: pd.Series([r[i] for r in rows], dtype=object) for i, name in enumerate(columns)}

@@ -4,8 +4,8 @@ Database steps (flows.pipeline.DATABASE_STEPS: begin, scan, previous run, identi
 monitor, persist, failure, report) are Prefect tasks that retry on transient database errors with
 exponential backoff (db.retry). The pure stages of tasks.core (counts, metrics, MATCH, planning,
 detection, ...) run as plain calls inside the flow: deterministic, they have nothing to retry, and
-their task runs cost the flow's process and the Prefect server 0.6-0.8 s of CPU per audit
-together (benchmarks/README.md, scale section: three audits at 10M). Their times are the run's
+their task runs cost the flow's process and the Prefect server CPU on every audit
+(benchmarks/README.md, scale section: three audits at 10M). Their times are the run's
 stored ``timings``; a stage that raises fails the flow run with its error. ``in_flow`` is the
 ``run`` hook with which flows.audit runs the pipeline's one body (flows.pipeline.execute_audit)
 as a Prefect flow.
