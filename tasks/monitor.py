@@ -9,12 +9,12 @@ of the detection stage's T = e_group − e_reference).
 rows of the smaller side with disjoint blocks of a = n_g // k group rows and b = n_r // k
 reference rows: the pair statistic Z = (mean of a group rows) − (mean of b reference rows) lies in
 [−1, 1] and E[Z] = U_t (Chugg, Cortes-Gomez, Wilder and Ramdas 2023, "Auditing fairness by
-betting", bet on such paired differences with the wealth Π(1 + λ_i(Z_i − tol)); block means keep
-the efficiency of the larger side). For H0+: U_t ≤ tol, the wealth
-of a constant bet λ (chosen from past nights only) is Π_i (1 + λ(Z_i − tol)), an e-value for every
+betting", bet on such paired differences with the wealth Π(1 + λ_i(Z_i − u_tol)); block means keep
+the efficiency of the larger side). For H0+: U_t ≤ u_tol, the wealth
+of a constant bet λ (chosen from past nights only) is Π_i (1 + λ(Z_i − u_tol)), an e-value for every
 fixed arrangement of rows into pairs. Its average over a uniformly random arrangement is an
 e-value too, and depends on the night's counts only; exp of its expected logarithm is smaller
-(Jensen), k·E log(1 + λ(Z − tol)) over one random pair. In that pair the smaller side's row is a
+(Jensen), k·E log(1 + λ(Z − u_tol)) over one random pair. In that pair the smaller side's row is a
 Bernoulli(p̂) draw, so the expectation is exact over its two values x, and only the other side's
 block mean Ȳ (spread σ̂²_B, small unless the sides are close in size) is bounded, by the
 Fan-Grama-Liu inequality log(1 + vy) ≥ vy − ψ_E(v)y² (y ≥ −1, ψ_E(v) = −log(1 − v) − v;
@@ -22,19 +22,19 @@ Waudby-Smith and Ramdas 2024, eq. for the predictable-mixture bound), given x (`
 
     log E+_t = k·Σ_x P(x)·[log(1 + λc_x) − ψ_E(u_x·m)/m²·σ̂²_B],   u_x = λ/(1 + λc_x),
 
-with c_x the pair's value of Z − tol at Ȳ = p̂_B and m how far Ȳ can fall below p̂_B. So
+with c_x the pair's value of Z − u_tol at Ȳ = p̂_B and m how far Ȳ can fall below p̂_B. So
 E[E+_t | past] ≤ 1 under H0+ whatever the night's base rates (no nuisance parameter, valid
 under changing distributions; assumed, as by any test of rates: given the past and the night's
 sample sizes, the night's outcomes are independent within each side). Bounding the whole
 logarithm by the inequality gives up about a third of the growth on a small group's night (a
-TPR 0.10 below the rest's 0.80); this bound keeps at least 95% of it (tests/test_monitor_power.py). H0−: U_t ≥ −tol is the same with Z → −Z.
+TPR 0.10 below the rest's 0.80); this bound keeps at least 95% of it (tests/test_monitor_power.py). H0−: U_t ≥ −u_tol is the same with Z → −Z.
 
 **Bets: open on a change.** Each side runs Page's (1954) CUSUM of Gaussian log-likelihood
-ratios of a mean δ against 0 for Y = s·Z − tol (s = ±1), G_t = max(0, G_{t−1} + δ/m̂₂·(y_t −
+ratios of a mean δ against 0 for Y = s·Z − u_tol (s = ±1), G_t = max(0, G_{t−1} + δ/m̂₂·(y_t −
 k_t·δ/2)), with y_t the night's sum of Y over its k_t pairs and m̂₂ the exponentially weighted
 (half-life h nights) second moment of Y per pair. The side's gate opens when G reaches g and closes
 when G returns to 0; while it is open the bet is λ = (S + Pδ)/(Q + P·m̂₂) (capped at
-v_max/(1 + tol)), the growth-optimal bet of the quadratic approximation (GRAPA's λ = μ/(σ² + μ²),
+v_max/(1 + u_tol)), the growth-optimal bet of the quadratic approximation (GRAPA's λ = μ/(σ² + μ²),
 Waudby-Smith and Ramdas 2024, section 5.3) at the sums S of Y and Q of Y² over the pairs since G
 was last 0, shrunk toward δ by P pseudo-pairs; otherwise λ = 0. Inside the null G drifts down and
 the bets stay 0 (a bet on noise there only loses); after a change G climbs, and the bet learns the
@@ -46,7 +46,7 @@ Any predictable bet keeps validity, so a state stored by an earlier version of t
 continues: its wealth is an e-process up to its night, and every later night multiplies it by an
 e-value.
 
-**e-process and alarm.** Under H0: |U_t| ≤ tol both E+_t and E−_t are e-values given the past,
+**e-process and alarm.** Under H0: |U_t| ≤ u_tol both E+_t and E−_t are e-values given the past,
 so M_t = (M+_t + M−_t)/2, with M±_t = M±_{t−1}·E±_t and M±_0 = 1, is a test supermartingale for
 H0 however the wealth is split between the sides before each night, as long as the split is
 predictable: each night a share f = 0.1 (TRANSFER) of the idle side's wealth (bet 0) moves to the
@@ -95,7 +95,7 @@ import pandas as pd
 from biasaudit.schemas.results import COMPARISON_KEY, MONITOR_STATE
 
 PRIOR_PAIRS = 4.0  # pseudo-pairs of second moment 1/4 that keep early bets small
-V_MAX = 0.8  # largest bet fraction v = λ(1 + tol) of the test
+V_MAX = 0.8  # largest bet fraction v = λ(1 + u_tol) of the test
 SHIFT = 0.05  # δ: the mean of Y the CUSUM looks for, and the bet's prior mean
 GATE = 2.0  # g: the CUSUM's log-likelihood ratio at which a side starts betting
 SHIFT_PAIRS = 200.0  # P: pseudo-pairs of mean δ in the bet's estimate
@@ -134,14 +134,14 @@ def pair_moments(x_g, n_g, x_r, n_r):
     return k, d, np.where(k > 0, var, 0.0)
 
 
-def log_e_value(x_g, n_g, x_r, n_r, lam, tol, side):
-    """log of the night's e-value for H0+ (side=+1: U ≤ tol) or H0− (side=−1: U ≥ −tol).
+def log_e_value(x_g, n_g, x_r, n_r, lam, u_tol, side):
+    """log of the night's e-value for H0+ (side=+1: U ≤ u_tol) or H0− (side=−1: U ≥ −u_tol).
 
     Each of the k pairs holds one row of the smaller side (a Bernoulli(p̂) draw under a random
     arrangement) and a block mean Ȳ of the other side (mean p̂_B, variance σ̂²_B): given the
-    single row's value x, Y = s·Z − tol = c_x + e with c_x = s·o·(x − p̂_B) − tol (o = +1 when the
-    single row is the group's, −1 when it is the reference's) and e = −s·o·(Ȳ − p̂_B) ≥ −m of
-    mean 0, so log(1 + λY) = log(1 + λc_x) + log(1 + u_x·e), u_x = λ/(1 + λc_x), and the
+    single row's value x, Y = s·Z − u_tol = c_x + e with c_x = s·o·(x − p̂_B) − u_tol (o = +1
+    when the single row is the group's, −1 when it is the reference's) and e = −s·o·(Ȳ − p̂_B) ≥ −m
+    of mean 0, so log(1 + λY) = log(1 + λc_x) + log(1 + u_x·e), u_x = λ/(1 + λc_x), and the
     Fan-Grama-Liu inequality bounds the second term's mean below by −ψ_E(u_x·m)/m²·σ̂²_B:
     exact in the single row, the inequality only for the block's small spread."""
     x_g, n_g, x_r, n_r = (np.asarray(v, dtype=float) for v in (x_g, n_g, x_r, n_r))
@@ -158,21 +158,22 @@ def log_e_value(x_g, n_g, x_r, n_r, lam, tol, side):
     reach = np.where(orient > 0, 1 - p_b, p_b)  # m: e ≥ −m as Ȳ ∈ [0, 1]
     total = np.zeros(np.broadcast(k, lam).shape)
     for x, weight in ((1.0, p_1), (0.0, 1 - p_1)):
-        c = orient * (x - p_b) - tol
+        c = orient * (x - p_b) - u_tol
         u = lam / (1 + lam * c)
         total = total + weight * (np.log1p(lam * c) - _fan_factor(u * reach) * u**2 * var_b)
     return np.where(k > 0, k * total, 0.0)
 
 
-def second_moment(w_k, w_d, w_v, tol, side):
-    """m̂₂: the exponentially weighted second moment of Y = s·Z − tol per pair (PRIOR_PAIRS of 1/4)."""
-    return (w_v - 2 * side * tol * w_d + tol**2 * w_k + PRIOR_PAIRS / 4.0) / (w_k + PRIOR_PAIRS)
+def second_moment(w_k, w_d, w_v, u_tol, side):
+    """m̂₂: the exponentially weighted second moment of Y = s·Z − u_tol per pair (PRIOR_PAIRS of
+    1/4)."""
+    return (w_v - 2 * side * u_tol * w_d + u_tol**2 * w_k + PRIOR_PAIRS / 4.0) / (w_k + PRIOR_PAIRS)
 
 
-def bet(run_y, run_q, gate, m2, tol, v_max=V_MAX):
+def bet(run_y, run_q, gate, m2, u_tol, v_max=V_MAX):
     """λ = (S + Pδ)/(Q + P·m̂₂) while the side's gate is open, else 0 (module docstring)."""
     lam = np.maximum(run_y + SHIFT_PAIRS * SHIFT, 0.0) / (run_q + SHIFT_PAIRS * m2)
-    return np.where(gate > 0, np.minimum(lam, v_max / (1.0 + tol)), 0.0)
+    return np.where(gate > 0, np.minimum(lam, v_max / (1.0 + u_tol)), 0.0)
 
 
 def cusum(g, run_y, run_q, gate, k, y, q, m2):
@@ -264,7 +265,7 @@ def step(state: dict, x_g, n_g, x_r, n_r, settings: Settings, grid=GRID, entry=0
     state and the night's outputs: pairs, difference, per-side and combined e-values, the
     e-process M_t and whether it crossed 1/α. Pure: the state is not modified.
     """
-    tol, alpha = settings.tolerance, settings.alpha
+    u_tol, alpha = settings.tolerance, settings.alpha  # U_tol, as in tasks.twosample
     k, d, var = pair_moments(x_g, n_g, x_r, n_r)
     joining = (state["ebh_weight"] <= 0) & (k > 0)  # e-BH's weight: fixed at the first pairs
     entering = joining if rejoining is None else joining | rejoining
@@ -273,15 +274,15 @@ def step(state: dict, x_g, n_g, x_r, n_r, settings: Settings, grid=GRID, entry=0
     new = {name: np.array(value, dtype=float) for name, value in state.items()}
     lams = {}
     for side, name in ((+1, "up"), (-1, "down")):
-        m2 = second_moment(state["w_k"], state["w_d"], state["w_v"], tol, side)
+        m2 = second_moment(state["w_k"], state["w_d"], state["w_v"], u_tol, side)
         run_y, run_q, gate = (state[f"{c}_{name}"] for c in ("run_y", "run_q", "gate"))
-        lams[name] = bet(run_y, run_q, gate, m2, tol, settings.v_max)
-        y, q = k * (side * d - tol), k * (var + (side * d - tol) ** 2)
+        lams[name] = bet(run_y, run_q, gate, m2, u_tol, settings.v_max)
+        y, q = k * (side * d - u_tol), k * (var + (side * d - u_tol) ** 2)
         night = cusum(state[f"cusum_{name}"], run_y, run_q, gate, k, y, q, m2)
         for c, value in zip(("cusum", "run_y", "run_q", "gate"), night, strict=True):
             new[f"{c}_{name}"] = value
-    log_e_up = log_e_value(x_g, n_g, x_r, n_r, lams["up"], tol, +1)
-    log_e_down = log_e_value(x_g, n_g, x_r, n_r, lams["down"], tol, -1)
+    log_e_up = log_e_value(x_g, n_g, x_r, n_r, lams["up"], u_tol, +1)
+    log_e_down = log_e_value(x_g, n_g, x_r, n_r, lams["down"], u_tol, -1)
     log_m_before = log_wealth(start_up, start_down)
     log_up, log_down = rebalance(start_up, start_down, lams["up"], lams["down"])
     new["log_m_up"] = log_up + log_e_up
