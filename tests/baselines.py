@@ -16,7 +16,10 @@ that a restructuring changed nothing for users.
 - ``sql/ENGINE-MODE.sql``: every statement the scan of the demo's credit audit sends to a source in
   each scan mode, on SQLite and DuckDB (files), PostgreSQL and MariaDB (servers at
   ``BIASAUDIT_TEST_POSTGRES_URL`` / ``BIASAUDIT_TEST_MARIADB_URL``, or the test defaults;
-  an unreachable server is written as such).
+  an unreachable server is written as such);
+- ``compiled/DIALECT-TABLE.sql``: the window's query, its per-row rules and its delay compiled for
+  every engine the sources know (ClickHouse and Spark SQL among them: no server needed), on a
+  table of typed columns and, where the engine parses text, one of text columns.
 
 ``compare A B`` lists the files that differ or exist in one folder only, and exits 1 if any.
 
@@ -59,6 +62,8 @@ def masked(text: str) -> str:
     recorded it (when a run started, finished, was reported), as ``<now>``; the data's own
     moments (2026-09 and 2026-10 in the demo) stay."""
     return MOMENT.sub(lambda m: "<now>" if m.group(0)[:10] in TODAY else m.group(0), text)
+
+
 SCAN_MODES = ("memory", "stream", "pushdown")
 
 
@@ -264,7 +269,9 @@ def record_sql(folder: Path, out: Path) -> None:
             engine = make_engine(url)
             demo.to_sql("flat", engine, index=False, chunksize=5000)
             for mode in SCAN_MODES:
-                audit = base.model_copy(update={"scan": base.scan.model_copy(update={"mode": mode})})
+                audit = base.model_copy(
+                    update={"scan": base.scan.model_copy(update={"mode": mode})}
+                )
                 sink: list[str] = []
                 with _statements(engine, sink):
                     scan_window(engine, audit, start, end, now)
@@ -274,6 +281,79 @@ def record_sql(folder: Path, out: Path) -> None:
         finally:
             if kind in ("postgresql", "mariadb"):
                 _drop(kind, url)
+
+
+# Dialects the compiled statements are recorded for, by file name, and whether each parses text.
+DIALECTS = {
+    "sqlite": ("sqlite://", True),
+    "postgresql": ("postgresql+psycopg://", True),
+    "mysql": ("mysql+pymysql://", True),
+    "mariadb": ("mariadb+pymysql://", True),
+    "duckdb": ("duckdb://", True),
+    "clickhouse": ("clickhouse+http://", False),
+    "hive": ("hive://", False),
+}
+
+
+def _compiled(statement, dialect) -> str:
+    compiled = statement.compile(dialect=dialect, compile_kwargs={"render_postcompile": True})
+    values = ", ".join(f"{k}={v!r}" for k, v in sorted(compiled.params.items()))
+    return re.sub(r"\s+", " ", str(compiled)).strip() + f"\n  -- {values}"
+
+
+def record_compiled(out: Path) -> None:
+    """The window's statements compiled for each dialect: its query (a window of days and one of
+    all time), its per-row rules, its delay and its grouping keys; where the engine parses no
+    text, what it says of a table of text columns."""
+    from sqlalchemy import Column, DateTime, Float, Integer, MetaData, String, Table, select
+    from sqlalchemy.engine import make_url
+
+    from biasaudit.db.source import Window, table_problems
+    from biasaudit.flows.config_files import load_audit
+
+    audit = load_audit(ROOT / "flows" / "demo_audits.toml", "credit-race")
+    audit = audit.model_copy(
+        update={"source": "flat", "columns": {**audit.columns, "labelled_at": "labelled_at"}}
+    )
+    kinds = {
+        "typed": (String, DateTime(timezone=True), Integer, Float),
+        "text": (String, String, String, String),
+    }
+    end, now = datetime(2026, 10, 31, tzinfo=UTC), datetime(2026, 11, 1, tzinfo=UTC)
+    start = end - timedelta(days=30)
+    for name, (url, parses_text) in DIALECTS.items():
+        dialect = make_url(url).get_dialect()()
+        for kind, (ident, moment, label, score) in kinds.items():
+            table = Table(
+                "flat",
+                MetaData(),
+                Column("prediction_id", ident, nullable=False),
+                Column("predicted_at", moment),
+                Column("labelled_at", moment),
+                Column("model_id", String),
+                Column("model_version", String),
+                Column("y_true", label),
+                Column("y_pred", label),
+                Column("score", score),
+                *[Column(a, String) for a in audit.attributes],
+            )
+            target = out / "compiled" / f"{name}-{kind}.sql"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if not parses_text and kind == "text":  # refused, each column in one line
+                target.write_text("\n".join(table_problems(table, audit, dialect.name)) + "\n")
+                continue
+            window = Window(table, audit, dialect.name)
+            keys = [window.key(a).label(a) for a in audit.attributes]
+            statements = {
+                "query": window.query(start, end, now),
+                "query-all": window.query(None, end, now),
+                "row_ok": select(window.row_ok(now).label("ok")),
+                "delay": select(window.delay().label("delay")),
+                "keys": select(*keys),
+            }
+            target.write_text(
+                "".join(f"-- {k}\n{_compiled(s, dialect)}\n" for k, s in statements.items())
+            )
 
 
 # The read-only commands a user runs on the demo's store (runs 1 to 4 as of the demo's end, run 5
@@ -326,6 +406,7 @@ def record(out: Path) -> None:
         record_sql(folder, out)
     record_compas(out)
     record_help(out)
+    record_compiled(out)
 
 
 def compare(before: Path, after: Path) -> list[str]:
