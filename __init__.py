@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AuditResult", "audit_counts", "audit_frame", "monitor_frame"]
 
-# Imported on first use (PEP 562), so that ``import biasaudit.db.scan`` or the CLI does not pay
+# Imported on first use (PEP 562), so that ``import biasaudit.db.sources.scan`` or the CLI does not pay
 # for scipy and the statistical stages.
 _HOMES = {
     "AuditResult": "biasaudit.tasks.core",

@@ -33,10 +33,10 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from biasaudit.db.cells import duplicated_ids
 from biasaudit.db.engine import make_engine
-from biasaudit.db.scan import memory_cells, pushdown_cells
-from biasaudit.db.source import window_of
+from biasaudit.db.sources.cells import duplicated_ids
+from biasaudit.db.sources.scan import memory_cells, pushdown_cells
+from biasaudit.db.sources.window import window_of
 from biasaudit.schemas.config import parse_config
 from tests.clusters import CLUSTER, SHARDS, clickhouse_cluster, spark_cluster
 

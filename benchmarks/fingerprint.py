@@ -2,7 +2,7 @@
 GROUP BY would cost, on the scale benchmark's table (benchmarks/scale.py).
 
 - stream: the stream scan (``scan_window``, 500k-row batches), best of 2; the row hash sums of
-  the same typed batches (db.source.row_hash_sum), and of that the mixing of each row's hash
+  the same typed batches (db.sources.fingerprints.row_hash_sum), and of that the mixing of each row's hash
   (pandas' hash_array), best of 5;
 - pushdown: the push-down scan, best of 2; its GROUP BY alone and with a sum of one row hash of
   every column added (PostgreSQL: hash_record_extended mixed by hashint8extended; DuckDB: hash;
@@ -30,9 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale import config_file, prepare
 
 from biasaudit.db.engine import make_engine, one_snapshot
-from biasaudit.db.scan import scan_window
-from biasaudit.db.source import ROW_PRIME, column_hashes, row_hash_sum, window_bounds, window_of
-from biasaudit.db.stream import read_batches, typed_frame
+from biasaudit.db.sources.fingerprints import ROW_PRIME, column_hashes, row_hash_sum
+from biasaudit.db.sources.scan import scan_window
+from biasaudit.db.sources.stream import read_batches, typed_frame
+from biasaudit.db.sources.window import window_bounds, window_of
 from biasaudit.flows.config_files import load_audit
 
 AS_OF = datetime(2026, 3, 1, tzinfo=UTC)
@@ -48,7 +49,7 @@ def best(work: Callable[[], object], repeat: int) -> float:
 
 
 def row_hashes(frame: pd.DataFrame) -> np.ndarray:
-    """Each row's column hashes combined, before mixing (as db.source.row_hash_sum)."""
+    """Each row's column hashes combined, before mixing (as db.sources.fingerprints.row_hash_sum)."""
     rows = np.zeros(len(frame), dtype=np.uint64)
     for name in frame.columns:
         rows = rows * ROW_PRIME + column_hashes(frame[name])

@@ -5,8 +5,8 @@ flow module (``--flow``, biasaudit.flows.audit), each in fresh interpreters, med
 Stages: counts of ~500 groups (attributes race 6, sex 2, age 8, region 5 values; intersections
 race x sex, age x region and three 3-way ones: 489 groups, many of them small), the full metric
 catalogue, B = 1,000 bootstrap replicates, through tasks.core.audit_counts (each stage timed by its
-``run`` hook), then persisted as the flow does (db.runs.start_run, db.results.result_tables,
-db.runs.save_run) to SQLite and PostgreSQL, then the report (flows.report.build_report) on each.
+``run`` hook), then persisted as the flow does (db.store.runs.start_run, db.store.results.result_tables,
+db.store.runs.save_run) to SQLite and PostgreSQL, then the report (flows.report.build_report) on each.
 
     python benchmarks/fixed_costs.py [--postgres postgresql://postgres@127.0.0.1:5432/postgres]
 
@@ -107,9 +107,9 @@ def timed_runner(timings: dict[str, float]) -> Callable[..., Any]:
 def persist_and_report(url: str, audit: Any, result: Any) -> tuple[float, float]:
     """Seconds to persist ``result`` as the flow does, and to build its report."""
     from biasaudit.db.engine import make_engine
-    from biasaudit.db.migrate import upgrade
-    from biasaudit.db.results import result_tables
-    from biasaudit.db.runs import RunRecord, release_run, save_run, start_run
+    from biasaudit.db.store.migrate import upgrade
+    from biasaudit.db.store.results import result_tables
+    from biasaudit.db.store.runs import RunRecord, release_run, save_run, start_run
     from biasaudit.flows.report import build_report
     from biasaudit.schemas.quarantine import QUARANTINE_COLUMNS
 

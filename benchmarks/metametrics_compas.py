@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from biasaudit.db.history import META_COLUMNS
+from biasaudit.db.store.history import META_COLUMNS
 from biasaudit.schemas.config import Thresholds
 from biasaudit.tasks.counts import group_counts
 from biasaudit.tasks.metametrics import attribute_meta_metrics

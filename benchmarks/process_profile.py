@@ -5,7 +5,7 @@ pandas, Pandera, psycopg, scipy.stats, SQLAlchemy's ORM), then runs the whole au
 (flows.pipeline.execute_audit) with a ``run`` hook that times every stage: begin, scan, counts,
 previous run, each statistical stage of tasks.core, persist and report; then the database's
 floor (scale.py's bare GROUP BY, best of 3). Then persist alone, its
-rows through COPY (PostgreSQL with psycopg 3, db.runs._insert_results) against one Core
+rows through COPY (PostgreSQL with psycopg 3, db.store.runs._insert_results) against one Core
 executemany, alternated --repeat times in this process.
 
     python benchmarks/process_profile.py --rows 10000000 --db postgresql://postgres@127.0.0.1:5432/bench10m
@@ -54,9 +54,9 @@ def persist_seconds(url: str, config: Path, repeat: int) -> None:
 
     from scale import AS_OF
 
-    from biasaudit.db import runs
     from biasaudit.db.engine import make_engine
-    from biasaudit.db.results import result_tables
+    from biasaudit.db.store import runs
+    from biasaudit.db.store.results import result_tables
     from biasaudit.flows.config_files import load_audit
     from biasaudit.flows.pipeline import new_record, scan
     from biasaudit.tasks.core import audit_counts

@@ -6,7 +6,7 @@ score and a zoned timestamp that the push-down validates), then measures in one 
 
 - floor: one bare ``GROUP BY race, sex, age, label, pred`` of the model's rows (best of --repeat),
   and the CPU seconds the whole machine spent on it (the database's parallel workers);
-- scan: the push-down scan alone (db.scan.pushdown_cells) in this process (best of --repeat),
+- scan: the push-down scan alone (db.sources.scan.pushdown_cells) in this process (best of --repeat),
   and the machine's CPU seconds likewise; beforehand, the machine's CPU per second at rest (5 s);
 - process: a fresh Python process running the whole audit as plain calls (imports, scan,
   statistics with the full metric catalogue and B = 1,000, persist, report), wall time and peak RSS;
@@ -54,7 +54,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.migrate import upgrade
+from biasaudit.db.store.migrate import upgrade
 
 # an older checkout's processes run with start_cost.py's environment (its tree first on the path)
 _SPEC = importlib.util.spec_from_file_location("start_cost", Path(__file__).parent / "start_cost.py")
@@ -346,8 +346,8 @@ def floor_seconds(url: str) -> float:
 
 def scan_seconds(url: str, config: Path, audit_name: str) -> float:
     """The push-down scan alone, in this process."""
-    from biasaudit.db.scan import pushdown_cells
-    from biasaudit.db.source import window_bounds
+    from biasaudit.db.sources.scan import pushdown_cells
+    from biasaudit.db.sources.window import window_bounds
     from biasaudit.flows.config_files import load_audit
 
     audit = load_audit(config, audit_name)

@@ -139,8 +139,8 @@ def main() -> None:
     if not DATA.exists():
         raise SystemExit(f"{DATA} is absent")
     from biasaudit.db.engine import make_engine
-    from biasaudit.db.load import load_predictions
-    from biasaudit.db.migrate import upgrade
+    from biasaudit.db.store.load import load_predictions
+    from biasaudit.db.store.migrate import upgrade
     from biasaudit.flows.audit import run_audit
     from biasaudit.flows.report import build_report
 

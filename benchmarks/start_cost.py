@@ -203,8 +203,8 @@ def prefect_server(folder: Path) -> Iterator[str]:
 def small_database(folder: Path) -> tuple[str, Path]:
     """The demo's predictions in a fresh SQLite file, and a configuration of four light audits."""
     from biasaudit.db.engine import make_engine
-    from biasaudit.db.load import load_predictions
-    from biasaudit.db.migrate import upgrade
+    from biasaudit.db.store.load import load_predictions
+    from biasaudit.db.store.migrate import upgrade
     from biasaudit.flows.demo import GROUPS, synthetic_predictions
 
     url = f"sqlite:///{folder / 'start.db'}"

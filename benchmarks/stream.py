@@ -30,8 +30,8 @@ CHILD = """
 import json, resource, sys, time
 from datetime import UTC, datetime
 from biasaudit.db.engine import make_engine
-from biasaudit.db.scan import scan_window
-from biasaudit.db.source import window_bounds
+from biasaudit.db.sources.scan import scan_window
+from biasaudit.db.sources.window import window_bounds
 from biasaudit.flows.config_files import load_audit
 url, config, name = sys.argv[1:4]
 audit = load_audit(config, name)

@@ -6,9 +6,10 @@ thread, which sleeps in whole seconds: a flow run of a few seconds ends up to 1 
 nightly of subflows or a backfill of 60 periods pays it for each. A subflow runs in its parent's
 process, whose own heartbeat already shows that process alive; the flows the CLI runs in the
 foreground (``run``, ``demo``, ``backfill``) end with the command, and every audit run proves its
-own liveness in the database (db.runs: lease and heartbeat). So the CLI's flow runs and the nightly
-flow's audit subflows send none, unless the operator sets ``PREFECT_FLOWS_HEARTBEAT_FREQUENCY``
-(environment or profile): then every flow run keeps Prefect's heartbeat at that frequency.
+own liveness in the database (db.store.runs: lease and heartbeat). So the CLI's flow runs and the
+nightly flow's audit subflows send none, unless the operator sets
+``PREFECT_FLOWS_HEARTBEAT_FREQUENCY`` (environment or profile): then every flow run keeps Prefect's
+heartbeat at that frequency.
 """
 
 from __future__ import annotations

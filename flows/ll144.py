@@ -6,8 +6,8 @@ from __future__ import annotations
 import pandas as pd
 from sqlalchemy import Engine, func, select
 
-from biasaudit.db.history import get_run, read_frame
-from biasaudit.db.models import GroupCount, QuarantinedRow, ScoringResult, ThresholdResult
+from biasaudit.db.store.history import get_run, read_frame
+from biasaudit.db.store.models import GroupCount, QuarantinedRow, ScoringResult, ThresholdResult
 from biasaudit.schemas.names import spreadsheet_frame
 from biasaudit.tasks.ll144 import (
     binned_scoring_counts,

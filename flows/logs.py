@@ -28,10 +28,11 @@ def handled_errors() -> tuple[type[BaseException], ...]:
     from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
     from biasaudit.db.engine import DatabaseMissing, DatabaseUrlError
-    from biasaudit.db.migrate import UpgradeError
     from biasaudit.db.retry import StepFailed
-    from biasaudit.db.runs import RunInProgress, RunLost
-    from biasaudit.db.source import EmptyWindow, SourceError
+    from biasaudit.db.sources.catalogue import SourceError
+    from biasaudit.db.sources.read import EmptyWindow
+    from biasaudit.db.store.migrate import UpgradeError
+    from biasaudit.db.store.runs import RunInProgress, RunLost
     from biasaudit.schemas.config import ConfigError
     from biasaudit.schemas.quarantine import SchemaFailure, TooManyInvalidRows
 

@@ -2,9 +2,9 @@
 source.
 
 ``monitor_run`` is what a monitored audit run adds: it reads the state of the run with the
-previous as-of (db.monitor), reads the predictions that became usable since (decisions in
+previous as-of (db.store.monitor), reads the predictions that became usable since (decisions in
 (previous, as_of], outcomes matured in it: tasks.monitor_run.audit_windows) with the audit's own
-scan (db.scan: its source database, scan mode, decision from a score, validation and
+scan (db.sources.scan: its source database, scan mode, decision from a score, validation and
 quarantine), counts the accepted cells and returns the rows of monitor_results
 (tasks.monitor_run). ``backtest`` replays the same increments night by night from the database
 without writing runs.
@@ -19,10 +19,10 @@ from functools import cache, partial
 import pandas as pd
 
 from biasaudit.db.engine import engine_scope
-from biasaudit.db.models import MonitorResult, store_limits
-from biasaudit.db.monitor import monitored_as_ofs, previous_monitor_state
-from biasaudit.db.scan import valid_cells
-from biasaudit.db.source import source_url
+from biasaudit.db.sources.catalogue import source_url
+from biasaudit.db.sources.scan import valid_cells
+from biasaudit.db.store.models import MonitorResult, store_limits
+from biasaudit.db.store.monitor import monitored_as_ofs, previous_monitor_state
 from biasaudit.schemas.config import Audit
 from biasaudit.tasks import monitor_run as stage
 from biasaudit.tasks.monitor_frame import replay_counts

@@ -170,9 +170,9 @@ def nightly_deployment(
     name: str = "nightly",
 ) -> Any:
     """The nightly deployment: scheduled by ``cron`` in ``timezone``, triggerable on demand with
-    parameters. Runs of one audit never overlap: the database serialises them (db.runs.start_run),
-    which holds across processes and servers. ``db_url`` reaches Prefect only without a password
-    (``db.engine.flow_url``)."""
+    parameters. Runs of one audit never overlap: the database serialises them
+    (db.store.runs.start_run), which holds across processes and servers. ``db_url`` reaches Prefect
+    only without a password (``db.engine.flow_url``)."""
     return with_task_runner(task_runner, dask_address).to_deployment(
         name=name, **deployment_options(config_path, db_url, cron, timezone)
     )

@@ -29,13 +29,16 @@ from zoneinfo import ZoneInfo
 
 import pandas as pd
 
-from biasaudit.db.cells import Scanned, input_fingerprint
 from biasaudit.db.engine import database_url, engine_scope, parse_url, safe_url
-from biasaudit.db.history import previous_run_metrics
-from biasaudit.db.models import store_limits
-from biasaudit.db.results import result_tables
 from biasaudit.db.retry import is_transient, step_failed
-from biasaudit.db.runs import (
+from biasaudit.db.sources.catalogue import source_url
+from biasaudit.db.sources.cells import Scanned, input_fingerprint
+from biasaudit.db.sources.scan import scan_window
+from biasaudit.db.sources.window import window_bounds
+from biasaudit.db.store.history import previous_run_metrics
+from biasaudit.db.store.models import store_limits
+from biasaudit.db.store.results import result_tables
+from biasaudit.db.store.runs import (
     ERROR_CHARACTERS,
     SUCCEEDED,
     RunRecord,
@@ -47,8 +50,6 @@ from biasaudit.db.runs import (
     save_run,
     start_run,
 )
-from biasaudit.db.scan import scan_window
-from biasaudit.db.source import source_url, window_bounds
 from biasaudit.flows.config_files import default_config_path, load_audit
 from biasaudit.flows.logs import one_line
 from biasaudit.flows.report import write_report
@@ -111,7 +112,7 @@ def new_record(
 
 def begin(db_url: str, record: RunRecord, stale_after: timedelta) -> int:
     """Mark this audit's dead runs failed, wait for a live run of it still going (up to
-    ``stale_after``), then commit a ``running`` row and take its lease (db.runs)."""
+    ``stale_after``), then commit a ``running`` row and take its lease (db.store.runs)."""
     with engine_scope(db_url) as engine:
         run_id = start_run(engine, record, wait=stale_after, stale=stale_after)
     BEGUN_RUNS.append({"url": db_url, "run_id": run_id, "record": record})
@@ -121,9 +122,9 @@ def begin(db_url: str, record: RunRecord, stale_after: timedelta) -> int:
 def scan(
     db_url: str, audit: Audit, start: datetime | None, end: datetime, now: datetime
 ) -> Scanned:
-    """The audit window as validated cells, quarantine and row accounting (db.scan), read from
-    the audit's source database (``source_db``, else the store); rows with a group name the
-    store cannot hold are quarantined before any statistic (db.models.store_limits)."""
+    """The audit window as validated cells, quarantine and row accounting (db.sources.scan), read
+    from the audit's source database (``source_db``, else the store); rows with a group name the
+    store cannot hold are quarantined before any statistic (db.store.models.store_limits)."""
     store = store_limits(parse_url(db_url).get_dialect()())
     limit = store.attribute_chars
     long = [n for n in [*audit.attributes, *audit.intersection_names] if limit and len(n) > limit]
@@ -151,7 +152,7 @@ def previous_run(
 
 def identical_run(db_url: str, run_id: int, record: RunRecord) -> tuple[SavedRun, dict] | None:
     """A succeeded run with this run's input and configuration (and its summary), this run's
-    row then removed; None when there is none (db.runs.reuse_identical_run)."""
+    row then removed; None when there is none (db.store.runs.reuse_identical_run)."""
     with engine_scope(db_url) as engine:
         return reuse_identical_run(engine, run_id, record)
 
@@ -173,7 +174,7 @@ def persist(
     extra: dict[type, pd.DataFrame] | None = None,
 ) -> SavedRun:
     """Commit the results (and ``extra`` tables, e.g. monitor_results) as the next version;
-    returns the saved run (db.runs.SavedRun: id, whether it is new, version)."""
+    returns the saved run (db.store.runs.SavedRun: id, whether it is new, version)."""
     tables = {**result_tables(result), **(extra or {})}
     with engine_scope(db_url) as engine:
         saved = save_run(engine, run_id, record, tables, quarantine, force=force)

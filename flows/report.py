@@ -1,5 +1,5 @@
-"""The report of a stored run: gathered from the database (db.report_data), rendered by the pure
-tasks.report, written as an HTML file, and published as Prefect artifacts when inside a run."""
+"""The report of a stored run: gathered from the database (db.store.report_data), rendered by the
+pure tasks.report, written as an HTML file, and published as Prefect artifacts when inside a run."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pandas as pd
 from sqlalchemy import Engine
 
 from biasaudit.db.engine import engine_scope
-from biasaudit.db.report_data import report_frames
+from biasaudit.db.store.report_data import report_frames
 from biasaudit.schemas.report import run_label
 from biasaudit.tasks.report import render_html, render_markdown, table_records
 

@@ -253,7 +253,7 @@ def _binary(series):
 def is_nan(series: pd.Series) -> pd.Series:
     """Values that are NaN, as distinct from missing ones: a float or Decimal NaN among a
     driver's values (PostgreSQL ``'NaN'::float8`` and ``numeric``), text spelling NaN. In a
-    float64 column NaN is pandas' missing value, so none is NaN there (db.stream keeps a
+    float64 column NaN is pandas' missing value, so none is NaN there (db.sources.stream keeps a
     source's NaN as the driver's values)."""
     if pd.api.types.is_bool_dtype(series.dtype) or pd.api.types.is_numeric_dtype(series.dtype):
         return pd.Series(False, index=series.index)
@@ -330,11 +330,12 @@ def predictions_schema(
     """Schema of extracted predictions: canonical columns plus one column per sensitive attribute.
 
     Timestamps later than ``now`` (default: the wall clock) plus 5 minutes of clock skew fail, and
-    so do timestamps before 1900; a frame without ``predicted_at`` has no timestamps to check. With ``decision`` the decision is derived from a score: the
-    column ``decision_score`` must hold a finite number and ``y_pred`` is not read.
+    so do timestamps before 1900; a frame without ``predicted_at`` has no timestamps to check. With
+    ``decision`` the decision is derived from a score: the column ``decision_score`` must hold a
+    finite number and ``y_pred`` is not read.
 
     These rules, with the result store's limits on group names (schemas.quarantine.store_failures),
-    are the only judge of a row: the push-down scan's SQL (db.source.row_ok) only lets through,
+    are the only judge of a row: the push-down scan's SQL (db.sources.row_ok) only lets through,
     unchecked, rows these rules are known to accept, and sends every other row here.
     """
     now = now or datetime.now(UTC)

@@ -1,5 +1,5 @@
 """The grammars and time limits shared by the Pandera rules (schemas.frames) and their SQL
-(db.source). No Pandera here: reading a source's catalogue (``biasaudit audits``) stays light."""
+(db.sources). No Pandera here: reading a source's catalogue (``biasaudit audits``) stays light."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ CLOCK_SKEW = timedelta(minutes=5)
 EARLIEST = datetime(1900, 1, 1, tzinfo=UTC)
 
 # The one text grammar of timestamps, shared by the Pandera checks and the SQL of every dialect
-# (db.source): ISO 8601 date, optional time (T or space) with optional seconds, fraction (up to
+# (db.sources): ISO 8601 date, optional time (T or space) with optional seconds, fraction (up to
 # microseconds) and offset (Z or +HH:MM). Text without an offset is UTC. [0-9], not \d: ASCII
 # digits only, on every regex engine.
 ISO_TIMESTAMP = (

@@ -69,7 +69,7 @@ def spreadsheet_frame(frame):
 class StoreLimits:
     """What a result store holds of a name: group names of at most ``group_chars`` characters
     and attribute names (an intersection's too) of at most ``attribute_chars`` (None: any
-    length), and whether its text holds NUL (U+0000). db.models.store_limits derives them."""
+    length), and whether its text holds NUL (U+0000). db.store.models.store_limits derives them."""
 
     group_chars: int | None = None
     attribute_chars: int | None = None

@@ -32,7 +32,7 @@ from biasaudit.schemas.names import StoreLimits
 
 QUARANTINE_COLUMNS = ["row_number", "row_ref", "column_name", "value", "rule", "row"]
 FAILURE_COLUMNS = ["column", "check", "failure_case", "index"]
-# Rules of group names the result store cannot hold (as db.load's for the predictions table).
+# Rules of group names the result store cannot hold (as db.store.load's for the predictions table).
 NO_NUL = "no_nul_byte"
 # Longest row reference and column name a quarantine record keeps (its table's columns).
 MAX_REF_CHARS = 128
@@ -75,7 +75,8 @@ class NoValidRows(TooManyInvalidRows):
 
 
 class SchemaFailure(ValueError):
-    """The frame as a whole does not fit the schema (e.g. a missing column): no row can be trusted."""
+    """The frame as a whole does not fit the schema (e.g. a missing column): no row can be
+    trusted."""
 
 
 def _rows_as_json(frame: pd.DataFrame) -> list[dict]:
@@ -187,7 +188,8 @@ def split_valid(
 
     Attributes of valid rows become their canonical text (schemas.frames.canonical_text),
     timestamps (where the frame has them) UTC datetimes. With ``decision`` the rows carry a
-    ``decision_score`` (a float in the valid rows) instead of a ``y_pred`` (decided from the threshold in db.scan.cells_of).
+    ``decision_score`` (a float in the valid rows) instead of a ``y_pred`` (decided from the
+    threshold in db.sources.scan.cells_of).
 
     Valid rows keep their position in ``frame`` as index; each quarantine record names its row by
     that position (``row_number``; ``row_numbers[position]`` when given, e.g. the rows' places in

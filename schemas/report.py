@@ -1,4 +1,4 @@
-"""The frames a report is rendered from: gathered from a stored run by ``db.report_data``,
+"""The frames a report is rendered from: gathered from a stored run by ``db.store.report_data``,
 rendered by the pure ``tasks.report`` (which never reads the database itself)."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """One contract per result table: its key, columns, dtypes and nullability, strict.
 
 The stage that produces a result frame returns it validated by its contract (tasks.core), the
-store writes exactly the contract's columns (db.results), and tests/test_contracts.py checks every
-contract against the SQLAlchemy model of its table: a column in one and not the other, another
+store writes exactly the contract's columns (db.store.results), and tests/test_contracts.py checks
+every contract against the SQLAlchemy model of its table: a column in one and not the other, another
 kind of value or another nullability fails. ``run_id`` is the store's and is in no contract.
 
 Vocabulary: a comparison's quantities are ``<quantity>_group`` and ``<quantity>_reference``
@@ -59,7 +59,7 @@ COMPARISON_KEY = [*PAIR_KEY, "metric"]
 GROUP_METRIC_KEY = ["attribute", "group_name", "metric"]
 
 # The monitor's state carried from one increment to the next, per monitored comparison and metric
-# (tasks.monitor; stored in monitor_results, read back by db.monitor).
+# (tasks.monitor; stored in monitor_results, read back by db.store.monitor).
 MONITOR_STATE = [
     "nights",  # increments seen
     "log_m_up",  # log M+ (H0+: U <= tol)

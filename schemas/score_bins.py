@@ -111,7 +111,8 @@ def bins_of_scores(scores: np.ndarray) -> ScoreBins:
 
 def cell_index(scores: np.ndarray, bins: ScoreBins) -> np.ndarray:
     """Each score's cell in its bin: floor((score - edge) / step), in the order of operations
-    of the push-down's SQL (db.scan), so that both put a score in the same cell; 0 by value."""
+    of the push-down's SQL (db.sources.scan), so that both put a score in the same cell; 0 by
+    value."""
     values = np.asarray(scores, dtype="float64")
     edges, steps = bins.edges, bins.steps
     index = np.clip(np.searchsorted(edges, values, side="right") - 1, 0, len(edges) - 1)

@@ -95,7 +95,7 @@ def audit_frame(
         values = rows["_score"].to_numpy()
         # Local Law 144's sample: every finite score of the frame, the rows left out of the
         # tables (an unknown category, another invalid value) included, as the scan's
-        # db.cells.window_score_median reads every row of the window
+        # db.sources.cells.window_score_median reads every row of the window
         read = pd.to_numeric(frame[score], errors="coerce").to_numpy(dtype="float64")
         sample = read[np.isfinite(read)]
         median = float(np.median(sample)) if sample.size else float("nan")

@@ -108,7 +108,7 @@ SCORE_TEST = ["auc_variance", "positives", "negatives"]
 def compare_scores(
     before: pd.DataFrame, after: pd.DataFrame, alpha: float, overlapping: bool = False
 ) -> pd.DataFrame:
-    """Outer comparison of two runs' score results (db.models.ScoreResult) per (attribute,
+    """Outer comparison of two runs' score results (db.store.models.ScoreResult) per (attribute,
     group): AUC before and after with their intervals, its change and the two-sided test of two
     independent AUCs (tasks.scores.independent_auc_test on the stored AUCs and DeLong variances),
     BH-adjusted across groups, and calibration-in-the-large and slope before and after
@@ -160,7 +160,7 @@ def compare_with_previous(
 ) -> pd.DataFrame:
     """This run's group metrics against the previous run's (empty when there is none); untested
     where the two runs' windows overlap (``previous``'s optional third item, from
-    db.history.previous_run_metrics with an as-of)."""
+    db.store.history.previous_run_metrics with an as-of)."""
     previous_run_id, before, *overlap = previous
     if previous_run_id is None:
         return empty_result("comparison")

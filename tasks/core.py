@@ -8,7 +8,7 @@ on the counts frame (schemas.results.GROUP_COUNTS) in order:
 
 The audit flow runs the very same function through a ``run`` hook (its pure stages plain calls,
 timed); ``biasaudit.audit_frame`` runs it on a DataFrame. Each result frame has the columns of its
-result table (db.results maps them), so a notebook and the database see the same numbers.
+result table (db.store.results maps them), so a notebook and the database see the same numbers.
 """
 
 from __future__ import annotations
@@ -178,7 +178,8 @@ def audit_counts(
     run: Runner = call,
     arrival: pd.DataFrame | None = None,
 ) -> AuditResult:
-    """Run every statistical stage of ``audit`` on validated ``counts`` (schemas.results.GROUP_COUNTS).
+    """Run every statistical stage of ``audit`` on validated ``counts``
+    (schemas.results.GROUP_COUNTS).
 
     ``previous`` is the previous run's id and per-group metrics for the compare stage (none by
     default). ``run(stage, function, *args)`` runs each stage: the default calls it; the pipeline's

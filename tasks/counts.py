@@ -34,7 +34,8 @@ def cell_codes(y_true: pd.Series, y_pred: pd.Series) -> np.ndarray:
 
 
 def group_counts(valid: pd.DataFrame, attributes: list[str], intersections: list[list[str]]):
-    """Counts frame (schemas.results.GROUP_COUNTS) of every attribute and intersection, with complements."""
+    """Counts frame (schemas.results.GROUP_COUNTS) of every attribute and intersection, with
+    complements."""
     return with_complements(cell_counts(valid, attributes, intersections))
 
 
@@ -279,8 +280,9 @@ def arrival_evidence_of_counts(
     counts: pd.DataFrame, attributes: list[str], intersections: list[list[str]], alpha: float
 ) -> pd.DataFrame:
     """arrival_evidence from labelled rows counted per (attributes, y_true, y_pred, late, n), as
-    an audit run's scan counts them (db.cells.arrival_counts: ``late`` above the median delay of
-    the labelled rows with the same decision, one threshold per decision for every group)."""
+    an audit run's scan counts them (db.sources.cells.arrival_counts: ``late`` above the median
+    delay of the labelled rows with the same decision, one threshold per decision for every
+    group)."""
     parts = [
         _arrival_tests(columns, _group_key(counts, columns), counts, counts["late"], counts["n"])
         for columns in [[a] for a in attributes] + intersections

@@ -5,7 +5,7 @@ and impact ratios per category of sex, race/ethnicity and their intersections.
 - scoring rate (a score): the share of a category scoring strictly above the median score of the
   whole sample (every finite score read in the audit window, labelled or not, the individuals in
   an unknown category included: the individuals the score assessed), exact: the scan counts the
-  rows above it (db.cells.window_score_median);
+  rows above it (db.sources.cells.window_score_median);
 - impact ratio: a category's rate over the highest rate of its attribute;
 - a category with less than 2% of the rows audited (every row of the tables and every row of an
   unknown category: the data the audit used) may be left out of the impact ratios; it is still

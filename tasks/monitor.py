@@ -27,7 +27,8 @@ E[E+_t | past] ≤ 1 under H0+ whatever the night's base rates (no nuisance para
 under changing distributions; assumed, as by any test of rates: given the past and the night's
 sample sizes, the night's outcomes are independent within each side). Bounding the whole
 logarithm by the inequality gives up about a third of the growth on a small group's night (a
-TPR 0.10 below the rest's 0.80); this bound keeps at least 95% of it (tests/test_monitor_power.py). H0−: U_t ≥ −u_tol is the same with Z → −Z.
+TPR 0.10 below the rest's 0.80); this bound keeps at least 95% of it (tests/test_monitor_power.py).
+H0−: U_t ≥ −u_tol is the same with Z → −Z.
 
 **Bets: open on a change.** Each side runs Page's (1954) CUSUM of Gaussian log-likelihood
 ratios of a mean δ against 0 for Y = s·Z − u_tol (s = ±1), G_t = max(0, G_{t−1} + δ/m̂₂·(y_t −
@@ -51,8 +52,8 @@ so M_t = (M+_t + M−_t)/2, with M±_t = M±_{t−1}·E±_t and M±_0 = 1, is a 
 H0 however the wealth is split between the sides before each night, as long as the split is
 predictable: each night a share f = 0.1 (TRANSFER) of the idle side's wealth (bet 0) moves to the
 side being bet on, M unchanged, so that a lasting change is bet on with nearly the whole wealth
-rather than half of it, while noise that opens a gate for a few nights moves little. By Ville's inequality
-P(sup_t M_t ≥ 1/α) ≤ α: ``crossed`` when M_t ≥ 1/α, at any number of looks.
+rather than half of it, while noise that opens a gate for a few nights moves little. By Ville's
+inequality P(sup_t M_t ≥ 1/α) ≤ α: ``crossed`` when M_t ≥ 1/α, at any number of looks.
 
 **Alarms across comparisons: weighted e-BH.** Each night e-BH (Wang and Ramdas 2022, definition 2
 and its weighted form, section 5) runs on the e-process values (each an e-value at any stopping
@@ -80,8 +81,8 @@ night e-BH controls the FDR at α·Σ_null w_k/K ≤ α under arbitrary dependen
 
 **Confidence sequence for U** (constant U; Waudby-Smith and Ramdas 2024, hedged capital process,
 with the predictable plug-in bet λ_t = min(λ_max, sqrt(2 log(2/α)/(σ̂²_{t−1} N_t log(1 + N_t))))
-over N_t pairs): for each u, log K±_t(u) ≥ Σ_s k_s[±λ_s(D̂_s − u) − γ_s λ_s²(σ̂²_s + (D̂_s − u)²)] with
-γ_s = ψ_E(2λ_s)/(2λ_s)² (Z − u ≥ −2), a quadratic in u with five running sums; the CS is
+over N_t pairs): for each u, log K±_t(u) ≥ Σ_s k_s[±λ_s(D̂_s − u) − γ_s λ_s²(σ̂²_s + (D̂_s − u)²)]
+with γ_s = ψ_E(2λ_s)/(2λ_s)² (Z − u ≥ −2), a quadratic in u with five running sums; the CS is
 {u : (K+_t(u) + K−_t(u))/2 < 1/α} on a grid (bounds rounded outward), intersected over time.
 """
 
@@ -496,7 +497,7 @@ def increment_counts(
     RATE_COUNTS and UNLABELLED_FIELDS): label-free metrics from ``decisions`` (every prediction
     of the period, outcome ignored), the others from ``outcomes`` (matured predictions; y_true
     missing where the label had not arrived, counted as unlabelled). Rows are predictions, or
-    cells of predictions with their number in a column ``n`` (a scan's cells, db.scan): the
+    cells of predictions with their number in a column ``n`` (a scan's cells, db.sources.scan): the
     counts are the same. ``*_increment`` label each row's increment (a replay counts all its
     nights in one pass); by default one increment "0".
     """
@@ -603,8 +604,8 @@ def monitor_update(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The monitor's core, shared by the flow, ``monitor_frame`` and ``backtest``: one increment.
 
-    ``state``: the previous run's state (COMPARISON_KEY + MONITOR_STATE, ``empty_state()`` at first);
-    ``increment``: ``increment_counts`` of this run. Comparisons absent from the increment keep
+    ``state``: the previous run's state (COMPARISON_KEY + MONITOR_STATE, ``empty_state()`` at
+    first); ``increment``: ``increment_counts`` of this run. Comparisons absent from the increment keep
     their e-process (e-value 1); new ones start at wealth 1. Returns the new state and the run's
     rows: counts, difference, e-values, e-process, confidence sequence, ``crossed`` (M ≥ 1/α)
     and ``alarm`` (e-BH across all the run's comparisons and metrics at level α).

@@ -77,8 +77,8 @@ def _frame_csv(frame: pd.DataFrame, path: Path) -> None:
 
 def _demo_store(folder: Path) -> str:
     from biasaudit.db.engine import make_engine
-    from biasaudit.db.load import load_predictions
-    from biasaudit.db.migrate import upgrade
+    from biasaudit.db.store.load import load_predictions
+    from biasaudit.db.store.migrate import upgrade
     from biasaudit.flows.config_files import configured_names
     from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
     from biasaudit.flows.pipeline import run_audit
@@ -248,8 +248,8 @@ def record_sql(folder: Path, out: Path) -> None:
     """Every statement each scan mode sends to the source, the demo's credit audit reading the
     demo's predictions loaded into a database of each kind."""
     from biasaudit.db.engine import make_engine
-    from biasaudit.db.scan import scan_window
-    from biasaudit.db.source import window_bounds
+    from biasaudit.db.sources.scan import scan_window
+    from biasaudit.db.sources.window import window_bounds
     from biasaudit.flows.config_files import load_audit
     from biasaudit.flows.demo import END, synthetic_predictions
 
@@ -308,7 +308,9 @@ def record_compiled(out: Path) -> None:
     from sqlalchemy import Column, DateTime, Float, Integer, MetaData, String, Table, select
     from sqlalchemy.engine import make_url
 
-    from biasaudit.db.source import Window, table_problems
+    from biasaudit.db.sources.catalogue import table_problems
+    from biasaudit.db.sources.engines import engine_for
+    from biasaudit.db.sources.window import Window
     from biasaudit.flows.config_files import load_audit
 
     audit = load_audit(ROOT / "flows" / "demo_audits.toml", "credit-race")
@@ -340,9 +342,9 @@ def record_compiled(out: Path) -> None:
             target = out / "compiled" / f"{name}-{kind}.sql"
             target.parent.mkdir(parents=True, exist_ok=True)
             if not parses_text and kind == "text":  # refused, each column in one line
-                target.write_text("\n".join(table_problems(table, audit, dialect.name)) + "\n")
+                target.write_text("\n".join(table_problems(table, audit, engine_for(dialect.name))) + "\n")
                 continue
-            window = Window(table, audit, dialect.name)
+            window = Window(table, audit, engine_for(dialect.name))
             keys = [window.key(a).label(a) for a in audit.attributes]
             statements = {
                 "query": window.query(start, end, now),

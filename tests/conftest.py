@@ -42,7 +42,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
 
 from biasaudit.db.engine import make_engine, parse_url
-from biasaudit.db.migrate import upgrade
+from biasaudit.db.store.migrate import upgrade
 from biasaudit.tasks import planning
 
 POSTGRES_URL = os.environ.get(

@@ -134,9 +134,9 @@ def test_compas_race_disparities(compas_result):
 def test_api_and_database_run_agree(compas_result, tmp_path):
     """It gives the same metrics as the flow's database run on the same predictions."""
     from biasaudit.db.engine import make_engine
-    from biasaudit.db.history import run_metrics
-    from biasaudit.db.load import load_predictions
-    from biasaudit.db.migrate import upgrade
+    from biasaudit.db.store.history import run_metrics
+    from biasaudit.db.store.load import load_predictions
+    from biasaudit.db.store.migrate import upgrade
     from biasaudit.flows.audit import run_audit
 
     url = f"sqlite:///{tmp_path / 'compas.db'}"
@@ -295,7 +295,7 @@ def test_package_installs_under_one_name(tmp_path):
         (user / package / "__init__.py").write_text("raise ImportError('user code imported')\n")
     (user / "schemas.py").write_text("raise ImportError('user code imported')\n")
     probe = (
-        "import biasaudit, biasaudit.flows.cli, biasaudit.db.migrate, biasaudit.schemas.config\n"
+        "import biasaudit, biasaudit.flows.cli, biasaudit.db.store.migrate, biasaudit.schemas.config\n"
         "import importlib.util as u\n"
         f"assert u.find_spec('tasks').origin.startswith({str(user)!r})\n"
     )
@@ -322,7 +322,7 @@ def test_package_installs_under_one_name(tmp_path):
 def test_api_does_not_import_prefect():
     """It audits a frame without importing Prefect (the stages are plain functions)."""
     probe = (
-        "import sys, biasaudit, biasaudit.db.history, biasaudit.tasks.report\n"
+        "import sys, biasaudit, biasaudit.db.store.history, biasaudit.tasks.report\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'prefect'))\n"
     )
     done = subprocess.run(
@@ -357,8 +357,8 @@ def test_plain_pipeline_runs_without_prefect(tmp_path):
     probe = (
         "import sys\n"
         "from biasaudit.db.engine import make_engine\n"
-        "from biasaudit.db.load import load_predictions\n"
-        "from biasaudit.db.migrate import upgrade\n"
+        "from biasaudit.db.store.load import load_predictions\n"
+        "from biasaudit.db.store.migrate import upgrade\n"
         "from biasaudit.flows.demo import END, GROUPS, synthetic_predictions\n"
         "from biasaudit.flows.pipeline import run_audit\n"
         f"upgrade({url!r})\n"
@@ -377,7 +377,7 @@ def test_plain_pipeline_runs_without_prefect(tmp_path):
 def test_listing_commands_import_no_statistics_and_no_prefect(command, tmp_path):
     """Commands that list configuration, metrics or stored runs (of an empty store here) import
     neither Prefect nor scipy nor Pandera: a command imports only what it needs."""
-    from biasaudit.db.migrate import upgrade
+    from biasaudit.db.store.migrate import upgrade
 
     from .conftest import DEMO_CONFIG
 

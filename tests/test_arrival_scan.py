@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 from sqlalchemy import Column, DateTime, Float, Integer, MetaData, String, Table, text
 
-from biasaudit.db.cells import input_fingerprint
 from biasaudit.db.engine import make_engine
-from biasaudit.db.history import get_run
-from biasaudit.db.scan import memory_cells, pushdown_cells, stream_cells
+from biasaudit.db.sources.cells import input_fingerprint
+from biasaudit.db.sources.scan import memory_cells, pushdown_cells, stream_cells
+from biasaudit.db.store.history import get_run
 from biasaudit.schemas.config import parse_config
 
 from .conftest import insert_rows

@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 
 import biasaudit
 from biasaudit.db.engine import make_engine
-from biasaudit.db.history import flagged_detections
-from biasaudit.db.load import load_predictions
-from biasaudit.db.migrate import upgrade
-from biasaudit.db.report_data import report_frames
+from biasaudit.db.store.history import flagged_detections
+from biasaudit.db.store.load import load_predictions
+from biasaudit.db.store.migrate import upgrade
+from biasaudit.db.store.report_data import report_frames
 from biasaudit.flows.cli import app
 from biasaudit.flows.pipeline import run_audit
 from biasaudit.flows.report import build_report

@@ -350,7 +350,7 @@ def test_names_are_shown_as_data_never_obeyed(tmp_path):
     import pandas as pd
 
     from biasaudit.db.engine import make_engine
-    from biasaudit.db.load import load_predictions
+    from biasaudit.db.store.load import load_predictions
     from biasaudit.flows.pipeline import run_audit
 
     url = f"sqlite:///{tmp_path / 'names.db'}"
@@ -405,7 +405,7 @@ def test_csv_exports_hold_no_formula_and_no_control_character(tmp_path):
     import pandas as pd
 
     from biasaudit.db.engine import make_engine
-    from biasaudit.db.load import load_predictions
+    from biasaudit.db.store.load import load_predictions
     from biasaudit.flows.pipeline import run_audit
 
     url = f"sqlite:///{tmp_path / 'csv.db'}"
@@ -488,8 +488,8 @@ def test_a_full_disk_leaves_no_partial_report_and_says_so(tmp_path, monkeypatch)
     import errno
 
     from biasaudit.db.engine import make_engine
-    from biasaudit.db.history import list_runs
-    from biasaudit.db.load import load_predictions
+    from biasaudit.db.store.history import list_runs
+    from biasaudit.db.store.load import load_predictions
     from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
 
     from .conftest import DEMO_CONFIG
@@ -542,8 +542,8 @@ def store(tmp_path_factory):
     from io import StringIO
 
     from biasaudit.db.engine import make_engine
-    from biasaudit.db.load import load_predictions
-    from biasaudit.db.migrate import upgrade
+    from biasaudit.db.store.load import load_predictions
+    from biasaudit.db.store.migrate import upgrade
     from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
     from biasaudit.flows.pipeline import run_audit
 

@@ -4,9 +4,9 @@ import pandas as pd
 import pytest
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.history import run_metrics
-from biasaudit.db.load import load_predictions
-from biasaudit.db.migrate import upgrade
+from biasaudit.db.store.history import run_metrics
+from biasaudit.db.store.load import load_predictions
+from biasaudit.db.store.migrate import upgrade
 from biasaudit.flows.audit import audit_flow
 
 from .conftest import COMPAS

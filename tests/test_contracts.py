@@ -20,10 +20,10 @@ from sqlalchemy import (
 )
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.history import flagged_detections, run_results
-from biasaudit.db.migrate import alembic_config, upgrade, views
-from biasaudit.db.models import DetectionResult, PlanningResult
-from biasaudit.db.results import TABLES, result_tables
+from biasaudit.db.store.history import flagged_detections, run_results
+from biasaudit.db.store.migrate import alembic_config, upgrade, views
+from biasaudit.db.store.models import DetectionResult, PlanningResult
+from biasaudit.db.store.results import TABLES, result_tables
 from biasaudit.schemas.results import CONTRACTS
 from biasaudit.tasks.api import audit_frame
 
@@ -149,7 +149,7 @@ def _insert_run(connection, run_id: int, config: dict) -> None:
 
 def _store_at(db_url: str, revision: str):
     """The store at ``db_url`` (built at head) rebuilt empty at ``revision``, and its engine.
-    MariaDB builds a fresh store at head only (db.migrate): there it is migrated down instead."""
+    MariaDB builds a fresh store at head only (db.store.migrate): there it is migrated down instead."""
     engine = make_engine(db_url)
     if engine.dialect.name in {"mysql", "mariadb"}:
         command.downgrade(alembic_config(db_url), revision)

@@ -382,7 +382,7 @@ def test_audit_frame_reads_the_arrival_times_it_is_given():
 
 def _run_late_counts(data: pd.DataFrame) -> pd.DataFrame:
     """Labelled rows per (g, y_true, y_pred, late) as an audit run's scan counts them
-    (db.cells.arrival_counts): late above the median delay of the labelled rows with the same
+    (db.sources.cells.arrival_counts): late above the median delay of the labelled rows with the same
     decision, one threshold per decision for every group (the lower median, as ORDER BY ...
     OFFSET (n - 1) // 2 finds it)."""
     labelled = data[data["y_true"].notna()]

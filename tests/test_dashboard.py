@@ -18,7 +18,7 @@ import yaml
 from sqlalchemy import text
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.load import load_predictions
+from biasaudit.db.store.load import load_predictions
 from biasaudit.flows.demo import END, GROUPS, START, synthetic_predictions
 from biasaudit.flows.pipeline import run_audit
 

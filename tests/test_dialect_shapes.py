@@ -16,9 +16,11 @@ from sqlalchemy import Column, DateTime, Integer, MetaData, String, Table, TypeD
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.types import TypeEngine
 
-from biasaudit.db import cells
-from biasaudit.db.scan import pushdown_cells
-from biasaudit.db.source import Window, parsed_number, parsed_timestamp, table_problems
+from biasaudit.db.sources import cells
+from biasaudit.db.sources.catalogue import table_problems
+from biasaudit.db.sources.engines import base, engine_for
+from biasaudit.db.sources.scan import pushdown_cells
+from biasaudit.db.sources.window import Window
 from biasaudit.schemas.config import parse_config
 
 AUDIT = parse_config(
@@ -82,7 +84,7 @@ SHAPES = {
 def test_reflection_in_another_shape_means_no_known_key(monkeypatch, shape):
     """It treats a primary key reflected as a list, a NotImplementedError, or entries without
     column lists as "no unique key known" (the duplicate scan runs), instead of failing."""
-    monkeypatch.setattr(cells, "inspect", lambda _connection: SHAPES[shape])
+    monkeypatch.setattr(base, "inspect", lambda _connection: SHAPES[shape])
     connection = SimpleNamespace(dialect=SimpleNamespace(name="other"))
     assert cells.ids_are_unique(connection, TABLE, AUDIT) is False
 
@@ -92,7 +94,7 @@ def test_reflected_unique_key_is_still_found(monkeypatch):
     inspector = FakeInspector(
         unsupported, [{"column_names": ["model_id", "prediction_id"]}], unsupported
     )
-    monkeypatch.setattr(cells, "inspect", lambda _connection: inspector)
+    monkeypatch.setattr(base, "inspect", lambda _connection: inspector)
     connection = SimpleNamespace(dialect=SimpleNamespace(name="other"))
     assert cells.ids_are_unique(connection, TABLE, AUDIT) is True
 
@@ -115,23 +117,23 @@ def test_a_decorated_timestamp_is_a_timestamp():
     """It reads a timestamp column whose type is a TypeDecorator over DateTime as the column
     itself (not NULL, which would make every row suspect), and accepts it as a timestamp."""
     table = source(predicted_at=TextTimestamp())
-    assert parsed_timestamp(table.c.predicted_at, "postgresql") is table.c.predicted_at
-    assert table_problems(table, AUDIT, "postgresql") == []
-    window = Window(table, AUDIT, "postgresql")
+    assert engine_for("postgresql").parsed_timestamp(table.c.predicted_at) is table.c.predicted_at
+    assert table_problems(table, AUDIT, engine_for("postgresql")) == []
+    window = Window(table, AUDIT, engine_for("postgresql"))
     end = datetime(2026, 6, 1, tzinfo=UTC)
-    compiled = window.where(None, end, end).compile(
-        dialect=postgresql.dialect()
-    )
+    compiled = window.where(None, end, end).compile(dialect=postgresql.dialect())
     assert "src.predicted_at <=" in str(compiled)
 
 
 def test_a_wrapped_number_and_text_keep_their_kind():
     """It casts a Nullable(Integer) score as a number and reads a Nullable(String) id as text."""
     score = Column("score", Nullable(Integer()))
-    compiled = str(parsed_number(score, "postgresql").compile(dialect=postgresql.dialect()))
+    compiled = str(
+        engine_for("postgresql").parsed_number(score).compile(dialect=postgresql.dialect())
+    )
     assert compiled.startswith("CAST(score AS DOUBLE PRECISION)")
     table = source(prediction_id=Nullable(String()))
-    assert table_problems(table, AUDIT, "postgresql") == []
+    assert table_problems(table, AUDIT, engine_for("postgresql")) == []
 
 
 def test_declared_unique_ids_skip_the_duplicate_scan(tmp_path):
@@ -144,13 +146,23 @@ def test_declared_unique_ids_skip_the_duplicate_scan(tmp_path):
 
     engine = make_engine(f"sqlite:///{tmp_path / 's.db'}")
     source().create(engine)
-    rows = [("a", "2026-05-01 10:00:00"), ("a", "2026-05-02 10:00:00"), ("b", "2026-05-03 10:00:00")]
+    rows = [
+        ("a", "2026-05-01 10:00:00"),
+        ("a", "2026-05-02 10:00:00"),
+        ("b", "2026-05-03 10:00:00"),
+    ]
     with engine.begin() as connection:
         connection.execute(
             TABLE.insert(),
             [
-                {"prediction_id": p, "model_id": "m", "predicted_at": datetime.fromisoformat(t),
-                 "y_true": 1, "y_pred": 0, "grp": "A"}
+                {
+                    "prediction_id": p,
+                    "model_id": "m",
+                    "predicted_at": datetime.fromisoformat(t),
+                    "y_true": 1,
+                    "y_pred": 0,
+                    "grp": "A",
+                }
                 for p, t in rows
             ],
         )
@@ -174,7 +186,7 @@ def test_text_timestamps_on_engines_without_text_parsing_are_one_clear_line(dial
     any row is read, in one line naming the column and what is accepted there; elsewhere text is
     accepted."""
     table = source(predicted_at=String(40))
-    assert table_problems(table, AUDIT, "postgresql") == []
-    [problem] = table_problems(table, AUDIT, dialect)
+    assert table_problems(table, AUDIT, engine_for("postgresql")) == []
+    [problem] = table_problems(table, AUDIT, engine_for(dialect))
     assert "column 'predicted_at' (predicted_at) is of type String" in problem
     assert "read from a timestamp column on " in problem

@@ -20,8 +20,8 @@ import pytest
 from sqlalchemy import text
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.load import load_predictions
-from biasaudit.db.migrate import upgrade
+from biasaudit.db.store.load import load_predictions
+from biasaudit.db.store.migrate import upgrade
 from biasaudit.flows.demo import GROUPS
 from tests.test_server import BIN, _free_port, _get, _post
 from tests.test_server import _stop as stop_process

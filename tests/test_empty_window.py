@@ -16,10 +16,11 @@ from sqlalchemy import Column, DateTime, Integer, MetaData, String, Table
 from typer.testing import CliRunner
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.load import load_predictions
-from biasaudit.db.migrate import upgrade
-from biasaudit.db.scan import memory_cells, pushdown_cells, stream_cells
-from biasaudit.db.source import EmptyWindow, window_bounds
+from biasaudit.db.sources.read import EmptyWindow
+from biasaudit.db.sources.scan import memory_cells, pushdown_cells, stream_cells
+from biasaudit.db.sources.window import window_bounds
+from biasaudit.db.store.load import load_predictions
+from biasaudit.db.store.migrate import upgrade
 from biasaudit.flows import audit as flow
 from biasaudit.flows import pipeline
 from biasaudit.flows.cli import app

@@ -18,8 +18,8 @@ from sqlalchemy import select
 from typer.testing import CliRunner
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.load import load_predictions
-from biasaudit.db.models import AuditRun
+from biasaudit.db.store.load import load_predictions
+from biasaudit.db.store.models import AuditRun
 from biasaudit.flows.cli import app
 from biasaudit.flows.demo import GROUPS, synthetic_predictions
 from biasaudit.schemas.config import Audit

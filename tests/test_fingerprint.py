@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from sqlalchemy import Column, DateTime, Integer, MetaData, String, Table, update
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.scan import memory_cells, pushdown_cells, stream_cells
-from biasaudit.db.source import fingerprint
+from biasaudit.db.sources.fingerprints import fingerprint
+from biasaudit.db.sources.scan import memory_cells, pushdown_cells, stream_cells
 
 AS_OF = datetime(2026, 6, 1, tzinfo=UTC)
 SOURCE = Table(

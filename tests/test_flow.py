@@ -8,9 +8,10 @@ import pytest
 from sqlalchemy import func, select, text
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.history import list_runs, run_metrics
-from biasaudit.db.load import load_predictions
-from biasaudit.db.models import (
+from biasaudit.db.sources.catalogue import SourceError
+from biasaudit.db.store.history import list_runs, run_metrics
+from biasaudit.db.store.load import load_predictions
+from biasaudit.db.store.models import (
     AuditRun,
     MatchResult,
     MetaMetricResult,
@@ -18,8 +19,7 @@ from biasaudit.db.models import (
     PlanningResult,
     QuarantinedRow,
 )
-from biasaudit.db.report_data import report_frames
-from biasaudit.db.source import SourceError
+from biasaudit.db.store.report_data import report_frames
 from biasaudit.flows.audit import audit_flow
 from biasaudit.flows.demo import END, GROUPS, INJECTED, synthetic_predictions
 from biasaudit.flows.nightly import nightly_flow

@@ -12,8 +12,8 @@ import time
 import pytest
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.history import list_runs
-from biasaudit.db.migrate import upgrade
+from biasaudit.db.store.history import list_runs
+from biasaudit.db.store.migrate import upgrade
 from biasaudit.flows import audit, pipeline
 from biasaudit.flows.cli import runs as cli_runs
 

@@ -15,10 +15,10 @@ from sqlalchemy import Column, DateTime, Integer, MetaData, String, Table, selec
 from typer.testing import CliRunner
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.history import list_runs
-from biasaudit.db.models import QuarantinedRow
-from biasaudit.db.scan import memory_cells, pushdown_cells, stream_cells
-from biasaudit.db.source import EmptyWindow
+from biasaudit.db.sources.read import EmptyWindow
+from biasaudit.db.sources.scan import memory_cells, pushdown_cells, stream_cells
+from biasaudit.db.store.history import list_runs
+from biasaudit.db.store.models import QuarantinedRow
 from biasaudit.flows import audit as flow
 from biasaudit.flows import pipeline
 from biasaudit.flows.cli import app

@@ -27,7 +27,7 @@ from sqlalchemy import (
 )
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.scan import EmptyWindow, memory_cells, pushdown_cells, stream_cells
+from biasaudit.db.sources.scan import EmptyWindow, memory_cells, pushdown_cells, stream_cells
 from biasaudit.schemas.config import parse_config
 from tests.clusters import source_table
 

@@ -1,7 +1,7 @@
 """Liveness the server can see: partitions during persist and machines whose clocks disagree.
 
 A run proves it is alive to the database, and every "is it still alive" decision is made by the
-database's clock (db.clock); a session whose client is gone is ended by the server within a bound
+database's clock (db.store.clock); a session whose client is gone is ended by the server within a bound
 (docs/operations.md, "Nothing stuck"). Tested here with real faults:
 
 - a partition: the audit's process reaches the store through tests.faultproxy, which stops
@@ -32,11 +32,11 @@ import pytest
 from sqlalchemy import func, select, text, update
 from sqlalchemy.exc import SQLAlchemyError
 
-import biasaudit.db.runs
+import biasaudit.db.store.runs
 from biasaudit.db.engine import make_engine
-from biasaudit.db.history import list_runs
-from biasaudit.db.models import AuditRun, GroupCount, MetricResult
-from biasaudit.db.runs import (
+from biasaudit.db.store.history import list_runs
+from biasaudit.db.store.models import AuditRun, GroupCount, MetricResult
+from biasaudit.db.store.runs import (
     ABANDONED,
     RunInProgress,
     abandon_stale_runs,
@@ -250,14 +250,14 @@ def test_two_machines_clocks_five_minutes_apart_both_store_their_runs(db_url, tm
 
 
 def _skew(monkeypatch, offset: timedelta) -> None:
-    """This process's clock, as db.runs reads it, ``offset`` away from the true time."""
+    """This process's clock, as db.store.runs reads it, ``offset`` away from the true time."""
 
     class Skewed(datetime):
         @classmethod
         def now(cls, tz=None):  # type: ignore[override]
             return datetime.now(tz) + offset
 
-    monkeypatch.setattr(biasaudit.db.runs, "datetime", Skewed)
+    monkeypatch.setattr(biasaudit.db.store.runs, "datetime", Skewed)
 
 
 def _record():

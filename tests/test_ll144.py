@@ -13,9 +13,9 @@ from sqlalchemy import Column, DateTime, Double, Integer, MetaData, String, Tabl
 from typer.testing import CliRunner
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.history import get_run
-from biasaudit.db.load import load_predictions
-from biasaudit.db.migrate import upgrade
+from biasaudit.db.store.history import get_run
+from biasaudit.db.store.load import load_predictions
+from biasaudit.db.store.migrate import upgrade
 from biasaudit.flows.cli import app
 from biasaudit.flows.ll144 import ll144_report
 from biasaudit.flows.pipeline import run_audit

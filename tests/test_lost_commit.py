@@ -12,9 +12,9 @@ import pytest
 from sqlalchemy import func, select
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.history import list_runs
-from biasaudit.db.models import AuditRun, QuarantinedRow
-from biasaudit.db.runs import record_failed_run, release_run, reuse_identical_run
+from biasaudit.db.store.history import list_runs
+from biasaudit.db.store.models import AuditRun, QuarantinedRow
+from biasaudit.db.store.runs import record_failed_run, release_run, reuse_identical_run
 from biasaudit.flows.audit import audit_flow, run_audit
 from biasaudit.flows.config_files import load_audit
 from biasaudit.flows.demo import END

@@ -7,9 +7,9 @@ import pytest
 from sqlalchemy import inspect, make_url, select, text
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.history import list_runs
-from biasaudit.db.migrate import UpgradeError, alembic_config, upgrade
-from biasaudit.db.models import Base, MetricResult
+from biasaudit.db.store.history import list_runs
+from biasaudit.db.store.migrate import UpgradeError, alembic_config, upgrade
+from biasaudit.db.store.models import Base, MetricResult
 from biasaudit.flows.demo import END
 from biasaudit.flows.pipeline import run_audit
 
@@ -95,13 +95,13 @@ columns = { prediction_id = "case_no", predicted_at = "decided", y_true = "label
 def test_a_failed_mariadb_build_leaves_the_database_as_it_was(source_db_url, monkeypatch):
     """MariaDB's DDL commits statement by statement: when building the store fails, what it
     created is dropped again and the user's tables are as they were."""
-    import biasaudit.db.migrate
+    import biasaudit.db.store.migrate
 
     url = source_db_url
     user_tables(url)
     before = snapshot(url)
     broken = [("metric_series", "CREATE VIEW metric_series AS SELECT nothing FROM nowhere")]
-    monkeypatch.setattr(biasaudit.db.migrate, "views", lambda: broken)
+    monkeypatch.setattr(biasaudit.db.store.migrate, "views", lambda: broken)
     with pytest.raises(UpgradeError, match="the database holds what it held before"):
         upgrade(url)
     assert snapshot(url) == before
@@ -162,7 +162,7 @@ def test_a_store_newer_than_the_program_says_so_and_names_the_fix(db_url):
     changes nothing; it said "run `biasaudit db upgrade` first", which cannot help."""
     from typer.testing import CliRunner
 
-    from biasaudit.db.revision import head_revision
+    from biasaudit.db.store.revision import head_revision
     from biasaudit.flows.cli import app
 
     head = head_revision()
@@ -207,14 +207,14 @@ def test_a_postgresql_url_without_driver_is_upgraded(source_db_url):
 
 
 def test_the_head_and_the_store_revision_are_alembics(tmp_path):
-    """The revision check without Alembic (db.revision) reads what Alembic would: each migration
+    """The revision check without Alembic (db.store.revision) reads what Alembic would: each migration
     file's name starts with its revision, the revisions form one line, and the newest is
     Alembic's head; the store's record is Alembic's current revision, before and after an
     upgrade."""
     from alembic.migration import MigrationContext
     from alembic.script import ScriptDirectory
 
-    from biasaudit.db.revision import VERSIONS, head_revision, store_revision
+    from biasaudit.db.store.revision import VERSIONS, head_revision, store_revision
 
     script = ScriptDirectory.from_config(alembic_config())
     revisions = list(script.walk_revisions())

@@ -78,8 +78,8 @@ def store(tmp_path_factory):
     from io import StringIO
 
     from biasaudit.db.engine import make_engine
-    from biasaudit.db.load import load_predictions
-    from biasaudit.db.migrate import upgrade
+    from biasaudit.db.store.load import load_predictions
+    from biasaudit.db.store.migrate import upgrade
     from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
     from biasaudit.flows.pipeline import run_audit
 
@@ -223,7 +223,7 @@ def test_too_many_invalid_rows_names_the_column_values_and_run(store):
     from io import StringIO
 
     from biasaudit.db.engine import make_engine
-    from biasaudit.db.history import list_runs
+    from biasaudit.db.store.history import list_runs
     from biasaudit.flows.pipeline import run_audit
     from biasaudit.schemas.quarantine import TooManyInvalidRows
 
@@ -348,7 +348,7 @@ def test_audits_check_on_every_store_database(db_url, tmp_path):
     import pandas as pd
 
     from biasaudit.db.engine import make_engine
-    from biasaudit.db.load import load_predictions
+    from biasaudit.db.store.load import load_predictions
     from biasaudit.flows.demo import GROUPS, synthetic_predictions
 
     engine = make_engine(db_url)

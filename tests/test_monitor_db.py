@@ -12,13 +12,13 @@ import pytest
 from sqlalchemy import Column, DateTime, Float, Integer, MetaData, String, Table
 from typer.testing import CliRunner
 
-from biasaudit.db import monitor as db_monitor
 from biasaudit.db.engine import make_engine
-from biasaudit.db.history import previous_as_of_run, run_results
-from biasaudit.db.load import load_predictions
-from biasaudit.db.models import ComparisonResult, MonitorResult
-from biasaudit.db.report_data import report_frames
-from biasaudit.db.scan import valid_cells
+from biasaudit.db.sources.scan import valid_cells
+from biasaudit.db.store import monitor as db_monitor
+from biasaudit.db.store.history import previous_as_of_run, run_results
+from biasaudit.db.store.load import load_predictions
+from biasaudit.db.store.models import ComparisonResult, MonitorResult
+from biasaudit.db.store.report_data import report_frames
 from biasaudit.flows.audit import run_audit
 from biasaudit.flows.cli import app
 from biasaudit.flows.config_files import load_config
@@ -73,7 +73,7 @@ def write_config(tmp_path, window="all", tolerance=0.0, alpha=0.05) -> str:
 
 def test_monitor_results_store_every_state_column():
     """monitor_results has a column for each name of the state tasks.monitor carries and
-    db.monitor reads back (schemas.results.MONITOR_STATE)."""
+    db.store.monitor reads back (schemas.results.MONITOR_STATE)."""
     stored = {c.name for c in MonitorResult.__table__.columns}
     assert set(MONITOR_STATE) <= stored, set(MONITOR_STATE) - stored
 
@@ -231,7 +231,7 @@ def test_overlapping_runs_are_not_tested():
 
 
 # A monitored audit's increments come from the audit's own scan: its source database, decision
-# from a score, scan mode, validation and quarantine (flows.monitoring, db.scan.valid_cells).
+# from a score, scan mode, validation and quarantine (flows.monitoring, db.sources.scan.valid_cells).
 
 NUMBERS = ["e_value", "e_process", "cs_low", "cs_high", "crossed", "alarm", "difference"]
 COUNTED = ["denominator_group", "denominator_reference"]

@@ -16,10 +16,10 @@ from sqlalchemy import select, text
 from typer.testing import CliRunner
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.history import list_runs, metric_series, run_results
-from biasaudit.db.load import load_predictions
-from biasaudit.db.migrate import upgrade
-from biasaudit.db.models import ComparisonResult
+from biasaudit.db.store.history import list_runs, metric_series, run_results
+from biasaudit.db.store.load import load_predictions
+from biasaudit.db.store.migrate import upgrade
+from biasaudit.db.store.models import ComparisonResult
 from biasaudit.flows.audit import run_audit
 from biasaudit.flows.cli import app
 
@@ -576,8 +576,8 @@ def test_result_values_are_stored_exactly(db_url):
     """It stores a result frame's values as they are on every database (PostgreSQL through COPY):
     NaN as NULL, +-infinity, integers held as floats, text with tabs, newlines, backslashes,
     quotes and non-ASCII characters."""
-    from biasaudit.db.models import GroupCount, MetricResult
-    from biasaudit.db.runs import release_run, save_run, start_run
+    from biasaudit.db.store.models import GroupCount, MetricResult
+    from biasaudit.db.store.runs import release_run, save_run, start_run
     from biasaudit.flows.config_files import load_audit
     from biasaudit.flows.pipeline import new_record
 
@@ -621,7 +621,7 @@ def test_result_values_are_stored_exactly(db_url):
     finally:
         release_run(run_id)
     with engine.connect() as connection:
-        stored, stored_counts = (  # read through the column types, as db.history reads
+        stored, stored_counts = (  # read through the column types, as db.store.history reads
             pd.DataFrame(connection.execute(select(model).where(model.c.run_id == run_id)).all())
             for model in (MetricResult.__table__, GroupCount.__table__)
         )

@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy import text
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.history import list_runs
+from biasaudit.db.store.history import list_runs
 from tests.faultproxy import FaultProxy
 from tests.test_server import (
     BIN,

@@ -19,12 +19,13 @@ from sqlalchemy.exc import OperationalError
 
 import biasaudit.flows.pipeline
 from biasaudit.db.engine import make_engine
-from biasaudit.db.history import list_runs
-from biasaudit.db.load import load_predictions
-from biasaudit.db.models import AuditRun, GroupCount, MetricResult, Prediction, QuarantinedRow
 from biasaudit.db.retry import StepFailed
-from biasaudit.db.runs import ABANDONED, abandon_stale_runs, release_run, start_run
-from biasaudit.db.source import EmptyWindow, SourceError
+from biasaudit.db.sources.catalogue import SourceError
+from biasaudit.db.sources.read import EmptyWindow
+from biasaudit.db.store.history import list_runs
+from biasaudit.db.store.load import load_predictions
+from biasaudit.db.store.models import AuditRun, GroupCount, MetricResult, Prediction, QuarantinedRow
+from biasaudit.db.store.runs import ABANDONED, abandon_stale_runs, release_run, start_run
 from biasaudit.flows.audit import audit_flow, run_audit
 from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
 from biasaudit.schemas.quarantine import TooManyInvalidRows, split_valid
@@ -247,7 +248,7 @@ def test_an_older_store_takes_reasons_of_any_length_after_upgrade(db_url):
     stores a longer reason, in the table and in the metric_series view analysts read."""
     from alembic import command
 
-    from biasaudit.db.migrate import alembic_config, upgrade
+    from biasaudit.db.store.migrate import alembic_config, upgrade
     from biasaudit.flows.config_files import load_audit
     from biasaudit.flows.pipeline import new_record
 
@@ -335,10 +336,10 @@ def test_failure_at_any_stage_leaves_no_results(db_url, tmp_path, monkeypatch, s
 def test_failure_inside_the_results_transaction_rolls_back(db_url, monkeypatch):
     """It rolls back every result row when writing fails half-way through the transaction."""
     load_small(db_url)
-    import biasaudit.db.runs
+    import biasaudit.db.store.runs
 
     calls = {"n": 0}
-    original = biasaudit.db.runs._columns  # each result table's values, INSERT or COPY
+    original = biasaudit.db.store.runs._columns  # each result table's values, INSERT or COPY
 
     def failing(frame, run_id):
         calls["n"] += 1
@@ -346,7 +347,7 @@ def test_failure_inside_the_results_transaction_rolls_back(db_url, monkeypatch):
             raise OSError("disk full (injected)")
         return original(frame, run_id)
 
-    monkeypatch.setattr(biasaudit.db.runs, "_columns", failing)
+    monkeypatch.setattr(biasaudit.db.store.runs, "_columns", failing)
     with pytest.raises(OSError, match="disk full"):
         run_audit("credit-race", str(DEMO_CONFIG), db_url, END)
     assert counts(db_url, *RESULT_TABLES) == [0, 0]
@@ -356,12 +357,12 @@ def test_failure_inside_the_results_transaction_rolls_back(db_url, monkeypatch):
 KILL_SCRIPT = textwrap.dedent(
     """
     import sys, time, pathlib
-    import biasaudit.db.runs
+    import biasaudit.db.store.runs
     from biasaudit.flows.audit import run_audit
     from biasaudit.flows.demo import END
 
     url, config, marker = sys.argv[1:4]
-    original = biasaudit.db.runs._insert_results
+    original = biasaudit.db.store.runs._insert_results
     written = {"n": 0}
     def insert_then_pause(connection, table, frame, run_id):  # INSERTs, or COPY on PostgreSQL
         original(connection, table, frame, run_id)
@@ -369,7 +370,7 @@ KILL_SCRIPT = textwrap.dedent(
         if written["n"] == 1:
             pathlib.Path(marker).write_text("between two result tables")
             time.sleep(120)
-    biasaudit.db.runs._insert_results = insert_then_pause
+    biasaudit.db.store.runs._insert_results = insert_then_pause
     run_audit("credit-race", config, url, END)
     """
 )
@@ -450,7 +451,7 @@ def test_live_run_is_waited_for_not_abandoned(db_url, monkeypatch):
     failed; once that run ends, the next one starts."""
     import threading
 
-    from biasaudit.db.runs import RunInProgress, release_run, start_run
+    from biasaudit.db.store.runs import RunInProgress, release_run, start_run
     from biasaudit.flows.config_files import load_config
     from biasaudit.flows.pipeline import new_record
 
@@ -478,7 +479,7 @@ def test_live_run_is_waited_for_not_abandoned(db_url, monkeypatch):
 
 def fresh_postgres(url):
     """An empty, migrated PostgreSQL schema holding a small demo load."""
-    from biasaudit.db.migrate import upgrade
+    from biasaudit.db.store.migrate import upgrade
 
     engine = make_engine(url)
     with engine.begin() as connection:
@@ -560,7 +561,7 @@ def test_connection_dropped_during_copy_is_retried_like_any_drop(db_url, monkeyp
     import psycopg
 
     from biasaudit.db.retry import is_transient
-    from biasaudit.db.runs import _insert_results, release_run, start_run
+    from biasaudit.db.store.runs import _insert_results, release_run, start_run
     from biasaudit.flows.config_files import load_audit
     from biasaudit.flows.pipeline import new_record
 
@@ -598,7 +599,7 @@ def test_a_value_copy_refuses_is_sqlalchemys_error(db_url):
     one-line message (flows.logs), not the driver's own exception."""
     from sqlalchemy.exc import DataError
 
-    from biasaudit.db.runs import _insert_results, release_run, start_run
+    from biasaudit.db.store.runs import _insert_results, release_run, start_run
     from biasaudit.flows.config_files import load_audit
     from biasaudit.flows.logs import handled_errors
     from biasaudit.flows.pipeline import new_record

@@ -23,10 +23,10 @@ from scipy import stats
 from statsmodels.stats.proportion import proportion_confint
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.history import get_run, list_runs
-from biasaudit.db.load import load_predictions
-from biasaudit.db.migrate import upgrade
-from biasaudit.db.report_data import report_frames
+from biasaudit.db.store.history import get_run, list_runs
+from biasaudit.db.store.load import load_predictions
+from biasaudit.db.store.migrate import upgrade
+from biasaudit.db.store.report_data import report_frames
 from biasaudit.flows.audit import audit_flow, run_audit
 from biasaudit.flows.report import build_report
 from biasaudit.schemas.report import ReportFrames
@@ -793,7 +793,7 @@ def test_monitoring_rows_are_read_when_their_table_exists_and_drawn(compas, tmp_
     sequences are drawn under the HDIs and listed with the e-process and alarm."""
     import sqlite3
 
-    from biasaudit.db.models import MonitorResult
+    from biasaudit.db.store.models import MonitorResult
 
     copy = tmp_path / "monitored.db"
     source = sqlite3.connect(compas["url"].removeprefix("sqlite:///"))

@@ -17,10 +17,10 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from biasaudit.db.engine import make_engine, parse_url
-from biasaudit.db.history import list_runs
-from biasaudit.db.load import load_predictions
-from biasaudit.db.migrate import views
 from biasaudit.db.retry import is_transient
+from biasaudit.db.store.history import list_runs
+from biasaudit.db.store.load import load_predictions
+from biasaudit.db.store.migrate import views
 from biasaudit.flows.cli import app
 from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
 

@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy import Column, DateTime, Float, Integer, MetaData, String, Table
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.scan import memory_cells, pushdown_cells, stream_cells
-from biasaudit.db.source import read_predictions
+from biasaudit.db.sources.read import read_predictions
+from biasaudit.db.sources.scan import memory_cells, pushdown_cells, stream_cells
 from biasaudit.schemas.config import parse_config
 from biasaudit.schemas.quarantine import split_valid
 from biasaudit.tasks.counts import group_counts
@@ -118,8 +118,8 @@ def test_stream_fingerprint_does_not_depend_on_chunking(db_url, chunk_rows):
 @pytest.mark.parametrize("mode", ["stream", "pushdown"])
 def test_audit_in_each_scan_mode_stores_the_memory_results(db_url, tmp_path, mode):
     """It stores the same counts and metrics through the flow body in every scan mode."""
-    from biasaudit.db.history import run_metrics
-    from biasaudit.db.load import load_predictions
+    from biasaudit.db.store.history import run_metrics
+    from biasaudit.db.store.load import load_predictions
     from biasaudit.flows.audit import run_audit
     from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
 
@@ -145,8 +145,8 @@ def test_audit_in_each_scan_mode_stores_the_memory_results(db_url, tmp_path, mod
 
 def test_unique_key_on_ids_is_recognised(db_url):
     """It trusts a unique key on (model, prediction id) and skips the duplicate scan, not otherwise."""
-    from biasaudit.db.cells import ids_are_unique
-    from biasaudit.db.source import reflect_source
+    from biasaudit.db.sources.catalogue import reflect_source
+    from biasaudit.db.sources.cells import ids_are_unique
 
     engine = write_source(db_url)
     with engine.connect() as connection:

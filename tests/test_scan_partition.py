@@ -14,8 +14,8 @@ import time
 import pytest
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.history import list_runs
 from biasaudit.db.retry import RETRIES, StepFailed
+from biasaudit.db.store.history import list_runs
 from biasaudit.flows.audit import audit_flow
 from biasaudit.flows.demo import END
 

@@ -15,9 +15,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import Column, DateTime, Integer, MetaData, String, Table, event, update
 
-from biasaudit.db import stream
 from biasaudit.db.engine import make_engine
-from biasaudit.db.scan import memory_cells, pushdown_cells, stream_cells
+from biasaudit.db.sources import stream
+from biasaudit.db.sources.scan import memory_cells, pushdown_cells, stream_cells
 from tests.test_typed_sources import audit_of, create, same_cells
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)

@@ -18,10 +18,10 @@ from statsmodels.stats.proportion import proportion_confint
 from typer.testing import CliRunner
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.history import list_runs
-from biasaudit.db.load import load_predictions
-from biasaudit.db.migrate import upgrade
-from biasaudit.db.report_data import report_frames
+from biasaudit.db.store.history import list_runs
+from biasaudit.db.store.load import load_predictions
+from biasaudit.db.store.migrate import upgrade
+from biasaudit.db.store.report_data import report_frames
 from biasaudit.flows import pipeline
 from biasaudit.flows.cli import app
 from biasaudit.flows.ll144 import ll144_report

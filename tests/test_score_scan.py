@@ -10,8 +10,8 @@ from sqlalchemy import Column, DateTime, Double, Float, Integer, MetaData, Strin
 from sqlalchemy.dialects import mysql, postgresql
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.scan import memory_cells, pushdown_cells, stream_cells
-from biasaudit.db.source import read_predictions
+from biasaudit.db.sources.read import read_predictions
+from biasaudit.db.sources.scan import memory_cells, pushdown_cells, stream_cells
 from biasaudit.schemas.config import parse_config
 from biasaudit.schemas.quarantine import split_valid
 from biasaudit.schemas.score_bins import rebinned, score_counts, score_edges
@@ -127,8 +127,8 @@ def test_compas_score_results_stored_by_the_flow_equal_the_rows(tmp_path, mode):
     scikit-learn on the CSV, in every scan mode."""
     from sklearn.metrics import roc_auc_score
 
-    from biasaudit.db.load import load_predictions
-    from biasaudit.db.migrate import upgrade
+    from biasaudit.db.store.load import load_predictions
+    from biasaudit.db.store.migrate import upgrade
     from biasaudit.flows.pipeline import run_audit
 
     from .test_compas import compas_predictions

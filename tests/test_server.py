@@ -20,9 +20,9 @@ import pytest
 from sqlalchemy import text
 
 from biasaudit.db.engine import make_engine, safe_url
-from biasaudit.db.history import list_runs
-from biasaudit.db.load import load_predictions
-from biasaudit.db.migrate import upgrade
+from biasaudit.db.store.history import list_runs
+from biasaudit.db.store.load import load_predictions
+from biasaudit.db.store.migrate import upgrade
 from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
 
 from .conftest import DEMO_CONFIG

@@ -17,8 +17,9 @@ from sqlalchemy import JSON, Boolean, Column, DateTime, Integer, MetaData, Strin
 from typer.testing import CliRunner
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.scan import memory_cells, pushdown_cells, stream_cells
-from biasaudit.db.source import SourceError, read_predictions, source_problems
+from biasaudit.db.sources.catalogue import SourceError, source_problems
+from biasaudit.db.sources.read import read_predictions
+from biasaudit.db.sources.scan import memory_cells, pushdown_cells, stream_cells
 
 from .test_typed_sources import audit_of, create, expected_cells, same_cells
 
@@ -170,7 +171,7 @@ def test_columns_of_unusable_types_are_named(source_db_url):
 def test_audits_checks_each_source_in_its_database(tmp_path):
     """`biasaudit audits` checks each audit's source in its own database (source_db, else --db)
     without running it: one line per problem naming the audit, table and column, and exit 1."""
-    from biasaudit.db.migrate import upgrade
+    from biasaudit.db.store.migrate import upgrade
     from biasaudit.flows.cli import app
 
     store = f"sqlite:///{tmp_path / 'store.db'}"
@@ -212,8 +213,8 @@ def test_audits_checks_each_source_in_its_database(tmp_path):
 def test_a_run_over_all_time_needs_no_timestamps(tmp_path):
     """It runs an audit of window "all" over a source without timestamps to a stored run that
     counts every row."""
-    from biasaudit.db.history import list_runs
-    from biasaudit.db.migrate import upgrade
+    from biasaudit.db.store.history import list_runs
+    from biasaudit.db.store.migrate import upgrade
     from biasaudit.flows.pipeline import run_audit
 
     store = f"sqlite:///{tmp_path / 'store.db'}"

@@ -15,7 +15,7 @@ from sqlalchemy import Column, DateTime, Integer, MetaData, String, Table, Text,
 from sqlalchemy.orm import Session
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.models import AuditRun, GroupCount, MonitorResult, QuarantinedRow
+from biasaudit.db.store.models import AuditRun, GroupCount, MonitorResult, QuarantinedRow
 from tests.conftest import fresh_mariadb
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)

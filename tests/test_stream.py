@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import Column, DateTime, Integer, MetaData, String, Table
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.source import row_hash_sum
-from biasaudit.db.stream import _rebatched, object_frame, stream_cells, typed_frame
+from biasaudit.db.sources.fingerprints import row_hash_sum
+from biasaudit.db.sources.stream import _rebatched, object_frame, stream_cells, typed_frame
 from biasaudit.schemas.config import parse_config
 
 from .conftest import on_databases

@@ -35,8 +35,9 @@ from sqlalchemy import (
 from sqlalchemy.exc import OperationalError
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.scan import memory_cells, pushdown_cells, stream_cells
-from biasaudit.db.source import SourceError, window_bounds
+from biasaudit.db.sources.catalogue import SourceError
+from biasaudit.db.sources.scan import memory_cells, pushdown_cells, stream_cells
+from biasaudit.db.sources.window import window_bounds
 from biasaudit.schemas.config import parse_config
 from tests.clusters import source_table
 
@@ -486,7 +487,7 @@ def test_date_column_counts_as_midnight_utc(source_db_url):
 def test_bigint_boolean_integer_table_audits_in_pushdown_through_the_flow(db_url, tmp_path):
     """It runs a whole push-down audit (stored results) on a table with a bigint primary key, a
     boolean label, an integer attribute and no score column, with the memory mode's results."""
-    from biasaudit.db.history import run_metrics
+    from biasaudit.db.store.history import run_metrics
     from biasaudit.flows.audit import run_audit
 
     engine = make_engine(db_url)
@@ -593,7 +594,7 @@ def test_an_empty_password_is_no_secret():
 
 def test_source_db_takes_its_password_from_the_environment(monkeypatch):
     """It reads the source from source_db with the password of the named variable."""
-    from biasaudit.db.source import source_url
+    from biasaudit.db.sources.catalogue import source_url
 
     audit = audit_of(source_db="postgresql://reader@warehouse/db", source_db_password_env="PW")
     monkeypatch.setenv("PW", "s3cret")
@@ -604,7 +605,7 @@ def test_source_db_takes_its_password_from_the_environment(monkeypatch):
 def test_compas_as_is_with_a_decile_threshold(tmp_path):
     """It audits the COMPAS file loaded as-is (every column text) with the decision
     decile_score >= 5 (ProPublica's "not Low"), with the counts of the CSV itself."""
-    from biasaudit.db.scan import scan_window
+    from biasaudit.db.sources.scan import scan_window
     from biasaudit.tasks.counts import group_counts
     from tests.conftest import COMPAS
 

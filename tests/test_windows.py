@@ -19,8 +19,8 @@ import pandas as pd
 import pytest
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.load import load_predictions
-from biasaudit.db.migrate import upgrade
+from biasaudit.db.store.load import load_predictions
+from biasaudit.db.store.migrate import upgrade
 from biasaudit.flows import pipeline
 from biasaudit.flows.demo import GROUPS, synthetic_predictions
 from tests.test_server import prefect_server  # noqa: F401 - the fixture

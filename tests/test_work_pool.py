@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.history import list_runs
+from biasaudit.db.store.history import list_runs
 from biasaudit.flows.report import REPORTS_ENV
 from biasaudit.flows.work_pool import worker_store_url
 

@@ -210,7 +210,7 @@ def _engine(db: str | None, *, migrated: bool = True) -> Any:
     try:
         with engine.connect() as connection:
             if migrated:
-                from biasaudit.db.revision import (
+                from biasaudit.db.store.revision import (
                     head_revision,
                     is_newer,
                     newer_store,
@@ -271,7 +271,7 @@ def _metric(name: str) -> str:
 
 def _run_or_fail(engine: Any, run_id: int) -> Any:
     """The stored run, or a clear error if there is none."""
-    from biasaudit.db.history import get_run
+    from biasaudit.db.store.history import get_run
 
     run = get_run(engine, run_id)
     if run is None:

@@ -30,7 +30,7 @@ def db_upgrade(db: DbOption = None) -> None:
     from sqlalchemy.exc import OperationalError
 
     from biasaudit.db.engine import database_url, make_engine, safe_url
-    from biasaudit.db.migrate import upgrade
+    from biasaudit.db.store.migrate import upgrade
 
     make_engine(db).dispose()  # a malformed URL or unknown dialect: one clear line
     try:
@@ -111,7 +111,7 @@ def load(
     """Load predictions into the predictions table, validated: invalid rows are quarantined."""
     from rich.progress import Progress
 
-    from biasaudit.db.load import load_predictions, read_predictions_file
+    from biasaudit.db.store.load import load_predictions, read_predictions_file
 
     if not 0.0 <= max_invalid_fraction <= 1.0:
         raise Mistake(f"--max-invalid-fraction must be between 0 and 1, not {max_invalid_fraction}")
@@ -194,7 +194,7 @@ def quarantine(
     import pandas as pd
     from sqlalchemy import select
 
-    from biasaudit.db.models import QuarantinedRow
+    from biasaudit.db.store.models import QuarantinedRow
 
     _check_format(format_)
     if (run_id is None) == (not from_load):

@@ -40,7 +40,7 @@ RUN_TABLE = {
 
 
 def _print_runs(db: str | None, run_ids: list[int] | None = None, runs: Any = None) -> None:
-    from biasaudit.db.history import list_runs
+    from biasaudit.db.store.history import list_runs
 
     if runs is None:
         runs = list_runs(_engine(db))
@@ -51,8 +51,8 @@ def _print_runs(db: str | None, run_ids: list[int] | None = None, runs: Any = No
 
 def _print_flagged(db: str | None, run_ids: list[int]) -> None:
     """Per run, the disparities detection flagged (BH-adjusted p below alpha)."""
-    from biasaudit.db.history import FLAGGED_COLUMNS, flagged_detections, run_results
-    from biasaudit.db.models import DetectionResult
+    from biasaudit.db.store.history import FLAGGED_COLUMNS, flagged_detections, run_results
+    from biasaudit.db.store.models import DetectionResult
     from biasaudit.schemas.report import run_label
 
     engine = _engine(db)
@@ -127,7 +127,7 @@ def history(
 ) -> None:
     """List stored runs, show one run (its summary; every table with --all, --attribute or
     --metric) or export its metrics, or print a metric's time series."""
-    from biasaudit.db.history import list_runs, run_match, run_metrics
+    from biasaudit.db.store.history import list_runs, run_match, run_metrics
     from biasaudit.schemas.metric_ids import BASE_RATES
     from biasaudit.schemas.report import run_label
 
@@ -138,7 +138,7 @@ def history(
     metric = _metric(metric) if metric is not None else None
     engine = _engine(db)
     if monitor:
-        from biasaudit.db.monitor import monitor_trajectory
+        from biasaudit.db.store.monitor import monitor_trajectory
 
         trajectory = monitor_trajectory(engine, audit, model, attribute, group, None, metric)
         if format_ != "table":
@@ -214,7 +214,7 @@ def _print_summary(engine: Any, run: Any) -> None:
     its verdict and group sizes, the flagged findings, and what was not tested and why."""
     import pandas as pd
 
-    from biasaudit.db.report_data import report_frames
+    from biasaudit.db.store.report_data import report_frames
     from biasaudit.schemas.report import run_label
     from biasaudit.tasks import report as first_screen
 
@@ -310,7 +310,7 @@ def _print_series(
     format_: str,
 ) -> None:
     """One row per run: the metric's value for each group, and the spread between them."""
-    from biasaudit.db.history import metric_series
+    from biasaudit.db.store.history import metric_series
 
     series = metric_series(engine, metric, attribute, group, audit, model, since, until)
     if series.empty:
@@ -347,7 +347,7 @@ def _print_series(
 def _print_stage_tables(
     engine: Any, run_id: int, attribute: str | None, metric: str | None
 ) -> None:
-    from biasaudit.db.history import (
+    from biasaudit.db.store.history import (
         FLAGGED_COLUMNS,
         META_COLUMNS,
         PLANNING_COLUMNS,
@@ -355,7 +355,12 @@ def _print_stage_tables(
         flagged_detections,
         run_results,
     )
-    from biasaudit.db.models import DetectionResult, MetaMetricResult, PlanningResult, ScoreResult
+    from biasaudit.db.store.models import (
+        DetectionResult,
+        MetaMetricResult,
+        PlanningResult,
+        ScoreResult,
+    )
 
     planning = run_results(engine, PlanningResult, run_id, attribute, metric)
     if not planning.empty:
@@ -417,8 +422,8 @@ def compare(
     score, each group's AUC and calibration too."""
     import pandas as pd
 
-    from biasaudit.db.history import previous_as_of_run, run_metrics, run_results
-    from biasaudit.db.models import ScoreResult
+    from biasaudit.db.store.history import previous_as_of_run, run_metrics, run_results
+    from biasaudit.db.store.models import ScoreResult
     from biasaudit.schemas.report import run_label
     from biasaudit.tasks.compare import compare_metrics, compare_scores, windows_overlap
 

@@ -81,7 +81,7 @@ def rank(
     db: DbOption = None,
 ) -> None:
     """Rank models for bias by N, difference and ratio, and show where the rankings disagree."""
-    from biasaudit.db.history import rates_by_run
+    from biasaudit.db.store.history import rates_by_run
     from biasaudit.schemas.metric_ids import BASE_RATES, GLOSSARY, TESTED_RATES
     from biasaudit.tasks.planning import rank_bias
 

@@ -131,8 +131,8 @@ def _check_reports(results: list[dict]) -> None:
 def demo(db: DbOption = None) -> None:
     """Create the database, load synthetic predictions, run every demo audit, print a summary."""
     from biasaudit.db.engine import flow_url, make_engine
-    from biasaudit.db.load import load_predictions
-    from biasaudit.db.migrate import upgrade
+    from biasaudit.db.store.load import load_predictions
+    from biasaudit.db.store.migrate import upgrade
     from biasaudit.flows.config_files import configured_names
     from biasaudit.flows.demo import END, GROUPS, synthetic_predictions
 
@@ -167,7 +167,7 @@ def abandon(
     db: DbOption = None,
 ) -> None:
     """Mark a running run failed as abandoned, so later runs of its audit stop waiting for it."""
-    from biasaudit.db.runs import abandon_run
+    from biasaudit.db.store.runs import abandon_run
 
     if not abandon_run(_engine(db), run_id):
         _fail(f"run {run_id} is not running")
@@ -274,7 +274,7 @@ def serve(
     """Serve the nightly deployment (runs until stopped; trigger with
     `prefect deployment run 'nightly/NAME' -p audits='["AUDIT"]'`)."""
     from biasaudit.db.engine import database_url, make_engine, safe_url
-    from biasaudit.db.migrate import upgrade
+    from biasaudit.db.store.migrate import upgrade
     from biasaudit.flows.config_files import configured_names, default_config_path
 
     if task_runner not in ("threads", "dask"):
@@ -316,7 +316,7 @@ def deploy(
     from prefect.settings import get_current_settings
 
     from biasaudit.db.engine import URL_ENV, database_url, make_engine, safe_url
-    from biasaudit.db.migrate import upgrade
+    from biasaudit.db.store.migrate import upgrade
     from biasaudit.flows.config_files import configured_names, default_config_path
 
     path = str(Path(config or default_config_path()).resolve())
@@ -362,17 +362,17 @@ def deploy(
 def _source_problems(
     audit: Any, db: str | None, content: bool = False, as_of: Any = None, labels: bool = False
 ) -> list[str]:
-    """Why the audit's source cannot be read (db.source.source_problems), from the catalogue of
-    its database (``source_db``, else the store); with ``content``, also why a run as of
-    ``as_of`` (default now) would fail on what it holds (db.checks.data_problems: the model's
-    rows in the window, the reference groups, with ``labels`` the labels' values); or why it
+    """Why the audit's source cannot be read (db.sources.catalogue.source_problems), from the
+    catalogue of its database (``source_db``, else the store); with ``content``, also why a run as
+    of ``as_of`` (default now) would fail on what it holds (db.sources.checks.data_problems: the
+    model's rows in the window, the reference groups, with ``labels`` the labels' values); or why it
     could not be looked at."""
     from datetime import UTC, datetime
 
     from sqlalchemy.exc import SQLAlchemyError
 
     from biasaudit.db.engine import DatabaseMissing, DatabaseUrlError, database_url, make_engine
-    from biasaudit.db.source import source_problems, source_url
+    from biasaudit.db.sources.catalogue import source_problems, source_url
     from biasaudit.flows.logs import one_line
 
     try:
@@ -380,7 +380,7 @@ def _source_problems(
         try:
             if not content:
                 return source_problems(engine, audit)
-            from biasaudit.db.checks import data_problems
+            from biasaudit.db.sources.checks import data_problems
 
             now = datetime.now(UTC)
             return data_problems(engine, audit, as_of or now, now, labels=labels)
@@ -415,8 +415,7 @@ def audits(
 ) -> None:
     """List the configured audits and validate each one: its configuration, and its source's
     table and columns in the database (source_db, else --db), reading no rows; with --check,
-    what the source holds too (db.checks). Prints one line per problem; exit 1 if any audit is
-    invalid."""
+    what the source holds too. Prints one line per problem; exit 1 if any audit is invalid."""
     import pandas as pd
 
     from biasaudit.flows.config_files import configured_names, default_config_path, load_audit

@@ -4,7 +4,7 @@
 ``svg`` render it, ``text`` formats values for people.
 
 Rendered from the frames of one stored run (``schemas.report.ReportFrames``, gathered by
-``db.report_data``); nothing here reads a database or imports Prefect. Order of the page:
+``db.store.report_data``); nothing here reads a database or imports Prefect. Order of the page:
 
 1. first screen: per attribute a verdict (flagged / fair within tolerance / undecided / too little
    data), the flagged comparisons ranked by size with their interval and adjusted p, and each

@@ -1,0 +1,62 @@
+"""An engine biasaudit has no module for: its SQL is the ANSI defaults, and what those cannot do
+safely on an engine whose text comparison and time functions are unknown is refused, each in one
+line naming the engine."""
+
+from __future__ import annotations
+
+from sqlalchemy import Table, func
+
+from biasaudit.db.sources.engines.base import ATTRIBUTES_JSON, SourceEngine
+from biasaudit.db.sources.types import is_text
+from biasaudit.schemas.config import Audit
+
+
+class Generic(SourceEngine):
+    """Any other SQLAlchemy dialect: typed timestamps and scores only, no SQL that compares or
+    groups text (the push-down, label arrival, JSON attributes), which would take the engine's
+    collation, maybe blind to case or trailing spaces, for equality."""
+
+    parses_text = False
+    exact_text = False
+
+    def __init__(self, name: str):
+        self.name = name
+        self.label = f"{name} (an engine biasaudit has no module for)"
+
+    def refusals(self, table: Table, audit: Audit) -> list[str]:
+        where = f"source {audit.source!r} on {self.label}"
+        found = []
+        if audit.scan.mode == "pushdown":
+            found.append(
+                f"{where}: scan mode 'pushdown' groups text in SQL, whose exact comparison is "
+                "unknown here; use scan.mode 'memory' or 'stream'"
+            )
+        labelled = table.c.get(audit.source_column("labelled_at"))
+        if labelled is not None:
+            found.append(
+                f"{where}: column {labelled.name!r} (labelled_at) is counted by groups in SQL, "
+                "whose exact text comparison is unknown here; audit a view without it"
+            )
+        json = [a for a in audit.attributes if a not in table.c and ATTRIBUTES_JSON in table.c]
+        if json:
+            found.append(
+                f"{where}: attributes {', '.join(map(repr, json))} would be read from the JSON "
+                f"column {ATTRIBUTES_JSON!r}, which is not read here; give each a column"
+            )
+        return found
+
+    def duplicates_refusal(self, table: Table, audit: Audit) -> str | None:
+        """Why the window's repeated ids cannot be found here (None: they can): a text id is
+        compared by the engine's unknown collation."""
+        ident = table.c[audit.source_column("prediction_id")]
+        if not is_text(ident):
+            return None
+        return (
+            f"source {audit.source!r} on {self.label}: repeated prediction ids in text column "
+            f"{ident.name!r} cannot be found exactly; declare its primary key or unique "
+            "constraint, or set scan.ids_unique = true"
+        )
+
+    def non_empty(self, text):
+        """A length, which no collation changes."""
+        return func.length(func.trim(text)) > 0
