@@ -4,8 +4,8 @@ Imports: the plain pipeline (``--plain``, default biasaudit.flows.pipeline) agai
 flow module (``--flow``, biasaudit.flows.audit), each in fresh interpreters, median of 5.
 Stages: counts of ~500 groups (attributes race 6, sex 2, age 8, region 5 values; intersections
 race x sex, age x region and three 3-way ones: 489 groups, many of them small), the full metric
-catalogue, B = 1,000 bootstrap replicates, through tasks.core.audit_counts (each stage timed by its
-``run`` hook), then persisted as the flow does (db.store.runs.start_run, db.store.results.result_tables,
+catalogue, B = 1,000 bootstrap replicates, through tasks.core.audit_counts (each stage timed into
+its ``timings``), then persisted as the flow does (db.store.runs.start_run, db.store.results.result_tables,
 db.store.runs.save_run) to SQLite and PostgreSQL, then the report (flows.report.build_report) on each.
 
     python benchmarks/fixed_costs.py [--postgres postgresql://postgres@127.0.0.1:5432/postgres]
@@ -23,7 +23,6 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -92,18 +91,6 @@ def predictions(seed: int = 7) -> pd.DataFrame:
     return frame[frame["n"] > 0].reset_index(drop=True)
 
 
-def timed_runner(timings: dict[str, float]) -> Callable[..., Any]:
-    """A tasks.core ``run`` hook that times each stage."""
-
-    def run(name: str, function: Callable[..., Any], *args: Any) -> Any:
-        start = time.perf_counter()
-        out = function(*args)
-        timings[name] = time.perf_counter() - start
-        return out
-
-    return run
-
-
 def persist_and_report(url: str, audit: Any, result: Any) -> tuple[float, float]:
     """Seconds to persist ``result`` as the flow does, and to build its report."""
     from biasaudit.db.engine import make_engine
@@ -133,7 +120,7 @@ def persist_and_report(url: str, audit: Any, result: Any) -> tuple[float, float]
     run_id = start_run(engine, record)
     start = time.perf_counter()
     run_id = save_run(
-        engine, run_id, record, result_tables(result), pd.DataFrame(columns=QUARANTINE_COLUMNS)
+        engine, run_id, record, result_tables(result.frames()), pd.DataFrame(columns=QUARANTINE_COLUMNS)
     ).run_id
     persist = time.perf_counter() - start
     release_run(run_id)
@@ -190,7 +177,7 @@ def main() -> None:
     counts = group_counts(cells, audit.attributes, audit.intersections)
     timings["counts"] = time.perf_counter() - start
     start = time.perf_counter()
-    result = audit_counts(counts, audit, run=timed_runner(timings))
+    result = audit_counts(counts, audit, timings=timings)
     core = time.perf_counter() - start
     timings["core: validation and summary"] = core - sum(
         v for k, v in timings.items() if k != "counts"

@@ -66,7 +66,7 @@ def persist_seconds(url: str, config: Path, repeat: int) -> None:
     record = new_record(audit, AS_OF)
     scanned = scan(url, audit, record.window_start, record.window_end, datetime.now(UTC))
     counts = group_counts(scanned.cells, audit.attributes, audit.intersections)
-    tables = result_tables(audit_counts(counts, audit))
+    tables = result_tables(audit_counts(counts, audit).frames())
     engine = make_engine(url)
     copy = runs._insert_results
 

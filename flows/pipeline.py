@@ -4,8 +4,8 @@
           -> core stages (tasks.core: metrics, compare, match, planning, detection,
              smoothing, meta-metrics) -> persist -> report
 
-``execute_audit`` runs every stage through a ``run(stage, function, *args)`` hook, the same hook
-tasks.core takes: ``run_audit`` calls the functions (tests, benchmarks, embedding; Prefect is
+``execute_audit`` runs every step through a ``run(stage, function, *args)`` hook (``Runner``):
+``run_audit`` calls the functions (tests, benchmarks, embedding; Prefect is
 never imported), ``flows.audit.audit_flow`` runs the DATABASE_STEPS as Prefect tasks with
 retries and the pure stages as plain calls (flows.stages). ``begin`` commits a ``running`` row; a
 failure at any stage marks it failed with the error (and any quarantined rows) and re-raises;
@@ -16,15 +16,13 @@ configuration equal a succeeded run's returns that run before the statistics (un
 from __future__ import annotations
 
 import logging
-import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import version as package_version
 from pathlib import Path
-from typing import ParamSpec, TypeVar
+from typing import ParamSpec, Protocol, TypeVar
 from zoneinfo import ZoneInfo
 
 import pandas as pd
@@ -59,7 +57,7 @@ from biasaudit.schemas.frames import listed
 from biasaudit.schemas.names import printable
 from biasaudit.schemas.quarantine import NoValidRows, TooManyInvalidRows, check_invalid_fraction
 from biasaudit.schemas.report import run_label
-from biasaudit.tasks.core import AuditResult, Runner, audit_counts, call
+from biasaudit.tasks.core import AuditResult, audit_counts, timed
 from biasaudit.tasks.counts import arrival_evidence_of_counts, group_counts
 from biasaudit.tasks.ll144 import scoring_rates
 from biasaudit.tasks.scores import score_audit
@@ -68,6 +66,20 @@ log = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class Runner(Protocol):
+    """The hook each step runs through: ``run(stage, function, *args, **options)`` returns what
+    ``function(*args, **options)`` returns, checked against the function's own signature."""
+
+    def __call__(
+        self, stage: str, function: Callable[P, R], /, *args: P.args, **options: P.kwargs
+    ) -> R: ...
+
+
+def call(stage: str, function: Callable[P, R], /, *args: P.args, **options: P.kwargs) -> R:
+    """The default ``run`` hook: call the step's function."""
+    return function(*args, **options)
 
 # Every run this process stored, as {"run_id", "version", "audit"}, appended the moment its result
 # is committed: a command whose flow then fails or hangs in Prefect says which runs are stored
@@ -175,7 +187,7 @@ def persist(
 ) -> SavedRun:
     """Commit the results (and ``extra`` tables, e.g. monitor_results) as the next version;
     returns the saved run (db.store.runs.SavedRun: id, whether it is new, version)."""
-    tables = {**result_tables(result), **(extra or {})}
+    tables = {**result_tables(result.frames()), **(extra or {})}
     with engine_scope(db_url) as engine:
         saved = save_run(engine, run_id, record, tables, quarantine, force=force)
     release_run(run_id)
@@ -230,13 +242,6 @@ DATABASE_STEPS = {
 # ---- the body --------------------------------------------------------------------------------
 
 
-@contextmanager
-def _timed(timings: dict[str, float], stage: str) -> Iterator[None]:
-    start = time.perf_counter()
-    yield
-    timings[stage] = round(time.perf_counter() - start, 4)
-
-
 def _explained(run: Runner, url: str, audit: Audit) -> Runner:
     """``run`` with a database step that a transient error still ends (its retries spent) failing
     as one line: the step, its database (the source's for the scan), what to do (db.retry)."""
@@ -251,16 +256,6 @@ def _explained(run: Runner, url: str, audit: Audit) -> Runner:
             raise step_failed(DATABASE_STEPS[name], where, exc) from exc
 
     return explained
-
-
-def _timed_stages(run: Runner, timings: dict[str, float]) -> Runner:
-    """The core's ``run`` hook: each pure stage through ``run``, timed."""
-
-    def timed(name: str, function: Callable[P, R], /, *args: P.args, **options: P.kwargs) -> R:
-        with _timed(timings, name):
-            return run(name, function, *args, **options)
-
-    return timed
 
 
 def run_audit(
@@ -296,7 +291,7 @@ def execute_audit(
     run_id = run("begin", begin, url, record, timedelta(hours=thresholds.stale_run_hours))
     quarantine = None
     try:
-        with _timed(timings, f"scan ({audit.scan.mode})"):
+        with timed(timings, f"scan ({audit.scan.mode})"):
             scanned = run(
                 "scan", scan, url, audit, record.window_start, record.window_end, record.started_at
             )
@@ -403,7 +398,7 @@ def _audit_and_persist(
     """counts -> core stages -> monitor -> persist, for a run whose input is new; the saved run
     and, when it holds this run's results, their label completeness (for its report)."""
     timings = record.timings
-    with _timed(timings, "counts"):
+    with timed(timings, "counts"):
         counts = run("counts", group_counts, scanned.cells, audit.attributes, audit.intersections)
     previous = run(  # the previous as-of, and whether its window overlaps (then untested)
         "previous_run",
@@ -424,9 +419,7 @@ def _audit_and_persist(
             audit.intersections,
             audit.thresholds.alpha,
         )
-    result = audit_counts(
-        counts, audit, previous=previous, run=_timed_stages(run, timings), arrival=arrival
-    )
+    result = audit_counts(counts, audit, previous=previous, timings=timings, arrival=arrival)
     if scanned.score_counts is not None and scanned.score_bins is not None:  # the score whole
         scores = run(
             "scores",
@@ -447,11 +440,11 @@ def _audit_and_persist(
     record.summary = {**result.summary, "threshold_warning": threshold_warning(audit, scanned)}
     monitoring = {}
     if audit.monitor is not None:  # this run's increment, anytime-valid alarms
-        with _timed(timings, "monitor"):
+        with timed(timings, "monitor"):
             monitoring = run("monitor", monitor, url, audit, record.as_of, record.started_at)
         alarms = sum(int(frame["alarm"].sum()) for frame in monitoring.values() if "alarm" in frame)
         record.summary["monitor_alarms"] = alarms
-    with _timed(timings, "persist"):
+    with timed(timings, "persist"):
         saved = run(
             "persist", persist, url, run_id, record, result, scanned.quarantine, force, monitoring
         )

@@ -6,25 +6,27 @@ on the counts frame (schemas.results.GROUP_COUNTS) in order:
     comparison pairs and their metrics (once) -> metrics and two-group metrics -> compare
     -> MATCH -> planning -> detection -> smoothing -> meta-metrics -> summary
 
-The audit flow runs the very same function through a ``run`` hook (its pure stages plain calls,
-timed); ``biasaudit.audit_frame`` runs it on a DataFrame. Each result frame has the columns of its
+The audit flow runs the very same function, each stage timed into the run's ``timings``;
+``biasaudit.audit_frame`` runs it on a DataFrame. Each result frame has the columns of its
 result table (db.store.results maps them), so a notebook and the database see the same numbers.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, ParamSpec, Protocol, TypeVar
+from typing import Any
 
 import pandas as pd
 
 from biasaudit.schemas.config import Audit
 from biasaudit.schemas.metric_ids import MATCH_METRICS, TESTED_RATES
 from biasaudit.schemas.quarantine import QUARANTINE_COLUMNS
-from biasaudit.schemas.results import empty_result, validate_result
+from biasaudit.schemas.results import CONTRACTS, empty_result, validate_result
 from biasaudit.tasks.compare import Previous, compare_with_previous
 from biasaudit.tasks.counts import (
     check_reference_groups,
@@ -41,22 +43,14 @@ from biasaudit.tasks.planning import plan
 from biasaudit.tasks.rates import comparison_rates
 from biasaudit.tasks.smoothing import mark_empty_groups, smoothed_counts
 
-P = ParamSpec("P")
-R = TypeVar("R")
 
-
-class Runner(Protocol):
-    """The hook each stage runs through: ``run(stage, function, *args, **options)`` returns what
-    ``function(*args, **options)`` returns, checked against the function's own signature."""
-
-    def __call__(
-        self, stage: str, function: Callable[P, R], /, *args: P.args, **options: P.kwargs
-    ) -> R: ...
-
-
-def call(stage: str, function: Callable[P, R], /, *args: P.args, **options: P.kwargs) -> R:
-    """The default ``run`` hook: call the stage's function."""
-    return function(*args, **options)
+@contextmanager
+def timed(timings: dict[str, float] | None, stage: str) -> Iterator[None]:
+    """Time what runs inside, in seconds (4 decimals), into ``timings[stage]`` (None: untimed)."""
+    start = time.perf_counter()
+    yield
+    if timings is not None:
+        timings[stage] = round(time.perf_counter() - start, 4)
 
 
 @dataclass(frozen=True)
@@ -89,6 +83,10 @@ class AuditResult:
     def flagged(self) -> pd.DataFrame:
         """The detection rows flagged after multiplicity adjustment."""
         return self.detection[self.detection["flagged"].astype(bool)]
+
+    def frames(self) -> dict[str, pd.DataFrame]:
+        """Each frame with a result table's contract (schemas.results.CONTRACTS), by its name."""
+        return {name: getattr(self, name) for name in CONTRACTS}
 
 
 def bootstrap_seed(counts: pd.DataFrame) -> int:
@@ -175,17 +173,17 @@ def audit_counts(
     audit: Audit,
     *,
     previous: Previous | None = None,
-    run: Runner = call,
+    timings: dict[str, float] | None = None,
     arrival: pd.DataFrame | None = None,
 ) -> AuditResult:
     """Run every statistical stage of ``audit`` on validated ``counts``
     (schemas.results.GROUP_COUNTS).
 
     ``previous`` is the previous run's id and per-group metrics for the compare stage (none by
-    default). ``run(stage, function, *args)`` runs each stage: the default calls it; the pipeline's
-    hook (flows.pipeline) also times it. ``arrival`` (tasks.counts.arrival_evidence), where
-    the labels' arrival times are known, tells the label-completeness warnings which mechanism
-    those times show.
+    default). ``timings``, where given, receives each stage's time in seconds under its name (a
+    run's stored ``timings``). ``arrival`` (tasks.counts.arrival_evidence), where the labels'
+    arrival times are known, tells the label-completeness warnings which mechanism those times
+    show.
     """
     keep_freed_memory()  # the stages' arrays reuse freed memory from the first audit on
     counts = validate_result("counts", counts)
@@ -193,70 +191,56 @@ def audit_counts(
     # Before any stage, so that a flow fails on this one line and not inside a task.
     check_reference_groups(counts, audit.reference_groups, audit.name)
     thresholds, smoothing = audit.thresholds, audit.smoothing
+    alpha, min_group_size = thresholds.alpha, thresholds.min_group_size
     rates = [m for m in audit.metrics if m in TESTED_RATES]
-    group, reference = run("pairs", comparison_pairs, counts, audit.reference_groups)
-    metrics = run("metrics", group_metrics, counts, audit.metrics)
-    two_group = run("two-group metrics", two_group_metrics, group, reference)
+    with timed(timings, "pairs"):
+        group, reference = comparison_pairs(counts, audit.reference_groups)
+    with timed(timings, "metrics"):
+        metrics = group_metrics(counts, audit.metrics)
+    with timed(timings, "two-group metrics"):
+        two_group = two_group_metrics(group, reference)
     two_group = two_group[two_group["metric"].isin(audit.metrics)].reset_index(drop=True)
-    comparison = run("compare", compare_with_previous, previous, metrics, alpha=thresholds.alpha)
-    match = run(
-        "match",
-        match_test,
-        group,
-        reference,
-        [m for m in audit.metrics if m in MATCH_METRICS],
-        min_reference_ratio=thresholds.match_reference_ratio,
-        min_group_size=thresholds.min_group_size,
-    )
-    tested = run(
-        "comparison rates",
-        comparison_rates,
-        group,
-        reference,
-        rates,
-        min_group_size=thresholds.min_group_size,
-    )
-    planning = run(
-        "planning",
-        plan,
-        tested,
-        tau=thresholds.planning_disparity,
-        alpha=thresholds.alpha,
-        power=thresholds.power,
-        tolerance=thresholds.tolerance,
-    )
-    detection = run(
-        "detection", detect, tested, tolerance=thresholds.tolerance, alpha=thresholds.alpha
-    )
-    smoothed = run(
-        "smoothing",
-        smoothed_metrics,
-        counts[counts["subset"] == "group"],
-        audit.metrics,
-        cps_lambda=smoothing.cps_lambda,
-        additive_pseudocount=smoothing.additive_pseudocount,
-    )
-    metametrics = run(
-        "meta-metrics",
-        attribute_meta_metrics,
-        metrics,
-        rates,
-        n_boot=thresholds.bootstrap_replicates,
-        confidence=1 - thresholds.alpha,
-        seed=bootstrap_seed(counts),
-        min_group_size=thresholds.min_group_size,
-    )
-    completeness = label_completeness(counts, thresholds.alpha)  # the summary's and the report's
+    with timed(timings, "compare"):
+        comparison = compare_with_previous(previous, metrics, alpha=alpha)
+    with timed(timings, "match"):
+        match = match_test(
+            group,
+            reference,
+            [m for m in audit.metrics if m in MATCH_METRICS],
+            min_reference_ratio=thresholds.match_reference_ratio,
+            min_group_size=min_group_size,
+        )
+    with timed(timings, "comparison rates"):
+        tested = comparison_rates(group, reference, rates, min_group_size=min_group_size)
+    with timed(timings, "planning"):
+        planning = plan(
+            tested,
+            tau=thresholds.planning_disparity,
+            alpha=alpha,
+            power=thresholds.power,
+            tolerance=thresholds.tolerance,
+        )
+    with timed(timings, "detection"):
+        detection = detect(tested, tolerance=thresholds.tolerance, alpha=alpha)
+    with timed(timings, "smoothing"):
+        smoothed = smoothed_metrics(
+            counts[counts["subset"] == "group"],
+            audit.metrics,
+            cps_lambda=smoothing.cps_lambda,
+            additive_pseudocount=smoothing.additive_pseudocount,
+        )
+    with timed(timings, "meta-metrics"):
+        metametrics = attribute_meta_metrics(
+            metrics,
+            rates,
+            n_boot=thresholds.bootstrap_replicates,
+            confidence=1 - alpha,
+            seed=bootstrap_seed(counts),
+            min_group_size=min_group_size,
+        )
+    completeness = label_completeness(counts, alpha)  # the summary's and the report's
     summary = run_summary(
-        counts,
-        metrics,
-        match,
-        detection,
-        planning,
-        comparison,
-        thresholds.alpha,
-        completeness,
-        arrival,
+        counts, metrics, match, detection, planning, comparison, alpha, completeness, arrival
     )
     return AuditResult(
         counts=counts,

@@ -288,7 +288,7 @@ def test_package_installs_under_one_name(tmp_path):
     )
     top = {p.name for p in target.iterdir() if not p.name.endswith((".dist-info", "__pycache__"))}
     assert top == {"biasaudit", "bin"} or top == {"biasaudit"}
-    assert (target / "biasaudit" / "db" / "migrations" / "versions").is_dir()
+    assert (target / "biasaudit" / "db" / "store" / "migrations" / "versions").is_dir()
     user = tmp_path / "user"
     for package in ("tasks", "db", "flows"):
         (user / package).mkdir(parents=True)

@@ -123,15 +123,15 @@ def test_the_tested_rows_carry_their_tolerance_and_alpha(result):
 
 def test_the_store_refuses_a_frame_that_breaks_its_contract(result):
     """A missing column is an error at persist, never a column of NULLs; an extra one too."""
-    assert result_tables(result)[DetectionResult].columns.tolist() == list(
+    assert result_tables(result.frames())[DetectionResult].columns.tolist() == list(
         CONTRACTS["detection"].columns
     )
     missing = result.__class__(**{**vars(result), "detection": result.detection.drop(columns="z")})
     with pytest.raises(BROKEN, match="z"):
-        result_tables(missing)
+        result_tables(missing.frames())
     extra = result.__class__(**{**vars(result), "planning": result.planning.assign(spare=1.0)})
     with pytest.raises(BROKEN, match="spare"):
-        result_tables(extra)
+        result_tables(extra.frames())
 
 
 def _insert_run(connection, run_id: int, config: dict) -> None:

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import Column, DateTime, Integer, MetaData, String, Table, event, update
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.sources import stream
+from biasaudit.db.sources.engines import postgresql
 from biasaudit.db.sources.scan import memory_cells, pushdown_cells, stream_cells
 from tests.test_typed_sources import audit_of, create, same_cells
 
@@ -140,7 +140,7 @@ def test_a_reader_that_cannot_import_the_snapshot_reads_on_the_scans_connection(
 ):
     """Where ADBC's connection cannot take the scan's snapshot (another server behind the URL),
     the stream reads on the scan's own connection, in its snapshot, and says so."""
-    monkeypatch.setattr(stream, "_exported_snapshot", lambda connection: "00000003-0000001A-1")
+    monkeypatch.setattr(postgresql, "_exported_snapshot", lambda connection: "00000003-0000001A-1")
     engine = make_engine(source_db_url)
     table, rows = table_and_rows(aware=True)
     create(engine, table, rows)

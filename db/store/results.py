@@ -1,8 +1,8 @@
-"""The mapping of an audit's result frames (tasks.core.AuditResult) to the result tables."""
+"""The mapping of an audit's result frames (tasks.core.AuditResult.frames) to the result tables."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Mapping
 
 import pandas as pd
 
@@ -39,54 +39,12 @@ TABLES: dict[str, type] = {
 }
 
 
-class ResultFrames(Protocol):
-    """What db needs of an audit result: its frames (tasks.core.AuditResult has them)."""
-
-    @property
-    def counts(self) -> pd.DataFrame: ...
-
-    @property
-    def metrics(self) -> pd.DataFrame: ...
-
-    @property
-    def smoothed(self) -> pd.DataFrame: ...
-
-    @property
-    def two_group(self) -> pd.DataFrame: ...
-
-    @property
-    def match(self) -> pd.DataFrame: ...
-
-    @property
-    def detection(self) -> pd.DataFrame: ...
-
-    @property
-    def planning(self) -> pd.DataFrame: ...
-
-    @property
-    def metametrics(self) -> pd.DataFrame: ...
-
-    @property
-    def comparison(self) -> pd.DataFrame: ...
-
-    @property
-    def scores(self) -> pd.DataFrame: ...
-
-    @property
-    def calibration(self) -> pd.DataFrame: ...
-
-    @property
-    def thresholds(self) -> pd.DataFrame: ...
-
-    @property
-    def scoring(self) -> pd.DataFrame: ...
-
-
-def result_tables(result: ResultFrames) -> dict[type, pd.DataFrame]:
-    """Each result table's model and the rows to insert for it: exactly its contract's columns
+def result_tables(frames: Mapping[str, pd.DataFrame]) -> dict[type, pd.DataFrame]:
+    """Each result table's model and the rows to insert for it, from an audit's result frames by
+    contract name (tasks.core.AuditResult.frames): exactly its contract's columns
     (schemas.results), checked again here so that no column is dropped or left NULL silently."""
-    frames = {name: getattr(result, name) for name in CONTRACTS}
-    frames["metrics"] = pd.concat(
-        [frames.pop("metrics"), frames.pop("smoothed")], ignore_index=True
+    tables = {name: frames[name] for name in CONTRACTS}
+    tables["metrics"] = pd.concat(
+        [tables.pop("metrics"), tables.pop("smoothed")], ignore_index=True
     )
-    return {TABLES[name]: validate_result(name, frame) for name, frame in frames.items()}
+    return {TABLES[name]: validate_result(name, frame) for name, frame in tables.items()}
