@@ -26,7 +26,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     from biasaudit.tasks.planning import detection_power
-    from biasaudit.tasks.twosample import exact_power, normal_power, two_sample_test
+    from biasaudit.tasks.twosample import two_sample_test
+    from biasaudit.tasks.twosample_power import exact_power, normal_power
 
     rng = np.random.default_rng(args.seed)
     level, u_tol = 0.0007, 0.05

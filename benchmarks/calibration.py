@@ -38,12 +38,8 @@ from biasaudit.tasks.metametrics import bootstrap_variance_interval
 from biasaudit.tasks.multiplicity import bh_adjust
 from biasaudit.tasks.planning import detection_power
 from biasaudit.tasks.rates import comparison_rates
-from biasaudit.tasks.twosample import (
-    exact_power,
-    rejection_probability,
-    statistic,
-    two_sample_test,
-)
+from biasaudit.tasks.twosample import statistic, two_sample_test
+from biasaudit.tasks.twosample_power import exact_power, rejection_probability
 
 ALPHA = 0.05
 RATES = np.concatenate([[0.001, 0.005], np.linspace(0.01, 0.99, 99), [0.995, 0.999]])

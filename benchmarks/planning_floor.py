@@ -6,7 +6,7 @@ its critical statistics were guessed, beside the time the audit's goal allows.
 In one process, ``--case rows642``: audit_cost.py's 400,000 predictions audited with 18 and with
 642 count rows (``audit_frame``, every stage, timed per stage as audit_cost.py does); ``--case
 compas``: ProPublica's COMPAS (race, sex, race x sex) and Fairlearn's MetricFrame with six metrics
-on race x sex. Planning's critical-statistic searches (tasks.twosample._critical_statistics) on
+on race x sex. Planning's critical-statistic searches (tasks.twosample_power._critical_statistics) on
 the larger audit are recorded, then run again twice:
 
 - as planning runs them;
@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import audit_cost  # this folder's benchmark: the same predictions and timing hook
 
-from biasaudit.tasks import twosample
+from biasaudit.tasks import twosample, twosample_power
 
 FAIRLEARN = "Fairlearn MetricFrame, six metrics"
 
@@ -46,18 +46,18 @@ def recorded_searches(frame, options: dict) -> tuple[float, dict[str, float], li
     """The audit's time and stage times, and the arguments and answers of every
     _critical_statistics call its planning made."""
     calls: list[tuple] = []
-    original = twosample._critical_statistics
+    original = twosample_power._critical_statistics
 
     def recording(*args):
         out = original(*args)
         calls.append((*args, out))
         return out
 
-    twosample._critical_statistics = recording
+    twosample_power._critical_statistics = recording
     try:
         seconds, stages, _ = audit_cost.timed_audit(frame, **options)
     finally:
-        twosample._critical_statistics = original
+        twosample_power._critical_statistics = original
     return seconds, stages, calls
 
 
@@ -76,17 +76,17 @@ def searches(calls: list[tuple], *, floor: bool) -> tuple[float, int]:
     """Seconds and evaluations (rows times points) of the recorded searches, as planning runs
     them or at the floor; the answers checked against planning's."""
     evaluations = 0
-    zoned = twosample._Zoned.__call__
-    searched = twosample._searched_critical
+    zoned = twosample_power._Zoned.__call__
+    searched = twosample_power._searched_critical
 
     def counting(self, t, rows):
         nonlocal evaluations
         evaluations += len(rows)
         return zoned(self, t, rows)
 
-    twosample._Zoned.__call__ = counting
+    twosample_power._Zoned.__call__ = counting
     if floor:
-        twosample._searched_critical = _two_points
+        twosample_power._searched_critical = _two_points
     start = time.perf_counter()
     try:
         for n_a, n_b, p_b, u_tol, budget, precision, answer in calls:
@@ -95,13 +95,13 @@ def searches(calls: list[tuple], *, floor: bool) -> tuple[float, int]:
                     n_a, n_b, p_b, u_tol, budget, precision, answer, np.full(len(p_b), precision)
                 )
             else:
-                got = twosample._critical_statistics(n_a, n_b, p_b, u_tol, budget, precision)
+                got = twosample_power._critical_statistics(n_a, n_b, p_b, u_tol, budget, precision)
             assert np.array_equal(np.isfinite(got), np.isfinite(answer))
             known = np.isfinite(answer)
             assert np.abs(got - answer)[known].max(initial=0.0) <= precision
     finally:
-        twosample._Zoned.__call__ = zoned
-        twosample._searched_critical = searched
+        twosample_power._Zoned.__call__ = zoned
+        twosample_power._searched_critical = searched
     return time.perf_counter() - start, evaluations
 
 

@@ -1,4 +1,4 @@
-"""Planning's exact power per pair of sizes: the tails as tasks.twosample._Probabilities chooses
+"""Planning's exact power per pair of sizes: the tails as tasks.twosample.Probabilities chooses
 them (a table, or the CDF where few edges fall in the larger group's bulk) against the binomial
 CDF at every region edge (the table switched off), each the best of --repeat, the
 caches cleared before every call, in one process. With --plain: only the time per pair, on
@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from biasaudit.tasks import twosample
+from biasaudit.tasks import twosample, twosample_power
 
 PAIRS = [
     (50, 5_000),
@@ -38,7 +38,7 @@ def seconds(n_a: int, n_b: int) -> float:
     start = time.perf_counter()
     for u_tol in (0.0, 0.05):
         for level in (0.05, 0.0003):
-            twosample.exact_power(n_a, n_b, 0.3 + u_tol, 0.25, u_tol, level)
+            twosample_power.exact_power(n_a, n_b, 0.3 + u_tol, 0.25, u_tol, level)
     return time.perf_counter() - start
 
 

@@ -27,7 +27,7 @@ import pandas as pd
 
 from biasaudit.schemas.results import COMPARISON_KEY
 from biasaudit.tasks import distributions
-from biasaudit.tasks.twosample import exact_powers
+from biasaudit.tasks.twosample_power import exact_powers
 
 PRECISION = 1e-4  # detection_power: the critical statistics' precision (tasks.twosample)
 OUTSIDE = 1e-7  # detection_power: each group's counts left out beyond these binomial quantiles
@@ -157,7 +157,7 @@ def detection_power(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Power of detection's two-sided test (tasks.twosample) at true rates, and its method.
 
-    tasks.twosample.exact_powers: the binomial sum over the Berger-Boos test's rejection region,
+    tasks.twosample_power.exact_powers: the binomial sum over the Berger-Boos test's rejection region,
     the same test at every size ('exact'; power 0 where a denominator is zero), all comparisons
     at once, its critical statistics to PRECISION and each group's counts beyond its binomial
     quantiles at OUTSIDE left out (the power low by at most the mass of tables within PRECISION

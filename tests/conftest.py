@@ -88,7 +88,7 @@ def _remembered(function):
 # suite audits the same few loads with the same settings hundreds of times: in each test process,
 # the powers planning asks for are computed once per distinct argument set (the demo's credit-race
 # audit of 3,000 rows, measured: 4.0 s CPU the first time, 1.2 s each time after). Every audit still computes its first plan for real and
-# gets the same numbers; tests of the powers themselves call tasks.twosample.exact_powers, which
+# gets the same numbers; tests of the powers themselves call tasks.twosample_power.exact_powers, which
 # stays as it is, and tests of an audit's memory or time run it in a fresh interpreter.
 planning.exact_powers = _remembered(planning.exact_powers)
 

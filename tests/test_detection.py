@@ -172,7 +172,7 @@ def test_unfairness_test_tolerance_and_level():
     """It rejects |U| > U_tol at most at α/2 on the boundary U = U_tol (one side at its
     boundary), by enumeration of the test's rejection region; and each p-value of
     unfairness_test agrees with that region on simulated tables."""
-    from biasaudit.tasks.twosample import rejection_probability, rejection_region
+    from biasaudit.tasks.twosample_power import rejection_probability, rejection_region
 
     n = 120
     region = rejection_region(n, n, 0.05, 0.05)  # A = group 2, B = group 1

@@ -330,11 +330,11 @@ def test_rank_bias_reproduces_table_1_rankings(race):
 
 def test_the_suites_remembered_powers_are_the_computed_ones():
     """tests/conftest.py has planning remember its exact powers per arguments: a second call gives
-    what tasks.twosample computes, untouched by a caller that changed the first result."""
-    from biasaudit.tasks import planning, twosample
+    what tasks.twosample_power computes, untouched by a caller that changed the first result."""
+    from biasaudit.tasks import planning, twosample_power
 
     args = ([30.0, 200.0], [400.0, 900.0], [0.5, 0.4], [0.3, 0.3], 0.05, 0.01)
     planning.exact_powers(*args, null_sides=False)[:] = -1.0
     again = planning.exact_powers(*args, null_sides=False)
-    assert np.array_equal(again, twosample.exact_powers(*args, null_sides=False))
-    assert planning.exact_powers is not twosample.exact_powers  # the suite's wrapper is in place
+    assert np.array_equal(again, twosample_power.exact_powers(*args, null_sides=False))
+    assert planning.exact_powers is not twosample_power.exact_powers  # the suite's wrapper is in place

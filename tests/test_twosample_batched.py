@@ -3,14 +3,14 @@
 import numpy as np
 import pytest
 
-from biasaudit.tasks import twosample
+from biasaudit.tasks import twosample, twosample_power
 
 
 def smaller_counts(n_a: int, n_b: int, p_b: np.ndarray, u_tol: float) -> np.ndarray:
     """The smaller group's counts that matter at every nuisance value ``p_b`` (_window)."""
     if n_a <= n_b:
-        return twosample._window(n_a, min(p_b[0] + u_tol, 1.0), min(p_b[-1] + u_tol, 1.0))
-    return twosample._window(n_b, p_b[0], p_b[-1])
+        return twosample.count_window(n_a, min(p_b[0] + u_tol, 1.0), min(p_b[-1] + u_tol, 1.0))
+    return twosample.count_window(n_b, p_b[0], p_b[-1])
 
 
 def one_at_a_time(x_a, n_a, x_b, n_b, u_tol, gamma=twosample.GAMMA) -> float:
@@ -22,12 +22,12 @@ def one_at_a_time(x_a, n_a, x_b, n_b, u_tol, gamma=twosample.GAMMA) -> float:
     low, high, empty = twosample._segment(x_a, n_a, x_b, n_b, u_tol, gamma)
     if empty:
         return gamma
-    grid = twosample._nuisance_grid(n_a, n_b, u_tol)
-    first, last = twosample._snap(grid, float(low), float(high))
+    grid = twosample.nuisance_grid(n_a, n_b, u_tol)
+    first, last = twosample.snap(grid, float(low), float(high))
     p_b = grid[first : last + 1]
     xs = smaller_counts(n_a, n_b, p_b, u_tol)
-    _, edge = twosample._boundary(n_a, n_b, t, u_tol, xs)
-    sup = float(twosample._Probabilities(n_a, n_b, xs, p_b, u_tol)(edge).max())
+    _, edge = twosample.boundary(n_a, n_b, t, u_tol, xs)
+    sup = float(twosample.Probabilities(n_a, n_b, xs, p_b, u_tol)(edge).max())
     return min(1.0, gamma + sup)
 
 
@@ -68,11 +68,11 @@ def test_powers_of_many_comparisons_equal_each_alone(u_tol):
     p_b = rng.uniform(0.1, 0.8, size)
     p_a = np.clip(p_b + rng.choice([-0.2, -0.1, 0.0, 0.1, 0.2], size), 0.02, 0.98)
     level = 0.003
-    together = twosample.exact_powers(n_a, n_b, p_a, p_b, u_tol, level)
-    alone = [twosample.exact_power(*v, u_tol, level) for v in zip(n_a, n_b, p_a, p_b)]
+    together = twosample_power.exact_powers(n_a, n_b, p_a, p_b, u_tol, level)
+    alone = [twosample_power.exact_power(*v, u_tol, level) for v in zip(n_a, n_b, p_a, p_b)]
     np.testing.assert_allclose(together, alone, rtol=0, atol=1e-12)
     assert (together > 0.01).sum() > 10  # most are not trivially zero
-    coarse = twosample.exact_powers(n_a, n_b, p_a, p_b, u_tol, level, precision=1e-4)
+    coarse = twosample_power.exact_powers(n_a, n_b, p_a, p_b, u_tol, level, precision=1e-4)
     assert np.all(coarse <= together + 1e-12) and np.all(together - coarse <= 2e-4)
 
 
@@ -87,14 +87,14 @@ def test_powers_near_one_are_their_corner_bound(monkeypatch):
     p_b = rng.uniform(0.2, 0.7, size)
     p_a = p_b + rng.choice([0.06, 0.1, 0.15], size)
     u_tol, level = 0.05, 1e-4
-    fast = twosample.exact_powers(n_a, n_b, p_a, p_b, u_tol, level, null_sides=False)
+    fast = twosample_power.exact_powers(n_a, n_b, p_a, p_b, u_tol, level, null_sides=False)
 
     def none(n_a, n_b, p_a, p_b, u_tol, gamma):
         return np.zeros(len(n_a)), np.zeros(len(n_a), bool)
 
-    monkeypatch.setattr(twosample, "_corner_bounds", none)
-    full = twosample.exact_powers(n_a, n_b, p_a, p_b, u_tol, level, null_sides=False)
-    assert np.all(fast <= full + 1e-12) and np.all(full - fast <= twosample._SATURATED)
+    monkeypatch.setattr(twosample_power, "_corner_bounds", none)
+    full = twosample_power.exact_powers(n_a, n_b, p_a, p_b, u_tol, level, null_sides=False)
+    assert np.all(fast <= full + 1e-12) and np.all(full - fast <= twosample_power._SATURATED)
     assert ((full - fast) > 1e-12).sum() >= 5  # the bound served some, and was not exact
     assert (full < 0.99).sum() >= 3  # others are not near one
 
@@ -114,19 +114,19 @@ def test_zoned_probabilities_equal_those_over_every_count(n_s, n_l, a_small):
     p_b = np.linspace(0.2, 0.6, rows)
     u_tol = 0.05
     p_s = np.minimum(p_b + u_tol, 1.0) if a_small else p_b
-    start, width = twosample._windows(n_s, p_s, p_s)
+    start, width = twosample.count_windows(n_s, p_s, p_s)
     xs = start[:, None] + np.minimum(np.arange(width.max())[None, :], width[:, None] - 1)
-    zoned = twosample._Zoned(n_a, n_b, xs, p_b, u_tol, width)
+    zoned = twosample_power._Zoned(n_a, n_b, xs, p_b, u_tol, width)
     assert zoned.zoned
     kept = np.arange(xs.shape[1])[None, :] < width[:, None]
-    whole = twosample._Probabilities(n_a, n_b, xs, p_b, u_tol, kept, np.arange(rows))
+    whole = twosample.Probabilities(n_a, n_b, xs, p_b, u_tol, kept, np.arange(rows))
     for t in (2.0, 3.3, 4.5, 5.9):
         total, edges = zoned(np.full(rows, t), np.arange(rows))
         part = np.arange(1, rows, 3)
         part_total, part_edges = zoned(np.full(len(part), t), part)
         np.testing.assert_allclose(part_total, total[part], rtol=1e-9)  # CDF or table
         np.testing.assert_array_equal(part_edges, edges[part])
-        edge = twosample._boundary(n_a[:, None], n_b[:, None], np.full(rows, t), u_tol, xs)[1]
+        edge = twosample.boundary(n_a[:, None], n_b[:, None], np.full(rows, t), u_tol, xs)[1]
         np.testing.assert_allclose(total, whole(edge, table=True), rtol=1e-8, atol=1e-12)
         first, end = whole.first[:, None], (whole.first + whole.width)[:, None]
         np.testing.assert_array_equal(edges, np.clip(edge, first - 1, end))
