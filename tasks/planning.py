@@ -86,22 +86,23 @@ class Allocation:
         return self.n * (1 - self.p1)
 
 
-def allocation_sample_size(var1, var2, tau, p1, u_tol=0.0, alpha=0.05, power=0.80) -> Allocation:
-    """Total n for group shares (p1, 1 − p1): eq. 2 of the audit tutorial (inf where τ <= U_tol)."""
+def allocation_sample_size(var1, var2, tau, p1, u_tol=0.0, level=0.05, power=0.80) -> Allocation:
+    """Total n for group shares (p1, 1 − p1) for the two-sided test at ``level``: eq. 2 of the
+    audit tutorial (inf where τ <= U_tol)."""
     var1, var2, tau, p1 = (np.asarray(v, float) for v in (var1, var2, tau, p1))
-    z = _z(1 - alpha / 2) + _z(power)
+    z = _z(1 - level / 2) + _z(power)
     effect = tau - u_tol
     with np.errstate(divide="ignore", invalid="ignore"):
         n = z**2 * (var1 / p1 + var2 / (1 - p1)) / effect**2
     return Allocation(np.where(effect > 0, n, np.inf), p1)
 
 
-def neyman_sample_size(var1, var2, tau, u_tol=0.0, alpha=0.05, power=0.80) -> Allocation:
+def neyman_sample_size(var1, var2, tau, u_tol=0.0, level=0.05, power=0.80) -> Allocation:
     """Total n under the Neyman allocation p1 = σ1/(σ1 + σ2), the smallest over all allocations."""
     s1, s2 = np.sqrt(np.asarray(var1, float)), np.sqrt(np.asarray(var2, float))
     with np.errstate(divide="ignore", invalid="ignore"):
         p1 = np.where(s1 + s2 > 0, s1 / (s1 + s2), 0.5)
-    return allocation_sample_size(var1, var2, tau, p1, u_tol, alpha, power)
+    return allocation_sample_size(var1, var2, tau, p1, u_tol, level, power)
 
 
 def group_variance(metric: str, value, prev=None, ppr=None):
@@ -143,12 +144,13 @@ def variance_from_counts(numerator, denominator, n):
         return m * (1 - m) * n / denominator
 
 
-def achieved_power(tau, var1, n1, var2, n2, u_tol=0.0, alpha=0.05):
-    """Power of the audit test with the groups at hand: Φ((τ − U_tol)/σ_U − z_{1−α/2})."""
+def achieved_power(tau, var1, n1, var2, n2, u_tol=0.0, level=0.05):
+    """Power of the audit test at ``level`` with the groups at hand: Φ((τ − U_tol)/σ_U −
+    z_{1−level/2})."""
     with np.errstate(divide="ignore", invalid="ignore"):
         sigma_u = np.sqrt(np.asarray(var1, float) / n1 + np.asarray(var2, float) / n2)
         return distributions.norm_cdf(
-            (np.asarray(tau, float) - u_tol) / sigma_u - _z(1 - alpha / 2)
+            (np.asarray(tau, float) - u_tol) / sigma_u - _z(1 - level / 2)
         )
 
 

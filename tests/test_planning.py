@@ -91,7 +91,7 @@ def test_arcsine_edge_cases_and_vectorised():
 
 def test_audit_tutorial_demographic_parity_example():
     """It gives n within 1% of 855 for the tutorial's appendix A inputs."""
-    plan = neyman_sample_size(0.227, 0.246, tau=0.093, u_tol=0.0, alpha=0.05, power=0.8)
+    plan = neyman_sample_size(0.227, 0.246, tau=0.093, u_tol=0.0, level=0.05, power=0.8)
     assert plan.n == pytest.approx(855, rel=0.01)
     assert plan.p1 == pytest.approx(np.sqrt(0.227) / (np.sqrt(0.227) + np.sqrt(0.246)))
 

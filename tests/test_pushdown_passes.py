@@ -17,7 +17,8 @@ import pytest
 from sqlalchemy import Column, DateTime, Float, Integer, MetaData, String, Table, event
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.sources.scan import PUSHDOWN_RULES, memory_cells, pushdown_cells
+from biasaudit.db.sources.pushdown import PUSHDOWN_RULES
+from biasaudit.db.sources.scan import memory_cells, pushdown_cells
 from biasaudit.schemas.frames import predictions_schema
 from tests.test_typed_sources import audit_of, create, expected_cells, same_cells
 

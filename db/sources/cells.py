@@ -16,6 +16,8 @@ from biasaudit.db.sources.read import rows_frame
 from biasaudit.db.sources.window import Window, window_of
 from biasaudit.schemas.config import Audit
 from biasaudit.schemas.frames import as_binary, canonical_text, non_empty_text
+from biasaudit.schemas.names import StoreLimits
+from biasaudit.schemas.quarantine import split_valid
 from biasaudit.schemas.score_bins import (
     MAX_DISTINCT,
     ScoreBins,
@@ -51,6 +53,19 @@ class Scanned:
     # (db.sources.cells.arrival_counts), for the label-completeness warnings
     # (tasks.counts.arrival_evidence).
     arrival: pd.DataFrame | None = None
+
+
+def split_window_rows(frame: pd.DataFrame, audit: Audit, now: datetime, store: StoreLimits | None):
+    """The window's rows as (valid, quarantine) by the predictions schema (schemas.quarantine):
+    with a result ``store``'s limits, rows with a group name it cannot hold are quarantined."""
+    return split_valid(
+        frame,
+        audit.attributes,
+        now,
+        decision=audit.decision is not None,
+        intersections=audit.intersections,
+        store=store,
+    )
 
 
 def input_fingerprint(scanned: Scanned) -> str:

@@ -127,10 +127,6 @@ def history(
 ) -> None:
     """List stored runs, show one run (its summary; every table with --all, --attribute or
     --metric) or export its metrics, or print a metric's time series."""
-    from biasaudit.db.store.history import list_runs, run_match, run_metrics
-    from biasaudit.schemas.metric_ids import BASE_RATES
-    from biasaudit.schemas.report import run_label
-
     _check_format(format_)
     if status is not None and status not in ("succeeded", "failed", "running"):
         raise Mistake(f"--status is succeeded, failed or running, not {status!r}")
@@ -138,32 +134,74 @@ def history(
     metric = _metric(metric) if metric is not None else None
     engine = _engine(db)
     if monitor:
-        from biasaudit.db.store.monitor import monitor_trajectory
-
-        trajectory = monitor_trajectory(engine, audit, model, attribute, group, None, metric)
-        if format_ != "table":
-            _emit(trajectory, format_)
-        elif trajectory.empty:
-            console.print("no monitored runs match")
-        else:
-            _print_frame(trajectory, title="monitor: e-process and confidence sequence per run")
-        return
-    if run_id is None and metric is not None:
+        _show_monitor(engine, audit, model, attribute, group, metric, format_)
+    elif run_id is None and metric is not None:
         _print_series(engine, metric, attribute, group, audit, model, first, last, format_)
+    elif run_id is None:
+        _show_runs(engine, db, audit, model, status, first, last, format_)
+    else:
+        _show_run(engine, run_id, attribute, metric, format_, show_all)
+
+
+def _show_monitor(
+    engine: Any,
+    audit: str | None,
+    model: str | None,
+    attribute: str | None,
+    group: str | None,
+    metric: str | None,
+    format_: str,
+) -> None:
+    """``history --monitor``: the monitored runs' trajectory per comparison."""
+    from biasaudit.db.store.monitor import monitor_trajectory
+
+    trajectory = monitor_trajectory(engine, audit, model, attribute, group, None, metric)
+    if format_ != "table":
+        _emit(trajectory, format_)
+    elif trajectory.empty:
+        console.print("no monitored runs match")
+    else:
+        _print_frame(trajectory, title="monitor: e-process and confidence sequence per run")
+
+
+def _show_runs(
+    engine: Any,
+    db: str | None,
+    audit: str | None,
+    model: str | None,
+    status: str | None,
+    first: datetime | None,
+    last: datetime | None,
+    format_: str,
+) -> None:
+    """``history``: the stored runs, filtered, and why each failed run failed."""
+    from biasaudit.db.store.history import list_runs
+
+    runs = list_runs(engine, audit, model, status, first, last)
+    if format_ != "table":
+        _emit(runs, format_)
         return
-    if run_id is None:
-        runs = list_runs(engine, audit, model, status, first, last)
-        if format_ != "table":
-            _emit(runs, format_)
-            return
-        if runs.empty:
-            _say("no runs match")
-            return
-        _print_runs(db, runs=runs)
-        failed = runs[runs["error"].notna()]
-        for row in failed.itertuples():
-            _say(f"run {row.id} failed: {row.error}", style="red")
+    if runs.empty:
+        _say("no runs match")
         return
+    _print_runs(db, runs=runs)
+    failed = runs[runs["error"].notna()]
+    for row in failed.itertuples():
+        _say(f"run {row.id} failed: {row.error}", style="red")
+
+
+def _show_run(
+    engine: Any,
+    run_id: int,
+    attribute: str | None,
+    metric: str | None,
+    format_: str,
+    show_all: bool,
+) -> None:
+    """``history RUN``: its summary, and with --all, --attribute or --metric every table (or,
+    in csv or json, its metrics)."""
+    from biasaudit.db.store.history import run_metrics
+
     run = _run_or_fail(engine, run_id)
     metrics = run_metrics(engine, run_id, attribute, metric)
     if format_ != "table":
@@ -181,6 +219,18 @@ def history(
         return
     if metrics.empty:
         return
+    _print_run_metrics(engine, run, metrics)
+    _print_stage_tables(engine, run_id, attribute, metric)
+    _print_glossary(metrics["metric"])
+
+
+def _print_run_metrics(engine: Any, run: Any, metrics: Any) -> None:
+    """A run's base rates and metrics per group, its undefined metrics and its MATCH tests below
+    the run's alpha."""
+    from biasaudit.db.store.history import run_match
+    from biasaudit.schemas.metric_ids import BASE_RATES
+    from biasaudit.schemas.report import run_label
+
     wide = metrics.pivot(
         index=["attribute", "group_name", "labelled"], columns="metric", values="value"
     ).reset_index()
@@ -201,12 +251,10 @@ def history(
             title="undefined metrics",
         )
     alpha = run.config["thresholds"]["alpha"]
-    match = run_match(engine, run_id, below=alpha)
+    match = run_match(engine, run.id, below=alpha)
     if not match.empty:
         title = f"MATCH tests with p < {alpha} (unadjusted): percentile of the group under its reference"
         _print_frame(match, title=title)
-    _print_stage_tables(engine, run_id, attribute, metric)
-    _print_glossary(metrics["metric"])
 
 
 def _print_summary(engine: Any, run: Any) -> None:
