@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    ROOT / "benchmarks" / "README.md",
+    *sorted((ROOT / "benchmarks" / "results").glob("*.md")),
+]
 TEST_REFERENCE = re.compile(r"(tests/[\w/]+\.py)::(\w+)")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
@@ -172,3 +177,17 @@ def test_the_api_page_names_every_parameter_and_result_frame_of_audit_frame():
     assert f"({shown})" == str(bare)
     unnamed = [f.name for f in fields(AuditResult) if f"`{f.name}`" not in page]
     assert not unnamed, f"docs/python-api.md names no {unnamed}"
+
+
+def test_the_benchmarks_index_is_a_table_of_every_page_and_script():
+    """benchmarks/README.md lists every page of benchmarks/results/ once, and every script of
+    benchmarks/ on some page's row; no measured figure sits in the index itself."""
+    index = (ROOT / "benchmarks" / "README.md").read_text()
+    rows = [line for line in index.splitlines() if line.startswith("| [")]
+    pages = re.findall(r"\]\(results/(\w+)\.md\)", "\n".join(rows))
+    on_disk = sorted(p.stem for p in (ROOT / "benchmarks" / "results").glob("*.md"))
+    assert sorted(pages) == on_disk and len(set(pages)) == len(pages)
+    scripts = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py"))
+    listed = set(re.findall(r"`(\w+)\.py`", "\n".join(rows)))
+    assert [s for s in scripts if s not in listed] == []
+    assert len(index.split()) < 600, "the index holds figures: move them to their page"
