@@ -40,23 +40,49 @@ def audit_frame(
 ) -> AuditResult:
     """Audit the predictions in ``frame`` and return every stage's result frames.
 
-    ``frame`` holds ``y_true`` (0/1, missing where the outcome is unknown), ``y_pred`` (0/1),
-    optionally ``score`` in [0, 1], and the ``attributes`` columns; ``prediction_id``,
-    ``model_id``, ``model_version`` and ``predicted_at`` are optional (the row position, "frame",
-    none and now stand in).
-    ``options`` are the audit configuration's own keys with the TOML file's defaults
-    (``tolerance``, ``alpha``, ``power``, ``bootstrap_replicates``, ``cps_lambda``, ...).
-    Rows that fail the predictions schema are not audited: they are returned, with the column and
-    the rule they broke, in ``result.quarantine`` (and a warning says how many).
-    With ``score`` (a numeric column, e.g. ``"decile_score"``), the score itself is audited too
-    (tasks.scores): ``result.scores`` (AUC and calibration per group against its reference),
-    ``result.calibration`` (outcome rate per score bin) and ``result.thresholds`` (error and
-    selection rates at every bin edge), and ``result.scoring`` (Local Law 144: each group's rows
-    above the median of every finite score of the frame, rows of an unknown category included).
-    With ``label_time`` (a column of when each label arrived, missing where it has not), the
-    label-completeness warnings (``result.summary["label_completeness_warnings"]``) say what the
-    arrival times tell of labels missing by outcome or by decision (tasks.counts.arrival_evidence)
-    instead of only that labelled rows cannot tell them apart.
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        One row per prediction: ``y_true`` (0/1, missing where the outcome is unknown),
+        ``y_pred`` (0/1), optionally ``score`` in [0, 1], and the ``attributes`` columns;
+        ``prediction_id``, ``model_id``, ``model_version`` and ``predicted_at`` are optional
+        (the row position, "frame", none and now stand in).
+    attributes : sequence of str
+        The columns whose groups are compared.
+    intersections : sequence of sequences of str, default ()
+        Attribute combinations audited as groups of their own (``[["race", "sex"]]``).
+    reference_groups : dict of str to str, optional
+        A reference group per attribute (or intersection): every other group of it is compared
+        with that group too, beside the comparison of every group with its rest.
+    metrics : sequence of str, optional
+        Metric ids or names (default: the whole catalogue).
+    score : str, optional
+        A numeric column (e.g. ``"decile_score"``) audited itself (tasks.scores):
+        ``result.scores`` (AUC and calibration per group against its reference),
+        ``result.calibration`` (outcome rate per score bin), ``result.thresholds`` (error and
+        selection rates at every bin edge) and ``result.scoring`` (Local Law 144: each group's
+        rows above the median of every finite score of the frame, rows of an unknown category
+        included).
+    label_time : str, optional
+        A column of when each label arrived (missing where it has not): the label-completeness
+        warnings (``result.summary["label_completeness_warnings"]``) then say what the arrival
+        times tell of labels missing by outcome or by decision (tasks.counts.arrival_evidence)
+        instead of only that labelled rows cannot tell them apart.
+    **options
+        The audit configuration's own keys, with the TOML file's defaults (``tolerance``,
+        ``alpha``, ``power``, ``bootstrap_replicates``, ``cps_lambda``, ...).
+
+    Returns
+    -------
+    AuditResult
+        Every stage's frame, each with the columns of its result table (docs/python-api.md).
+        Rows that fail the predictions schema are not audited: they are in
+        ``result.quarantine``, with the column and the rule they broke.
+
+    Warns
+    -----
+    UserWarning
+        When rows failed the predictions schema: how many, and which columns.
     """
     audit = audit_from_options(
         attributes=list(attributes),
