@@ -4,12 +4,10 @@ glibc serves each allocation above its mmap threshold (128 KiB at start) with a 
 own, returned to the kernel when freed, and gives back the heap's free top above its trim
 threshold; it raises both only as freed blocks show it larger sizes, and never past 32 MiB. The
 statistics allocate and free many arrays of a few hundred KiB to tens of MiB, so every one of
-them costs fresh pages (minor page faults, kernel time): the first ``audit_frame`` of COMPAS in
-a process took 1.1 million minor faults and 2.6 s of system time, the second 7,000 and 0.3 s
-(benchmarks/README.md, start-up; before planning's rewrite, which allocates less). Both thresholds
-set at glibc's own ceiling (mmap 32 MiB, trim twice that, as glibc pairs them) give the first audit
-the second one's allocator. Not set where the C
-library is not glibc, nor where the environment sets either threshold (``MALLOC_MMAP_THRESHOLD_``,
+them costs fresh pages (minor page faults, kernel time), the first ``audit_frame`` of a process
+far more than the second (benchmarks/results/start_cost.md). Both thresholds set at glibc's own
+ceiling (mmap 32 MiB, trim twice that, as glibc pairs them) give the first audit the second
+one's allocator. Not set where the C library is not glibc, nor where the environment sets either threshold (``MALLOC_MMAP_THRESHOLD_``,
 ``MALLOC_TRIM_THRESHOLD_``).
 """
 

@@ -168,6 +168,9 @@ class SourceEngine:
     bytewise_collation: str | None = None
     #: The function giving the position of a substring (0: absent).
     position = "instr"
+    #: Whether tables are reflected from their columns alone (``columns_only``), where the
+    #: dialect's whole-table reflection sends statements for what a scan does not use.
+    reflects_columns_only = False
 
     def refusals(self, table: Table, audit: Audit) -> list[str]:
         """What the engine's module cannot do safely for this source and audit, one line each."""
@@ -181,6 +184,8 @@ class SourceEngine:
 
     def reflect(self, bind: Engine | Connection, schema: str, name: str) -> Table:
         """The table or view ``schema.name`` as the dialect reflects it (NoSuchTableError)."""
+        if self.reflects_columns_only:
+            return columns_only(self, bind, schema, name)
         return Table(name, MetaData(), autoload_with=bind, schema=schema or None)
 
     def table_names(self, bind: Engine | Connection, schema: str) -> list[str]:

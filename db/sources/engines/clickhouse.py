@@ -3,13 +3,12 @@ zero date for moments it cannot hold, and the push-down grouped on the table its
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, Date, DateTime, Engine, Table, Text, case, func, literal, select
+from sqlalchemy import Connection, Date, DateTime, Engine, Text, case, func, literal, select
 from sqlalchemy import text as sql_text
 from sqlalchemy.ext.compiler import compiles
 
 from biasaudit.db.sources.engines.base import (
     SourceEngine,
-    columns_only,
     connection_of,
     to_double,
 )
@@ -27,11 +26,9 @@ class ClickHouse(SourceEngine):
 
     name, label = "clickhouse", "ClickHouse"
     parses_text = False
-
-    def reflect(self, bind: Engine | Connection, schema: str, name: str) -> Table:
-        # clickhouse-sqlalchemy's whole-table reflection reads system.tables twice more for the
-        # table engine and its keys
-        return columns_only(self, bind, schema, name)
+    # clickhouse-sqlalchemy's whole-table reflection reads system.tables twice more for the
+    # table engine and its keys
+    reflects_columns_only = True
 
     def table_names(self, bind: Engine | Connection, schema: str) -> list[str]:
         # clickhouse-sqlalchemy's listing filters on the URL's database (NULL without one)
@@ -66,9 +63,9 @@ class ClickHouse(SourceEngine):
 
     def grouped(self, keys: list, names: list[str], ok, per_row: dict, in_window):
         # A derived table over a Distributed table is computed on the server that was asked,
-        # every row sent to it; grouping the table itself aggregates on each shard (2x the bare
-        # GROUP BY's time against 1.4x, 10M rows). countIf counts the rows that pass in less time
-        # than a sum of CASE; a rule that is NULL fails (an aggregate of only NULLs is NULL).
+        # every row sent to it; grouping the table itself aggregates on each shard, and countIf
+        # counts the rows that pass in less time than a sum of CASE (benchmarks/results/
+        # engines.md); a rule that is NULL fails (an aggregate of only NULLs is NULL).
         passed = func.countIf(func.coalesce(ok, literal(0)))
         sums = [func.count().label("n"), (func.count() - passed).label("suspect")]
         sums += [func.sum(e).label(name) for name, e in per_row.items()]

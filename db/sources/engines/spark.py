@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, Engine, Table, text
+from sqlalchemy import Connection, Engine, text
 from sqlalchemy.ext.compiler import compiles
 
 from biasaudit.db.sources.engines.base import (
     SourceEngine,
     cast_as_double,
-    columns_only,
     connection_of,
     to_double,
 )
@@ -21,10 +20,8 @@ class Spark(SourceEngine):
 
     name, label = "hive", "Spark SQL / Hive"
     parses_text = False
-
-    def reflect(self, bind: Engine | Connection, schema: str, name: str) -> Table:
-        # PyHive's whole-table reflection sends a second DESCRIBE for the partition columns
-        return columns_only(self, bind, schema, name)
+    # PyHive's whole-table reflection sends a second DESCRIBE for the partition columns
+    reflects_columns_only = True
 
     def table_names(self, bind: Engine | Connection, schema: str) -> list[str]:
         """The ``tableName`` column of ``SHOW TABLES`` (PyHive lists its first: the database)."""
