@@ -97,7 +97,8 @@ def pushdown_cells(
     quarantine records with their whole rows, in any order: they determine the run's counts,
     statistics and quarantine. A change that leaves them equal (a valid row's prediction id,
     timestamp or score changed, or moved to another valid row) is unchanged input; a row hash in
-    the GROUP BY would see it, at a large share of the scan's time (benchmarks/results/fingerprint.md)."""
+    the GROUP BY would see it, at a large share of the scan's time
+    (benchmarks/results/fingerprint.md)."""
     with one_snapshot(engine) as connection:
         window, duplicated = window_and_duplicates(connection, audit, start, end, now)
         statement = grouped_statement(connection, window, start, end, now, duplicated)
