@@ -1,6 +1,6 @@
 """Calibration of every test and interval the product runs.
 
-Sections (each prints a markdown table; benchmarks/README.md keeps the results and their meaning):
+Sections (each prints a markdown table; benchmarks/results/calibration.md keeps the results and their meaning):
 
 1. exact size of detection's two-sample test (tasks.twosample), by enumeration of every table, for
    every n from 1 to 200 (two groups of n) and groups of n vs 10n, over a grid of rates, at
@@ -58,7 +58,7 @@ def worst_size(region: np.ndarray, u_tol: float) -> float:
 
 
 def worst_exact_size(n_a: int, n_b: int, u_tol: float) -> float:
-    """worst_size of detection's test, by its exact power on H0's boundary (tasks.twosample
+    """worst_size of detection's test, by its exact power on H0's boundary (tasks.twosample_power
     .exact_power equals the sum over the region of its p-values: tests/test_twosample.py)."""
     worst = 0.0
     for p in RATES[1 - u_tol >= RATES]:

@@ -1,6 +1,6 @@
 """The score audit's calibration test and AUC on continuous scores (tasks.scores).
 
-Sections (each prints a markdown table; benchmarks/README.md, "Score audits", keeps the results):
+Sections (each prints a markdown table; benchmarks/results/score_calibration.md keeps the results):
 
 1. size of the calibration tests under calibrated nulls whose score distributions differ: the group's
    scores Beta(4, 2), its reference's Beta(2, 4), every outcome Bernoulli(score); the test of each

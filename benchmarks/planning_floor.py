@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import audit_cost  # this folder's benchmark: the same predictions and timing hook
 
-from biasaudit.tasks import twosample, twosample_power
+from biasaudit.tasks import twosample_power
 
 FAIRLEARN = "Fairlearn MetricFrame, six metrics"
 
@@ -64,7 +64,7 @@ def recorded_searches(frame, options: dict) -> tuple[float, dict[str, float], li
 def _two_points(n_a, n_b, p_b, u_tol, budget, precision, answer, bracket):
     """_searched_critical's stand-in at the floor: P(S >= t) of every row at c − precision and
     at c (``answer``, passed as the first t); returns c."""
-    _, _, _, probability = twosample._row_probabilities(n_a, n_b, p_b, u_tol)
+    _, _, _, probability = twosample_power._row_probabilities(n_a, n_b, p_b, u_tol)
     rows = np.arange(len(p_b))
     t = np.where(np.isfinite(answer), answer, 2e6)  # c infinite: one t beyond the search's 1e6
     probability(t - precision, rows)
@@ -91,7 +91,7 @@ def searches(calls: list[tuple], *, floor: bool) -> tuple[float, int]:
     try:
         for n_a, n_b, p_b, u_tol, budget, precision, answer in calls:
             if floor:
-                got = twosample._searched_batches(
+                got = twosample_power._searched_batches(
                     n_a, n_b, p_b, u_tol, budget, precision, answer, np.full(len(p_b), precision)
                 )
             else:

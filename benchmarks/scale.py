@@ -6,7 +6,7 @@ score and a zoned timestamp that the push-down validates), then measures in one 
 
 - floor: one bare ``GROUP BY race, sex, age, label, pred`` of the model's rows (best of --repeat),
   and the CPU seconds the whole machine spent on it (the database's parallel workers);
-- scan: the push-down scan alone (db.sources.scan.pushdown_cells) in this process (best of --repeat),
+- scan: the push-down scan alone (db.sources.pushdown.pushdown_cells) in this process (best of --repeat),
   and the machine's CPU seconds likewise; beforehand, the machine's CPU per second at rest (5 s);
 - process: a fresh Python process running the whole audit as plain calls (imports, scan,
   statistics with the full metric catalogue and B = 1,000, persist, report), wall time and peak RSS;

@@ -1,7 +1,7 @@
 """Coverage of the score audit's AUC interval and size of its two tests (tasks.scores).
 
 Scores are a latent normal shifted by `shift` for positives, cut into 10 bins (ties, as deciles).
-Printed as markdown tables (benchmarks/README.md, "Score audits"):
+Printed as markdown tables (benchmarks/results/score_coverage.md):
 
 1. coverage of the 95% AUC interval: Wald on DeLong's variance (the textbook interval, over
    samples with two positives and two negatives), and the product's (Newcombe's score-type

@@ -5,7 +5,7 @@ monitor, persist, failure, report) are Prefect tasks that retry on transient dat
 exponential backoff (db.retry). The pure stages of tasks.core (counts, metrics, MATCH, planning,
 detection, ...) run as plain calls inside the flow: deterministic, they have nothing to retry, and
 their task runs cost the flow's process and the Prefect server CPU on every audit
-(benchmarks/README.md, scale section: three audits at 10M). Their times are the run's
+(benchmarks/results/scale.md). Their times are the run's
 stored ``timings``; a stage that raises fails the flow run with its error. ``in_flow`` is the
 ``run`` hook with which flows.audit runs the pipeline's one body (flows.pipeline.execute_audit)
 as a Prefect flow.

@@ -189,7 +189,7 @@ def split_valid(
     Attributes of valid rows become their canonical text (schemas.frames.canonical_text),
     timestamps (where the frame has them) UTC datetimes. With ``decision`` the rows carry a
     ``decision_score`` (a float in the valid rows) instead of a ``y_pred`` (decided from the
-    threshold in db.sources.scan.cells_of).
+    threshold in db.sources.cells.cells_of).
 
     Valid rows keep their position in ``frame`` as index; each quarantine record names its row by
     that position (``row_number``; ``row_numbers[position]`` when given, e.g. the rows' places in

@@ -39,7 +39,7 @@ QUANTILE_BINS = 10
 QUANTILES = np.linspace(0, 1, QUANTILE_BINS + 1)[:-1]
 # Push-down: cells per quantile bin. Pairs of a positive and a negative in one cell count 1/2 in
 # the AUC, so the AUC from cells is within half the share of such pairs of the scores' own
-# (tasks.scores.auc_cell_error); benchmarks/README.md ("Score audits") measures it.
+# (tasks.scores.auc_cell_error); benchmarks/results/score_coverage.md measures it.
 SUBCELLS = 4096
 
 
@@ -111,7 +111,7 @@ def bins_of_scores(scores: np.ndarray) -> ScoreBins:
 
 def cell_index(scores: np.ndarray, bins: ScoreBins) -> np.ndarray:
     """Each score's cell in its bin: floor((score - edge) / step), in the order of operations
-    of the push-down's SQL (db.sources.scan), so that both put a score in the same cell; 0 by
+    of the push-down's SQL (db.sources.pushdown_sql), so that both put a score in the same cell; 0 by
     value."""
     values = np.asarray(scores, dtype="float64")
     edges, steps = bins.edges, bins.steps

@@ -4,7 +4,7 @@ scipy.stats computes the normal's functions with scipy.special's ndtr and ndtri,
 betainc and its inverses, and the binomial's and hypergeometric's with Boost's kernels in
 scipy.special._ufuncs, then handles arguments outside the support. Importing scipy.stats is a
 large share of every process's start (it loads scipy.spatial, sparse, linalg and optimize:
-benchmarks/README.md, "An audit without scipy.stats"); these
+benchmarks/results/start_cost.md); these
 functions call the same kernels with the same handling of the support, so every value is the same
 to the last bit (tests/test_distributions.py compares them with scipy.stats over grids of
 arguments, the support's edges included). Only for valid parameters (n a count, p in [0, 1], not

@@ -42,7 +42,7 @@ the bets stay 0 (a bet on noise there only loses); after a change G climbs, and 
 new mean from the change on, not from a forgetting average still weighed down by the nights
 before it. A new comparison's CUSUMs start at g/2, the fast initial response of Lucas and
 Crosier (1982), so that a gap present from the first night is bet on sooner. δ = 0.05, g = 2,
-P = 200 pairs (SHIFT, GATE, SHIFT_PAIRS; benchmarks/README.md).
+P = 200 pairs (SHIFT, GATE, SHIFT_PAIRS; benchmarks/results/monitor_power.md).
 Any predictable bet keeps validity, so a state stored by an earlier version of these bets simply
 continues: its wealth is an e-process up to its night, and every later night multiplies it by an
 e-value.
@@ -63,8 +63,8 @@ grows with the variance of its nightly difference. A small group gathers evidenc
 lone drift there needs e ≥ K/(α·w_k) with w_k = K·v_k/Σv above 1 (the TPR of a 5% group among
 eight, with their FPR and PPR, at 300 predictions a night: w ≈ 3, a third of the evidence); a
 large group, whose e-process grows several times faster, needs more (its PPR: w ≈ 0.1, log 10 =
-2.3 nats more; a 0.10 drop of the largest group's TPR is found after a median of 88 nights instead
-of 79 at 300 a night, 19 instead of 18 at 1,500; benchmarks/README.md). Under the global null an
+2.3 nats more; benchmarks/results/monitor_power.md measures the nights it costs). Under the
+global null an
 alarm needs S_t = Σ_k (v_k/Σv)·M_k,t ≥ 1/α over the family's members. While the family stays the
 same, S is a convex combination of test supermartingales with fixed weights (they use sample sizes
 only, given which every e-value is valid). A comparison joins (its first night with pairs, labels

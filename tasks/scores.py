@@ -38,13 +38,12 @@ from biasaudit.tasks.twosample import exact_interval_end
 
 # Below this many positives or negatives the AUC's interval is Newcombe's score-type interval,
 # not Wald's on DeLong's variance (from few placements, zero at perfect separation), and the test
-# of equal AUC floors DeLong's variance by Hanley & McNeil's: benchmarks/README.md ("Score
-# audits") measures the coverage and size of both rules.
+# of equal AUC floors DeLong's variance by Hanley & McNeil's: benchmarks/results/score_coverage.md
+# measures the coverage and size of both rules.
 SMALL_SAMPLE = 50
 # From this many positives and negatives on, the AUC's interval is Wald's on the logit scale with
-# DeLong's variance; below, Newcombe's. At an AUC of 0.96 Wald's covered 0.916-0.952 of 2,000
-# samples with 50-500 positives and Newcombe's 0.979-0.983; at 1,000 Wald's 0.949
-# (benchmarks/README.md, "Score audits").
+# DeLong's variance; below, Newcombe's, where Wald's covers too little at high AUCs
+# (benchmarks/results/score_coverage.md).
 WALD_FROM = 1000
 
 
@@ -312,7 +311,7 @@ def equal_calibration_test(
     Cochran-Mantel-Haenszel statistic (Mantel 1963) with scores (1, x): U = sum_k z_k (y_gk -
     m_gk S_k / M_k), V = sum_k z_k z_k' m_gk m_rk S_k (M_k - S_k) / (M_k^2 (M_k - 1)), U' V^-1 U
     on rank(V) degrees of freedom. It needs no fit, and keeps its size where the likelihood ratio
-    does not: with 10-row groups the LR test rejected 11% at 5% (benchmarks/README.md)."""
+    does not with small groups (benchmarks/results/score_coverage.md)."""
     g_pos, g_neg, g_sum = (np.asarray(v, dtype="float64") for v in group)
     r_pos, r_neg, r_sum = (np.asarray(v, dtype="float64") for v in reference)
     m_g, m_r = g_pos + g_neg, r_pos + r_neg
@@ -357,7 +356,7 @@ def own_calibration_test(mean_scores, positives, negatives) -> tuple[float, int,
     [1e-12, 1 - 1e-12], so an outcome at a score of 0 or 1 rejects. With fewer than
     SMALL_SAMPLE labelled rows the p-value is (1 + #{T* >= T}) / (B + 1) over B = MONTE_CARLO
     draws of y ~ Binomial(m, p) per value (exact in distribution for rows at one score), where
-    the chi-squared limit is not yet reached (benchmarks/README.md, "Score audits")."""
+    the chi-squared limit is not yet reached (benchmarks/results/score_calibration.md)."""
     s, pos, neg = (np.asarray(v, dtype="float64") for v in (mean_scores, positives, negatives))
     m = pos + neg
     keep = m > 0

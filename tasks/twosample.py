@@ -334,7 +334,7 @@ class Probabilities:
     larger group's CDF (or survival) at each edge, summed.
 
     Per nuisance value only the larger group's counts within SPREAD·√n of its mean matter
-    (outside, Hoeffding bounds the mass by 2·exp(−2·_SPREAD²) < 1e-21: the tail there is 0 or
+    (outside, Hoeffding bounds the mass by 2·exp(−2·SPREAD²) < 1e-21: the tail there is 0 or
     1). Where few edges fall among them (a larger group of millions against a small one: each
     count of the small group moves the edge by several of the large one's standard errors), the
     binomial CDF at those edges, until they cost more than a table of the tails there (_tails),

@@ -303,7 +303,7 @@ def test_tail_table_equals_the_binomial_cdf(n_a, n_b, u_tol):
 @pytest.mark.parametrize(("n_a", "n_b"), [(1, 1), (3, 17), (17, 3), (25, 25), (8, 60), (60, 8)])
 @pytest.mark.parametrize("u_tol", [0.0, 0.05, 0.2])
 def test_region_edges_are_those_of_every_table(n_a, n_b, u_tol):
-    """The region {T >= t} that _boundary describes (one edge per count of the smaller group,
+    """The region {T >= t} that boundary describes (one edge per count of the smaller group,
     from the quadratic's root moved against T) is exactly the set of tables whose statistic is
     at least t, found by computing T for every table, at statistics from 1e-4 to 30 (one at a
     time and all at once)."""

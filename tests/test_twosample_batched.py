@@ -103,7 +103,7 @@ def test_powers_near_one_are_their_corner_bound(monkeypatch):
 @pytest.mark.parametrize("a_small", [True, False])
 def test_zoned_probabilities_equal_those_over_every_count(n_s, n_l, a_small):
     """Planning's search finds the region's edge only where it falls among the larger group's
-    kept counts: its P(S >= t) and edges equal _Probabilities of _boundary over every count of
+    kept counts: its P(S >= t) and edges equal Probabilities of boundary over every count of
     the smaller group within the tails' own rounding (binomial CDF or table: 1e-9 beyond n =
     1,000; the outer runs' edges stand at the kept counts' ends), and a part of the rows
     evaluated alone (the search evaluates only its open rows) equals the same rows of the whole."""

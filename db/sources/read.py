@@ -24,8 +24,7 @@ class EmptyWindow(LookupError):
 def rows_frame(result, columns) -> pd.DataFrame:
     """A frame of driver values, one object column each (no dtype inference). A result is read
     whole by ``all()``: row by row, clickhouse-sqlalchemy's HTTP cursor pops each row from the
-    front of its prefetched list, a time quadratic in the rows (benchmarks/README.md, the
-    engines' memory scans)."""
+    front of its prefetched list, a time quadratic in the rows (benchmarks/results/engines.md)."""
     rows = result if isinstance(result, list) else result.all()
     return pd.DataFrame(
         {name: pd.Series([r[i] for r in rows], dtype=object) for i, name in enumerate(columns)}

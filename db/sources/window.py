@@ -180,7 +180,7 @@ class Window:
     def row_ok(self, now: datetime):
         """True only for rows the Pandera rules accept on the per-row rules (a sound filter: a
         row it does not pass is judged by Pandera). Attribute and label rules are checked on the
-        grouped keys instead (db.sources.scan).
+        grouped keys instead (db.sources.pushdown).
 
         Rules that the catalogue or the model filter already guarantee are left out, so the
         scan pays per row only for what can fail: a NOT NULL (or primary key) id needs no null
@@ -188,7 +188,7 @@ class Window:
         holds more than spaces (SourceEngine.non_empty)."""
         c, engine = self.raw, self.engine
         ident = c["prediction_id"]
-        rules = []  # a rule that is NULL (a NULL value) fails: db.sources.scan counts only TRUE
+        rules = []  # a rule that is NULL (a NULL value) fails: db.sources.pushdown_sql counts only TRUE
         if not engine.types_bind or is_text(ident):
             rules.append(engine.non_empty(engine.as_text(ident)))
         elif getattr(ident, "nullable", True):

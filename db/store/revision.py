@@ -1,6 +1,6 @@
 """The store's migration revision against the newest migration's, without importing Alembic: the
 check every command that reads or writes the store makes first (Alembic's own would import it and
-read every migration: benchmarks/README.md, "The migration check without Alembic")."""
+read every migration: benchmarks/results/start_cost.md)."""
 
 from __future__ import annotations
 

@@ -71,7 +71,7 @@ def cast_as_double(element, compiler, **kw):
 
 
 class floor_of(FunctionElement):
-    """FLOOR(x) as a whole number (db.sources.scan's score cells, x >= 0)."""
+    """FLOOR(x) as a whole number (db.sources.pushdown_sql's score cells, x >= 0)."""
 
     inherit_cache = True
 
@@ -158,8 +158,6 @@ class SourceEngine:
     parses_text = True
     #: Whether the declared types bind the values (not on SQLite: any value in any column).
     types_bind = True
-    #: Whether text is compared and grouped exactly (code point by code point) in its SQL.
-    exact_text = True
     #: Whether a timestamp type with a zone is compared as a moment (MariaDB/MySQL's are not).
     zones = True
     #: How far the future bound is lowered for the engine's rounding of times.

@@ -12,12 +12,13 @@ from biasaudit.schemas.config import Audit
 
 
 class Generic(SourceEngine):
-    """Any other SQLAlchemy dialect: typed timestamps and scores only, no SQL that compares or
-    groups text (the push-down, label arrival, JSON attributes), which would take the engine's
-    collation, maybe blind to case or trailing spaces, for equality."""
+    """Any other SQLAlchemy dialect: typed timestamps and scores only, and no SQL that groups
+    text or finds repeated text ids (the push-down, stream mode's duplicate scan), which would take
+    the engine's collation, maybe blind to case or trailing spaces, for equality; no JSON keys.
+    (The model filter compares its text by the engine's collation, as on MariaDB; without date
+    arithmetic here, label arrival counts nothing.)"""
 
     parses_text = False
-    exact_text = False
 
     def __init__(self, name: str):
         self.name = name
@@ -31,13 +32,11 @@ class Generic(SourceEngine):
                 f"{where}: scan mode 'pushdown' groups text in SQL, whose exact comparison is "
                 "unknown here; use scan.mode 'memory' or 'stream'"
             )
-        labelled = table.c.get(audit.source_column("labelled_at"))
-        if labelled is not None:
-            found.append(
-                f"{where}: column {labelled.name!r} (labelled_at) is counted by groups in SQL, "
-                "whose exact text comparison is unknown here; audit a view without it"
-            )
-        json = [a for a in audit.attributes if a not in table.c and ATTRIBUTES_JSON in table.c]
+        json = [
+            a
+            for a in audit.attributes
+            if audit.source_column(a) not in table.c and ATTRIBUTES_JSON in table.c
+        ]
         if json:
             found.append(
                 f"{where}: attributes {', '.join(map(repr, json))} would be read from the JSON "
@@ -58,5 +57,5 @@ class Generic(SourceEngine):
         )
 
     def non_empty(self, text):
-        """A length, which no collation changes."""
+        """A length, which no collation changes (the per-row rules of label arrival's count)."""
         return func.length(func.trim(text)) > 0
