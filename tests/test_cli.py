@@ -204,6 +204,7 @@ def test_half_built_store_is_one_line(tmp_path):
         (GOOD + "[audits.thresholds]\ntolerance = inf\n", ["tolerance", "finite"]),
         (GOOD + "[audits.thresholds]\nstale_run_hours = 1e300\n", ["stale_run_hours"]),
         (GOOD + "[audits.smoothing]\ncps_lambda = nan\n", ["cps_lambda"]),
+        (GOOD + '[audits.thresholds]\nplanning_power = "fast"\n', ["planning_power", "'exact'"]),
         (GOOD + "[audits.scan]\nchunk_rows = 100000000000000\n", ["chunk_rows"]),
         (GOOD.replace('["race"]', '[""]'), ["attribute name '' is empty"]),
         (GOOD.replace('["race"]', '["y_true"]'), ["'y_true' is reserved"]),

@@ -56,6 +56,11 @@ def test_synonyms_map_to_spec_ids():
         ),
         ({"attributes": []}, "audits[0].attributes", "at least 1 item"),
         ({"thresholds": {"alpha": 1.5}}, "audits[0].thresholds.alpha", "less than 1"),
+        (
+            {"thresholds": {"planning_power": "normal"}},
+            "audits[0].thresholds.planning_power",
+            "'auto' or 'exact'",
+        ),
         ({"columns": {"label": "y"}}, "columns", "neither"),
         ({"reference_groups": {"age": "young"}}, "reference_groups", "not attributes"),
         ({"name": "bad name!"}, "audits[0].name", "pattern"),

@@ -70,6 +70,7 @@ SAMPLES: dict[str, dict] = {
     "thresholds.bootstrap_replicates": {"thresholds": {"bootstrap_replicates": 200}},
     "thresholds.planning_tau": {"thresholds": {"planning_tau": 0.2}},
     "thresholds.match_reference_ratio": {"thresholds": {"match_reference_ratio": 10.0}},
+    "thresholds.planning_power": {"thresholds": {"planning_power": "exact"}},
     "smoothing.cps_lambda": {"smoothing": {"cps_lambda": 2.0}},
     "smoothing.additive_pseudocount": {"smoothing": {"additive_pseudocount": 0.5}},
     "scan.mode": {"scan": {"mode": "pushdown"}},

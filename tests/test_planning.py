@@ -1,6 +1,7 @@
 """Planning: the papers' sample sizes, statsmodels' power solvers and simulated variances."""
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats
 
@@ -273,7 +274,12 @@ def simulated_power(d_g, d_r, p_g, p_r, tolerance, level, rng, sims=600):
 
     x_g, x_r = rng.binomial(d_g, p_g, sims), rng.binomial(d_r, p_r, sims)
     tables, counts = np.unique(np.stack([x_g, x_r]), axis=1, return_counts=True)
-    _, p = unfairness_test(tables[0], d_g, tables[1], d_r, tolerance)
+    p = np.concatenate(  # 100 tables at a time: a table of millions holds ~8 MB of tails
+        [
+            unfairness_test(tables[0, at], d_g, tables[1, at], d_r, tolerance)[1]
+            for at in np.array_split(np.arange(tables.shape[1]), -(-tables.shape[1] // 100))
+        ]
+    )
     return float(((p <= level) * counts).sum() / sims)
 
 
@@ -338,3 +344,85 @@ def test_the_suites_remembered_powers_are_the_computed_ones():
     again = planning.exact_powers(*args, null_sides=False)
     assert np.array_equal(again, twosample_power.exact_powers(*args, null_sides=False))
     assert planning.exact_powers is not twosample_power.exact_powers  # the suite's wrapper is in place
+
+
+# Cells of the proof grid (benchmarks/planning_accuracy.py) whose skewness term is at most
+# NORMAL_SKEW: (group, reference, group's rate, reference's rate, tolerance, level).
+NORMAL_CELLS = [
+    (1e6, 1e6, 0.30127, 0.3, 0.0, 0.05),
+    (1e6, 1e7, 0.25138, 0.2, 0.05, 1e-3),
+    (1e7, 1e7, 0.49891, 0.5, 0.0, 1e-6),
+    (1e6, 1e8, 0.70195, 0.5, 0.2, 1e-3),
+    (3e5, 3e6, 0.50188, 0.5, 0.0, 0.05),
+]
+
+
+@pytest.mark.parametrize("cell", NORMAL_CELLS)
+def test_auto_takes_the_normal_limit_only_where_it_is_proven(cell):
+    """'auto' reports the normal limit where the skewness term is at most NORMAL_SKEW, within
+    0.005 of the exact power of the same test (tasks.twosample_power, itself checked against the
+    enumeration of every table), and the exact power everywhere else; 'exact' never the limit."""
+    from biasaudit.tasks.planning import OUTSIDE, PRECISION, detection_power
+    from biasaudit.tasks.twosample_power import NORMAL_SKEW, exact_powers, skewness_term
+
+    n_g, n_r, p_g, p_r, u, level = cell
+    assert skewness_term(n_g, n_r, p_g, p_r, u, level) <= NORMAL_SKEW
+    auto, method = detection_power(p_g, n_g, p_r, n_r, u, level)
+    exact = exact_powers(
+        n_g, n_r, p_g, p_r, u, level, null_sides=False, precision=PRECISION, outside=OUTSIDE
+    )
+    assert method == "normal" and 0.1 < float(exact) < 0.95
+    assert float(auto) == pytest.approx(float(exact), abs=0.005)
+    forced, method = detection_power(p_g, n_g, p_r, n_r, u, level, "exact")
+    assert method == "exact" and float(forced) == float(exact)
+    # a hundred times fewer predictions: outside the proof, the exact power
+    _, method = detection_power(p_g, n_g / 100, p_r, n_r / 100, u, level)
+    assert method == "exact"
+
+
+def test_planning_power_setting_reaches_the_planning_rows():
+    """Thresholds.planning_power: 'auto' stores power_method 'normal' for a comparison of
+    millions (the skewness term below NORMAL_SKEW), 'exact' stores 'exact' for every row, and
+    the two powers agree within 0.005."""
+    from biasaudit.schemas.config import audit_from_options
+    from biasaudit.tasks.core import audit_counts
+    from biasaudit.tasks.counts import group_counts
+
+    cells = pd.DataFrame(
+        {
+            "g": ["a", "a", "a", "a", "b", "b", "b", "b"],
+            "y_true": [1.0, 1.0, 0.0, 0.0] * 2,
+            "y_pred": [1, 0, 1, 0] * 2,
+            "n": [2_000_000, 2_000_000, 1_000_000, 5_000_000] + [1_900_000, 2_100_000, 900_000, 5_100_000],
+        }
+    )
+    counts = group_counts(cells, ["g"], [])
+    rows = {}
+    for method in ("auto", "exact"):
+        audit = audit_from_options(
+            attributes=["g"], metrics=["ppr", "tpr"], bootstrap_replicates=100,
+            planning_power=method,
+        )
+        planning = audit_counts(counts, audit).planning
+        rows[method] = planning[planning["reason"].isna()].set_index(["group_name", "metric"])
+    assert set(rows["exact"]["power_method"]) == {"exact"}
+    assert "normal" in set(rows["auto"]["power_method"])
+    assert np.allclose(rows["auto"]["achieved_power"], rows["exact"]["achieved_power"], atol=0.005)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("d_g", "d_r", "p_g", "method"),
+    [(400, 4000, 0.42, "exact"), (1200, 3000, 0.39, "exact"), (300_000, 3_000_000, 0.30172, "normal")],
+)
+def test_reported_power_is_calibrated_within_002(d_g, d_r, p_g, method):
+    """Planning's power, exact or from the normal limit, equals the rejection rate of detection's
+    own test on 4,000 simulated audits within 0.02 (2.5 Monte Carlo standard errors at 0.5)."""
+    from biasaudit.tasks.planning import detection_power
+
+    p_r, tolerance, level = 0.3, 0.0 if method == "normal" else 0.05, 0.05
+    reported, used = detection_power(p_g, d_g, p_r, d_r, tolerance, level)
+    assert used == method
+    rng = np.random.default_rng(d_g)
+    simulated = simulated_power(d_g, d_r, p_g, p_r, tolerance, level, rng, sims=4000)
+    assert float(reported) == pytest.approx(simulated, abs=0.02)
