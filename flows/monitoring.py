@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from functools import cache, partial
+from functools import partial
 
 import pandas as pd
 
 from biasaudit.db.engine import engine_scope
 from biasaudit.db.sources.catalogue import source_url
-from biasaudit.db.sources.scan import valid_cells
+from biasaudit.db.sources.scan import valid_cells, windows_cells
 from biasaudit.db.store.models import MonitorResult, store_limits
 from biasaudit.db.store.monitor import monitored_as_ofs, previous_monitor_state
 from biasaudit.schemas.config import Audit
@@ -56,17 +56,25 @@ def monitor_run(db_url: str, audit: Audit, as_of: datetime, now: datetime) -> pd
 
 def backtest(db_url: str, audit: Audit, start: datetime, end: datetime) -> pd.DataFrame:
     """What nightly monitored runs from ``start`` to ``end`` would have said: the increment of
-    every night as ``monitor_run`` counts it, fed to the same core (nothing is written). A window
-    two nights share (an outcome window one label delay after a decision window) is scanned once.
-    """
+    every night as ``monitor_run`` counts it, fed to the same core (nothing is written). The
+    nights' windows (decisions and outcomes, each distinct one once) come from one read of the
+    source (db.sources.scan.windows_cells)."""
     schedule = stage.backtest_nights(start, end)
     nights = [moment.to_pydatetime() for moment in schedule]
+    plans = [
+        stage.audit_windows(audit, previous, as_of)
+        for previous, as_of in zip([None, *nights[:-1]], nights)
+    ]
+    windows = list(dict.fromkeys(w for plan in plans for w in (plan.decisions, plan.outcomes)))
     with engine_scope(source_url(audit, db_url)) as source:
-        cells = cache(partial(valid_cells, source, audit, now=datetime.now(UTC)))
-        counts = [
-            increment(cells, audit, previous, as_of).assign(increment=night)
-            for night, (previous, as_of) in enumerate(zip([None, *nights[:-1]], nights))
-        ]
+        read = windows_cells(source, audit, windows, now=datetime.now(UTC))
+    cells = dict(zip(windows, read))
+    counts = [
+        stage.audit_increment(cells[plan.decisions], cells[plan.outcomes], audit).assign(
+            increment=night
+        )
+        for night, plan in enumerate(plans)
+    ]
     return replay_counts(pd.concat(counts, ignore_index=True), schedule, stage.settings_of(audit))
 
 

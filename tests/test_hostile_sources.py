@@ -27,7 +27,14 @@ from sqlalchemy import (
 )
 
 from biasaudit.db.engine import make_engine
-from biasaudit.db.sources.scan import EmptyWindow, memory_cells, pushdown_cells, stream_cells
+from biasaudit.db.sources.scan import (
+    EmptyWindow,
+    memory_cells,
+    pushdown_cells,
+    stream_cells,
+    valid_cells,
+    windows_cells,
+)
 from biasaudit.schemas.config import parse_config
 from tests.clusters import source_table
 
@@ -142,6 +149,43 @@ def test_hostile_tables_modes_agree_and_balance(source_db_url, table):
     """It accepts and quarantines the same rows in memory, stream and push-down modes, and every
     row read is either accepted or quarantined, whatever the column types and values."""
     modes_agree_and_balance(source_db_url, table)
+
+
+# Windows of a backtest: from the beginning, nights in May 2026 (some rows fall on their ends),
+# one ending after the rows' future ("2030-01-01" is later than NOW plus the clock skew).
+WINDOWS = [
+    (None, datetime(2026, 5, 1, tzinfo=UTC)),
+    (datetime(2026, 5, 1, tzinfo=UTC), datetime(2026, 5, 10, 10, tzinfo=UTC)),
+    (datetime(2026, 5, 10, 10, tzinfo=UTC), datetime(2026, 5, 31, 23, 59, 59, 999999, tzinfo=UTC)),
+    (datetime(2026, 5, 10, tzinfo=UTC), NOW),
+    (None, NOW),
+]
+
+
+@settings(
+    max_examples=int(os.environ.get("BIASAUDIT_HYPOTHESIS_EXAMPLES", "12")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(table=hostile_tables())
+def test_windows_read_once_are_the_windows_scanned_one_by_one(source_db_url, table):
+    """windows_cells (the backtest's one read) gives each window the cells its own scan gives,
+    whatever the column types and values: rows on a window's ends, without a plausible
+    timestamp, in the future or repeated."""
+    kinds, rows = table
+    engine = make_engine(source_db_url)
+    columns = [Column(c, TYPES[k]) for c, k in kinds.items() if k is not None]
+    source_table(engine, Table("hostile", MetaData(), *columns), rows)
+    audit = parse_config({"audits": [AUDIT]}).audits[0]
+    try:
+        once = windows_cells(engine, audit, WINDOWS, NOW)
+        each = [valid_cells(engine, audit, start, end, NOW) for start, end in WINDOWS]
+    finally:
+        engine.dispose()
+    for window, read, scanned in zip(WINDOWS, once, each):
+        pd.testing.assert_frame_equal(
+            read.reset_index(drop=True), scanned.reset_index(drop=True), obj=str(window)
+        )
 
 
 # Fewer examples on the distributed engines: every statement is a distributed job there (a

@@ -65,7 +65,11 @@ from biasaudit.db.sources.read import (
 from biasaudit.db.sources.stream import stream_cells
 from biasaudit.db.sources.window import window_of
 from biasaudit.schemas.config import Audit
+from biasaudit.schemas.frames import parse_timestamps
+from biasaudit.schemas.grammar import CLOCK_SKEW, EARLIEST
 from biasaudit.schemas.names import StoreLimits
+
+Windows = list[tuple[datetime | None, datetime]]
 
 
 def memory_cells(
@@ -122,4 +126,48 @@ def valid_cells(
     try:
         return scan_window(engine, audit, start, end, now, store).cells
     except EmptyWindow:
-        return pd.DataFrame(columns=[*audit.attributes, *OUTCOMES, "n"])
+        return _no_cells(audit)
+
+
+def _no_cells(audit: Audit) -> pd.DataFrame:
+    return pd.DataFrame(columns=[*audit.attributes, *OUTCOMES, "n"])
+
+
+def windows_cells(
+    engine, audit: Audit, windows: Windows, now: datetime, store: StoreLimits | None = None
+) -> list[pd.DataFrame]:
+    """valid_cells of each window, the rows of their union read once (memory mode): each window
+    takes the rows Window.where puts in it, by the timestamp schemas.frames.parse_timestamps
+    reads (in (start, end]; with none, before EARLIEST or in the future at ``now``: in every
+    window, to be quarantined by each), and validates them as its own scan would
+    (split_window_rows, cells_of). A backtest's nights then cost one scan of the table, not one
+    each. Stream and push-down scans, and sources with a zero date (ClickHouse), scan each
+    window."""
+    if not windows:
+        return []
+    if audit.scan.mode != "memory" or window_of(engine, audit).zero is not None:
+        return [valid_cells(engine, audit, start, end, now, store) for start, end in windows]
+    starts = [start for start, _ in windows]
+    first = None if None in starts else min(s for s in starts if s is not None)
+    last = max(end for _, end in windows)
+    try:
+        frame = read_predictions(engine, audit, first, last, now)
+    except EmptyWindow:
+        return [_no_cells(audit) for _ in windows]
+    margin = window_of(engine, audit).engine.margin
+    if "predicted_at" in frame:
+        moment = parse_timestamps(frame["predicted_at"])
+        timed = moment.notna() & (moment >= EARLIEST)
+    else:  # no timestamp: every row is in every window
+        moment, timed = pd.Series(pd.NaT, index=frame.index), pd.Series(False, index=frame.index)
+    out = []
+    for start, end in windows:
+        future = max(end, now + CLOCK_SKEW) - margin
+        inside = ~timed | (moment > future) | (moment <= end) & (start is None or moment > start)
+        rows = frame[inside.to_numpy()]
+        if rows.empty:
+            out.append(_no_cells(audit))
+            continue
+        valid, _ = split_window_rows(rows, audit, now, store)
+        out.append(cells_of(valid, audit))
+    return out
