@@ -1,6 +1,7 @@
 """The monitor's backtest against one audit of the same rows: 30 nights of 60,000 predictions.
 
-A SQLite source (or --db) holds 60,000 predictions a night for 30 nights; the audit is monitored
+A SQLite source (or --db) holds 60,000 predictions a night for 30 nights (the monitor tests'
+predictions: race a/b/c, c selected more often, 20% of labels missing); the audit is monitored
 (label delay 2 days). Each case in one process, best of --repeat: ``backtest`` over the 30 nights
 (flows.monitoring), one audit run of all the rows (flows.pipeline.run_audit, into a fresh store)
 and the audit's scan alone (db.sources.scan.scan_window of the whole window).
@@ -11,14 +12,15 @@ and the audit's scan alone (db.sources.scan.scan_window of the whole window).
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 import warnings
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: its tests
+from tests.test_monitor_db import predictions  # the monitor tests' nightly predictions
 
 START = datetime(2026, 3, 1, tzinfo=UTC)
 CONFIG = """[[audits]]
@@ -33,27 +35,6 @@ bootstrap_replicates = 100
 [audits.monitor]
 label_delay_days = 2
 """
-
-
-def predictions(nights: int, per_night: int, seed: int = 4) -> pd.DataFrame:
-    """Predictions spread over the nights; group 'c' selected more often; 20% of labels missing."""
-    rng = np.random.default_rng(seed)
-    n = nights * per_night
-    race = rng.choice(["a", "b", "c", "d"], n, p=[0.55, 0.25, 0.15, 0.05])
-    y_true = rng.binomial(1, 0.4, n).astype(float)
-    y_true[rng.random(n) < 0.2] = np.nan
-    return pd.DataFrame(
-        {
-            "prediction_id": [f"p{i}" for i in range(n)],
-            "model_id": "m",
-            "model_version": "1",
-            "predicted_at": START + pd.to_timedelta(rng.uniform(0, nights, n), unit="D"),
-            "y_true": y_true,
-            "y_pred": rng.binomial(1, np.where(race == "c", 0.45, 0.3)),
-            "race": race,
-            "sex": rng.choice(["F", "M"], n),
-        }
-    )
 
 
 def best(repeat: int, call) -> float:

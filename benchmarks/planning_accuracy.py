@@ -59,6 +59,7 @@ def proof(cells: np.ndarray, kappa_max: float = 0.05) -> dict:
     """The exact and normal powers of the grid's cells with κ <= kappa_max, and the largest
     error at or below each bound."""
     from biasaudit.tasks.planning import OUTSIDE, PRECISION
+    from biasaudit.tasks.twosample import GAMMA
     from biasaudit.tasks.twosample_power import exact_powers, normal_power, skewness_term
 
     n_s, n_l, p_g, p_r, u, level = cells.T
@@ -73,7 +74,9 @@ def proof(cells: np.ndarray, kappa_max: float = 0.05) -> dict:
             n_s, n_l, p_g, p_r, u[0], level[0], null_sides=False, precision=PRECISION,
             outside=OUTSIDE,
         )
-        normal[at] = normal_power(p_g, n_s, p_r, n_l, u[0], level[0], null_sides=False)
+        normal[at] = normal_power(
+            p_g, n_s, p_r, n_l, u[0], level[0], null_sides=False, gamma=GAMMA
+        )
     error = np.abs(exact - normal)
     rows = []
     for bound in BOUNDS:
@@ -136,7 +139,7 @@ def audits() -> dict:
                 powers, methods = detection_power(*args, method)
                 timed[method] = (time.perf_counter() - start, powers, methods)
             (_, auto, methods), (_, exact, _) = timed["auto"], timed["exact"]
-            normal = methods == "normal"
+            normal = methods == "limit"
             out[name] = {
                 "powers": int(auto.size),
                 "normal": int(normal.sum()),

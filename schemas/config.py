@@ -61,6 +61,9 @@ Probability = Annotated[float, Field(gt=0.0, lt=1.0)]
 INTERSECTION_SEP = " x "
 
 
+PlanningPower = Literal["auto", "exact"]  # Thresholds.planning_power (tasks.planning)
+
+
 class ConfigError(ValueError):
     """A configuration that cannot be used; the message names the key and the problem."""
 
@@ -90,9 +93,9 @@ class Thresholds(BaseModel):
     # MATCH runs only where the reference has this many times the group's predictions (its
     # reference rates are estimated; benchmarks/calibration.py chose 50).
     match_reference_ratio: Annotated[float, Field(ge=0.0)] = 50.0
-    # Planning's power: 'auto' takes the normal limit where it is proven within 0.005 of the
-    # exact power (tasks.planning.detection_power), 'exact' the exact power for every comparison.
-    planning_power: Literal["auto", "exact"] = "auto"
+    # Planning's power: 'auto' takes the normal limit where a grid check finds it within 0.005 of
+    # the exact power (tasks.planning.detection_power), 'exact' the exact power for every row.
+    planning_power: PlanningPower = "auto"
 
     @model_validator(mode="after")
     def _tau_above_tolerance(self) -> Thresholds:

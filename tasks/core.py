@@ -219,7 +219,7 @@ def audit_counts(
             alpha=alpha,
             power=thresholds.power,
             tolerance=thresholds.tolerance,
-            power_method=thresholds.planning_power,
+            planning_power=thresholds.planning_power,
         )
     with timed(timings, "detection"):
         detection = detect(tested, tolerance=thresholds.tolerance, alpha=alpha)

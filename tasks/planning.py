@@ -25,9 +25,12 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from biasaudit.schemas.config import PlanningPower
 from biasaudit.schemas.results import COMPARISON_KEY
 from biasaudit.tasks import distributions
+from biasaudit.tasks.twosample import GAMMA
 from biasaudit.tasks.twosample_power import (
+    NORMAL_LEVEL,
     NORMAL_SKEW,
     exact_powers,
     normal_power,
@@ -36,7 +39,6 @@ from biasaudit.tasks.twosample_power import (
 
 PRECISION = 1e-4  # detection_power: the critical statistics' precision (tasks.twosample)
 OUTSIDE = 1e-7  # detection_power: each group's counts left out beyond these binomial quantiles
-PowerMethod = Literal["auto", "exact"]  # detection_power's choice (Thresholds.planning_power)
 
 
 def _z(q):
@@ -167,10 +169,10 @@ def detection_power(
     d_reference,
     tolerance: float,
     level: float,
-    method: PowerMethod = "auto",
+    method: PlanningPower = "auto",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Power of detection's two-sided test (tasks.twosample) at true rates, and how each was
-    computed ('normal' or 'exact'; power 0 where a denominator is zero).
+    computed ('limit' or 'exact'; power 0 where a denominator is zero).
 
     'exact' (tasks.twosample_power.exact_powers): the binomial sum over the Berger-Boos test's
     rejection region, the same test at every size, all comparisons at once, its critical
@@ -178,11 +180,11 @@ def detection_power(
     left out (the power low by at most the mass of tables within PRECISION above a critical
     statistic, plus 4·OUTSIDE: against 1e-6 and 1e-13, at most 2.0e-7 on COMPAS and 8.7e-5 on an
     audit of 642 groups; a power within 1e-6 of one is its lower bound from the tables whose
-    intervals lie in H1, low by at most 1e-6). ``method`` 'auto': 'normal' (normal_power, the
-    same level and tolerance) where the skewness term is at most NORMAL_SKEW, where the proof
-    grid of benchmarks/planning_accuracy.py finds it within 0.005 of the exact power, else
-    'exact'. The side whose null holds at the true rates is left out: it adds at most level/2,
-    the test's size there.
+    intervals lie in H1, low by at most 1e-6). ``method`` 'auto': 'limit' (normal_power at the
+    test's level/2 − γ per side, the same tolerance) where the skewness term is at most NORMAL_SKEW
+    and the level at least NORMAL_LEVEL, where on the grid of benchmarks/planning_accuracy.py it
+    is within 0.005 of the exact power (a check on a grid, not a proof), else 'exact'. The side
+    whose null holds at the true rates is left out: it adds at most level/2, the test's size there.
     """
     if method not in ("auto", "exact"):
         raise ValueError(f"method must be 'auto' or 'exact', not {method!r}")
@@ -192,13 +194,20 @@ def detection_power(
     p_g, d_g, p_r, d_r = (a.ravel() for a in arrays)
     power = np.zeros(len(p_g))
     tested = (d_g > 0) & (d_r > 0)
-    normal = tested & (method == "auto")
+    normal = tested & (method == "auto") & (level >= NORMAL_LEVEL)
     normal[normal] = (
         skewness_term(d_g[normal], d_r[normal], p_g[normal], p_r[normal], tolerance, level)
         <= NORMAL_SKEW
     )
     power[normal] = normal_power(
-        p_g[normal], d_g[normal], p_r[normal], d_r[normal], tolerance, level, null_sides=False
+        p_g[normal],
+        d_g[normal],
+        p_r[normal],
+        d_r[normal],
+        tolerance,
+        level,
+        null_sides=False,
+        gamma=GAMMA,
     )
     exact = tested & ~normal
     power[exact] = exact_powers(
@@ -213,7 +222,7 @@ def detection_power(
         outside=OUTSIDE,
     )
     shape = arrays[0].shape
-    return power.reshape(shape), np.where(normal, "normal", "exact").reshape(shape)
+    return power.reshape(shape), np.where(normal, "limit", "exact").reshape(shape)
 
 
 def _verdict(tested: bool, achieved: float, factor: float, power: float) -> str:
@@ -234,7 +243,7 @@ def plan(
     alpha: float,
     power: float,
     tolerance: float = 0.0,
-    power_method: PowerMethod = "auto",
+    planning_power: PlanningPower = "auto",
 ) -> pd.DataFrame:
     """Power of detection's test, and predictions needed, for every rate metric of every comparison.
 
@@ -250,7 +259,7 @@ def plan(
     same level and tolerance), ``needed_neyman`` under the Neyman allocation; ``bias_n`` is the
     bias measure N of eq. 1 of the observed rates (one-sided, at α and power) beside the
     difference and the ratio. Comparisons detection does not test carry its ``reason``.
-    ``power_method``: detection_power's ``method`` ('auto', or 'exact' for every comparison);
+    ``planning_power``: detection_power's ``method`` ('auto', or 'exact' for every comparison);
     each row's ``power_method`` says how its power was computed.
     """
     if tau is None or not tolerance < tau <= 1:
@@ -269,7 +278,7 @@ def plan(
     up, down = np.minimum(floor1 + tau, 1.0), np.maximum(floor1 - tau, 0.0)
     # both targets in one call: they share each comparison's critical statistics
     both, methods = detection_power(
-        np.stack([up, down]), np.stack([d2, d2]), floor1, d1, tolerance, level, power_method
+        np.stack([up, down]), np.stack([d2, d2]), floor1, d1, tolerance, level, planning_power
     )
     powers, needs, neymans = [], [], []
     for target, pw in zip((up, down), both):

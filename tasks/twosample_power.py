@@ -1,4 +1,5 @@
-"""The exact power of the two-sample test (tasks.twosample) and its critical regions.
+"""The exact power of the two-sample test (tasks.twosample) and its critical regions, and its
+normal limit (normal_power, skewness_term: where planning may take it instead).
 
 The power at true rates (p_A, p_B) is the probability that the test rejects: a sum over the
 smaller group's counts of its binomial pmf times the larger group's tail beyond the rejection
@@ -43,7 +44,8 @@ _ZONED = 16  # _Zoned: edges found in the middle run only where the larger group
 _SATURATED = 1e-6  # _corner_bounds: a power this close to 1 is its bound, low by at most this
 _OUTSIDE = 1e-13  # exact_powers: mass of each group's counts left out in each tail, by default
 _RATE_DIGITS = 12  # exact_powers: true rates equal to this many decimals are computed once
-NORMAL_SKEW = 0.005  # skewness_term at or below which planning takes normal_power (proof grid)
+NORMAL_SKEW = 0.005  # skewness_term at or below which planning takes normal_power (the grid)
+NORMAL_LEVEL = 1e-6  # ... and levels at or above which (the grid's smallest: below it, exact)
 
 
 def rejection_region(
@@ -65,35 +67,38 @@ def rejection_probability(region: np.ndarray, p_a, p_b) -> np.ndarray:
 
 
 def normal_power(
-    p_a, n_a, p_b, n_b, u_tol: float, level: float, *, null_sides: bool = True
+    p_a, n_a, p_b, n_b, u_tol: float, level: float, *, null_sides: bool = True, gamma: float = 0.0
 ) -> np.ndarray:
     """Power of the asymptotic two-sided test at true rates (p_A, p_B), T's numerator at its
     mean: Φ((U − U_tol)/s − z) + Φ((−U − U_tol)/s − z), z = z_{1−level/2}, U = m̄_A − m̄_B and
     s² = Σ m̄(1 − m̄)/(n + 2) at the adjusted rates' means m̄ = (n·p + 1)/(n + 2) (Agresti-Caffo,
-    tasks.twosample: m − p is (1 − 2p)/(n + 2), which moved the power by up to 0.006 at n·p(1 − p)
-    near 10⁴ on the proof grid).
-    ``null_sides`` False leaves out a side whose null holds at the true rates (exact_powers)."""
+    tasks.twosample: m − p is (1 − 2p)/(n + 2), about 0.01 standard errors at n·p(1 − p) = 10⁴).
+    ``null_sides`` False leaves out a side whose null holds at the true rates (p_A − p_B within
+    the tolerance on that side, as exact_powers). ``gamma``: each side at level/2 − γ, as the
+    Berger-Boos test rejects (GAMMA for planning; power 0 where level/2 <= γ, as the test's)."""
     p_a, n_a, p_b, n_b = (np.asarray(v, dtype="float64") for v in (p_a, n_a, p_b, n_b))
+    if level / 2 <= gamma:
+        return np.zeros(np.broadcast(p_a, n_a, p_b, n_b).shape)
     m_a, m_b = (n_a * p_a + 1) / (n_a + 2), (n_b * p_b + 1) / (n_b + 2)
     s = np.sqrt(m_a * (1 - m_a) / (n_a + 2) + m_b * (1 - m_b) / (n_b + 2))
-    z = distributions.norm_ppf(1 - level / 2)
+    z = distributions.norm_isf(level / 2 - gamma)
     u = m_a - m_b
     with np.errstate(divide="ignore", invalid="ignore"):
         up = distributions.norm_cdf((u - u_tol) / s - z)
         down = distributions.norm_cdf((-u - u_tol) / s - z)
     if null_sides:
         return up + down
-    return np.where(u > u_tol, up, 0.0) + np.where(-u > u_tol, down, 0.0)
+    return np.where(p_a - p_b > u_tol, up, 0.0) + np.where(p_b - p_a > u_tol, down, 0.0)
 
 
 def skewness_term(n_a, n_b, p_a, p_b, u_tol: float, level: float) -> np.ndarray:
     """κ = (z² + 1)/(6√v), z = z_{1−level/2}, v the smallest of n·p(1 − p) over the two groups at
-    their true rates and group A at the null boundary nearest them (p_B ± U_tol): the size of the
-    first Edgeworth term (skewness/6 times a quadratic in z) of the binomial tails where the test's
-    critical statistics sit, against the normal limit: the term is (skewness/6)(z² − 1) for a
-    standardised binomial count and (skewness/6)(2z² + 1) for a studentised one (Hall 1992, The
-    Bootstrap and Edgeworth Expansion, chapter 2), skewness (1 − 2p)/√v. normal_power is within 0.005 of exact_powers where κ <= NORMAL_SKEW on the
-    grid of benchmarks/planning_accuracy.py."""
+    their true rates and group A at the null boundary nearest them (p_B ± U_tol): an index of how
+    far the binomial tails where the test's critical statistics sit are from the normal limit,
+    of the order of the first Edgeworth term (skewness/6 times a quadratic in z, skewness at most
+    1/√v: Hall 1992, The Bootstrap and Edgeworth Expansion, chapter 2), calibrated on the grid of
+    benchmarks/planning_accuracy.py: normal_power is within 0.005 of exact_powers on the grid's
+    cells where κ <= NORMAL_SKEW and the level is at least NORMAL_LEVEL."""
     n_a, n_b, p_a, p_b = (np.asarray(v, dtype="float64") for v in (n_a, n_b, p_a, p_b))
     nearest = np.clip(p_b + np.where(p_a >= p_b, u_tol, -u_tol), 0.0, 1.0)
     v = np.minimum.reduce(

@@ -53,6 +53,9 @@ POOLS = {
         "2024-02-29T12:00:00+14:00",
         "2026-02-29",
         "2026-05-31T23:59:59.999999+00:00",
+        "2026-05-10T10:00:00.0004Z",
+        "2026-05-10 10:00:00.0006",
+        "2026-05-31 23:59:59.9995",
         "2026-06-01T01:00:00+02:00",
         "2026-05-10t10:00",
         "soon",
@@ -65,6 +68,8 @@ POOLS = {
     "time": [
         datetime(2026, 5, 10, 10, 0),
         datetime(2026, 5, 31, 23, 59, 59, 999999),
+        datetime(2026, 5, 10, 10, 0, 0, 400),
+        datetime(2026, 5, 31, 23, 59, 59, 999500),
         datetime(1850, 1, 1),
         datetime(2030, 1, 1),
         None,
@@ -151,15 +156,15 @@ def test_hostile_tables_modes_agree_and_balance(source_db_url, table):
     modes_agree_and_balance(source_db_url, table)
 
 
-# Windows of a backtest: from the beginning, nights in May 2026 (some rows fall on their ends),
-# one ending after the rows' future ("2030-01-01" is later than NOW plus the clock skew).
-WINDOWS = [
-    (None, datetime(2026, 5, 1, tzinfo=UTC)),
-    (datetime(2026, 5, 1, tzinfo=UTC), datetime(2026, 5, 10, 10, tzinfo=UTC)),
-    (datetime(2026, 5, 10, 10, tzinfo=UTC), datetime(2026, 5, 31, 23, 59, 59, 999999, tzinfo=UTC)),
-    (datetime(2026, 5, 10, tzinfo=UTC), NOW),
-    (None, NOW),
-]
+# Windows of a backtest: from the beginning, nights in May 2026 whose ends fall on rows (to the
+# microsecond, where SQLite compares milliseconds), one ending after the rows' future
+# ("2030-01-01" is later than NOW plus the clock skew); and the same with no window from the
+# beginning (the union read then has a start).
+MAY = [datetime(2026, 5, 1, tzinfo=UTC), datetime(2026, 5, 10, 10, tzinfo=UTC)]
+MAY += [datetime(2026, 5, 10, 10, 0, 0, 400, tzinfo=UTC), datetime(2026, 5, 31, 23, 59, 59, 999500, tzinfo=UTC)]
+WINDOWS = [(None, MAY[0]), (MAY[0], MAY[1]), (MAY[1], MAY[2]), (MAY[2], MAY[3]), (MAY[3], NOW)]
+WINDOWS += [(None, NOW), (MAY[1], datetime(2031, 1, 1, tzinfo=UTC))]
+STARTED = [w for w in WINDOWS if w[0] is not None]
 
 
 @settings(
@@ -178,14 +183,15 @@ def test_windows_read_once_are_the_windows_scanned_one_by_one(source_db_url, tab
     source_table(engine, Table("hostile", MetaData(), *columns), rows)
     audit = parse_config({"audits": [AUDIT]}).audits[0]
     try:
-        once = windows_cells(engine, audit, WINDOWS, NOW)
-        each = [valid_cells(engine, audit, start, end, NOW) for start, end in WINDOWS]
+        for windows in (WINDOWS, STARTED):
+            once = windows_cells(engine, audit, windows, NOW)
+            each = [valid_cells(engine, audit, start, end, NOW) for start, end in windows]
+            for window, read, scanned in zip(windows, once, each):
+                pd.testing.assert_frame_equal(
+                    read.reset_index(drop=True), scanned.reset_index(drop=True), obj=str(window)
+                )
     finally:
         engine.dispose()
-    for window, read, scanned in zip(WINDOWS, once, each):
-        pd.testing.assert_frame_equal(
-            read.reset_index(drop=True), scanned.reset_index(drop=True), obj=str(window)
-        )
 
 
 # Fewer examples on the distributed engines: every statement is a distributed job there (a

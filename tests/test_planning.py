@@ -346,7 +346,7 @@ def test_the_suites_remembered_powers_are_the_computed_ones():
     assert planning.exact_powers is not twosample_power.exact_powers  # the suite's wrapper is in place
 
 
-# Cells of the proof grid (benchmarks/planning_accuracy.py) whose skewness term is at most
+# Comparisons like the grid's of benchmarks/planning_accuracy.py whose skewness term is at most
 # NORMAL_SKEW: (group, reference, group's rate, reference's rate, tolerance, level).
 NORMAL_CELLS = [
     (1e6, 1e6, 0.30127, 0.3, 0.0, 0.05),
@@ -371,7 +371,7 @@ def test_auto_takes_the_normal_limit_only_where_it_is_proven(cell):
     exact = exact_powers(
         n_g, n_r, p_g, p_r, u, level, null_sides=False, precision=PRECISION, outside=OUTSIDE
     )
-    assert method == "normal" and 0.1 < float(exact) < 0.95
+    assert method == "limit" and 0.1 < float(exact) < 0.95
     assert float(auto) == pytest.approx(float(exact), abs=0.005)
     forced, method = detection_power(p_g, n_g, p_r, n_r, u, level, "exact")
     assert method == "exact" and float(forced) == float(exact)
@@ -381,7 +381,7 @@ def test_auto_takes_the_normal_limit_only_where_it_is_proven(cell):
 
 
 def test_planning_power_setting_reaches_the_planning_rows():
-    """Thresholds.planning_power: 'auto' stores power_method 'normal' for a comparison of
+    """Thresholds.planning_power: 'auto' stores power_method 'limit' for a comparison of
     millions (the skewness term below NORMAL_SKEW), 'exact' stores 'exact' for every row, and
     the two powers agree within 0.005."""
     from biasaudit.schemas.config import audit_from_options
@@ -406,21 +406,21 @@ def test_planning_power_setting_reaches_the_planning_rows():
         planning = audit_counts(counts, audit).planning
         rows[method] = planning[planning["reason"].isna()].set_index(["group_name", "metric"])
     assert set(rows["exact"]["power_method"]) == {"exact"}
-    assert "normal" in set(rows["auto"]["power_method"])
+    assert "limit" in set(rows["auto"]["power_method"])
     assert np.allclose(rows["auto"]["achieved_power"], rows["exact"]["achieved_power"], atol=0.005)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("d_g", "d_r", "p_g", "method"),
-    [(400, 4000, 0.42, "exact"), (1200, 3000, 0.39, "exact"), (300_000, 3_000_000, 0.30172, "normal")],
+    [(400, 4000, 0.42, "exact"), (1200, 3000, 0.39, "exact"), (300_000, 3_000_000, 0.30172, "limit")],
 )
 def test_reported_power_is_calibrated_within_002(d_g, d_r, p_g, method):
     """Planning's power, exact or from the normal limit, equals the rejection rate of detection's
     own test on 4,000 simulated audits within 0.02 (2.5 Monte Carlo standard errors at 0.5)."""
     from biasaudit.tasks.planning import detection_power
 
-    p_r, tolerance, level = 0.3, 0.0 if method == "normal" else 0.05, 0.05
+    p_r, tolerance, level = 0.3, 0.0 if method == "limit" else 0.05, 0.05
     reported, used = detection_power(p_g, d_g, p_r, d_r, tolerance, level)
     assert used == method
     rng = np.random.default_rng(d_g)

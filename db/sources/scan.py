@@ -43,6 +43,8 @@ from datetime import datetime
 
 import numpy as np
 import pandas as pd
+from sqlalchemy import select, type_coerce
+from sqlalchemy.types import NullType
 
 from biasaudit.db.engine import one_snapshot
 from biasaudit.db.sources.cells import (
@@ -61,11 +63,11 @@ from biasaudit.db.sources.pushdown import pushdown_cells
 from biasaudit.db.sources.read import (
     EmptyWindow,
     read_predictions,
+    rows_frame,
 )
 from biasaudit.db.sources.stream import stream_cells
 from biasaudit.db.sources.window import window_of
 from biasaudit.schemas.config import Audit
-from biasaudit.schemas.frames import parse_timestamps
 from biasaudit.schemas.grammar import CLOCK_SKEW, EARLIEST
 from biasaudit.schemas.names import StoreLimits
 
@@ -137,37 +139,68 @@ def windows_cells(
     engine, audit: Audit, windows: Windows, now: datetime, store: StoreLimits | None = None
 ) -> list[pd.DataFrame]:
     """valid_cells of each window, the rows of their union read once (memory mode): each window
-    takes the rows Window.where puts in it, by the timestamp schemas.frames.parse_timestamps
-    reads (in (start, end]; with none, before EARLIEST or in the future at ``now``: in every
-    window, to be quarantined by each), and validates them as its own scan would
-    (split_window_rows, cells_of). A backtest's nights then cost one scan of the table, not one
-    each. Stream and push-down scans, and sources with a zero date (ClickHouse), scan each
-    window."""
-    if not windows:
-        return []
-    if audit.scan.mode != "memory" or window_of(engine, audit).zero is not None:
+    takes the rows Window.where puts in it, decided on the value SQL compares (the engine's
+    filter_time of each row and its bound of each end, read with the rows and ranked together,
+    so SQLite's milliseconds or a zone compare as SQL compares them): in (start, end], or with
+    no plausible timestamp, or in the future at ``now``; and validates them as its own scan
+    would (split_window_rows, cells_of). A backtest's nights then cost one read of the table,
+    not one each (its memory: the union's rows, as one audit of them). Stream and push-down
+    scans, sources with a zero date (ClickHouse) and values SQL compares but Python cannot order
+    alike scan each window."""
+    window = window_of(engine, audit) if windows else None
+    if window is None or audit.scan.mode != "memory" or window.zero is not None:
         return [valid_cells(engine, audit, start, end, now, store) for start, end in windows]
-    starts = [start for start, _ in windows]
-    first = None if None in starts else min(s for s in starts if s is not None)
+    starts = [start for start, _ in windows if start is not None]
+    first = min(starts) if len(starts) == len(windows) else None
     last = max(end for _, end in windows)
-    try:
-        frame = read_predictions(engine, audit, first, last, now)
-    except EmptyWindow:
+    query = window.query(first, last, now)
+    ends = [EARLIEST]
+    for start, end in windows:
+        ends += [end, max(end, now + CLOCK_SKEW) - window.engine.margin]
+        ends += [] if start is None else [start]
+    if window.time is not None:
+        t, aware = window.engine.filter_time(window.when, window.time)
+        query = query.add_columns(type_coerce(t, NullType()).label(_MOMENT))
+        bounds = [type_coerce(window.engine.bound(m, aware), NullType()) for m in ends]
+    with engine.connect() as connection:
+        if window.arrival is not None:  # the refusal each window's scan would raise
+            window_and_duplicates(connection, audit, first, last, now)
+        result = connection.execute(query)
+        frame = rows_frame(result, list(result.keys()))
+        if window.time is not None:
+            at = dict(zip(ends, connection.execute(select(*bounds)).one()))
+    if frame.empty:
         return [_no_cells(audit) for _ in windows]
-    margin = window_of(engine, audit).engine.margin
-    if "predicted_at" in frame:
-        moment = parse_timestamps(frame["predicted_at"])
-        timed = moment.notna() & (moment >= EARLIEST)
-    else:  # no timestamp: every row is in every window
-        moment, timed = pd.Series(pd.NaT, index=frame.index), pd.Series(False, index=frame.index)
+    if window.time is None:  # no timestamp: every row is in every window
+        return [cells_of(split_window_rows(frame, audit, now, store)[0], audit) for _ in windows]
+    ranked = _ranks(frame.pop(_MOMENT).to_numpy(dtype=object), list(at.values()))
+    if ranked is None:
+        return [valid_cells(engine, audit, start, end, now, store) for start, end in windows]
+    rank, of = ranked[0], dict(zip(at, ranked[1]))
+    implausible = (rank < 0) | (rank < of[EARLIEST])
     out = []
     for start, end in windows:
-        future = max(end, now + CLOCK_SKEW) - margin
-        inside = ~timed | (moment > future) | (moment <= end) & (start is None or moment > start)
-        rows = frame[inside.to_numpy()]
-        if rows.empty:
-            out.append(_no_cells(audit))
-            continue
-        valid, _ = split_window_rows(rows, audit, now, store)
-        out.append(cells_of(valid, audit))
+        inside = (rank <= of[end]) & ((rank > of[start]) if start is not None else True)
+        future = rank > of[max(end, now + CLOCK_SKEW) - window.engine.margin]
+        rows = frame[inside | future | implausible]
+        valid = split_window_rows(rows, audit, now, store)[0] if len(rows) else None
+        out.append(_no_cells(audit) if valid is None else cells_of(valid, audit))
     return out
+
+
+_MOMENT = "__moment"  # windows_cells: the timestamp SQL compares, read beside the rows
+
+
+def _ranks(values: np.ndarray, bounds: list) -> tuple[np.ndarray, np.ndarray] | None:
+    """Ranks of the rows' compared values (−1: NULL) and of the bounds, in one order (ties one
+    rank), or None where Python cannot order them together (values of mixed types)."""
+    present = pd.notna(values)
+    try:
+        _, inverse = np.unique(
+            np.concatenate([values[present], np.array(bounds, dtype=object)]), return_inverse=True
+        )
+    except TypeError:
+        return None
+    rank = np.full(len(values), -1, "int64")
+    rank[present] = inverse[: int(present.sum())]
+    return rank, inverse[int(present.sum()) :]

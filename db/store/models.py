@@ -374,7 +374,8 @@ class PlanningResult(GroupVsReference, Base):
     needed_neyman: Mapped[float | None] = mapped_column(Real)
     neyman_share_group: Mapped[float | None] = mapped_column(Real)
     achieved_power: Mapped[float | None] = mapped_column(Real)
-    # 'exact' (the exact test's rejection region); runs before it may hold 'normal'
+    # 'exact' (the exact test's rejection region) or 'limit' (its normal limit, where checked
+    # within 0.005 of it: tasks.planning.detection_power); runs before it may hold 'normal'
     power_method: Mapped[str | None] = mapped_column(String(8))
     verdict: Mapped[str] = mapped_column(String(64))
     bias_n: Mapped[float | None] = mapped_column(Real)
